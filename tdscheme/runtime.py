@@ -1,0 +1,143 @@
+"""The one place that starts or joins Ray.
+
+tdscheme starts a local Ray (no dashboard, the machine's CPU count) only when
+none is running, joins an existing cluster when given an address, and never
+shuts down a Ray it did not start. Owners of actors (collectors, schemes) hold a
+:class:`RayLease` and release it in their ``shutdown()``; the Ray that tdscheme
+started goes down when the last lease is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+logger = logging.getLogger(__name__)
+
+_ALLOWED_INIT_KEYS = frozenset(
+    {
+        "address",
+        "num_cpus",
+        "num_gpus",
+        "resources",
+        "object_store_memory",
+        "local_mode",
+        "ignore_reinit_error",
+        "include_dashboard",
+        "dashboard_host",
+        "dashboard_port",
+        "job_config",
+        "configure_logging",
+        "logging_level",
+        "logging_format",
+        "log_to_driver",
+        "namespace",
+        "runtime_env",
+        "_temp_dir",
+        "_system_config",
+    }
+)
+
+
+class _StartedRay:
+    """Process-wide count of the leases on a Ray that tdscheme started itself."""
+
+    lock = threading.Lock()
+    leases = 0
+
+
+def local_ray_config() -> dict[str, Any]:
+    """The ``ray.init`` arguments tdscheme uses when it starts Ray itself.
+
+    Returns:
+        A fresh dict: no dashboard, one CPU per core of this machine.
+    """
+    return {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+
+
+def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    if ray_init_config is None:
+        return local_ray_config()
+    if not isinstance(ray_init_config, Mapping):
+        raise TypeError(
+            f"ray_init_config must be a dict of ray.init arguments or None, got "
+            f"{type(ray_init_config).__name__}: {ray_init_config!r}"
+        )
+    unknown = set(ray_init_config) - _ALLOWED_INIT_KEYS
+    if unknown:
+        raise ValueError(
+            f"ray_init_config has unknown keys {sorted(unknown)}; accepted keys: "
+            f"{sorted(_ALLOWED_INIT_KEYS)}"
+        )
+    kwargs = {k: v for k, v in ray_init_config.items() if v is not None}
+    if kwargs.get("address") is None:
+        defaults = local_ray_config()
+        defaults.update(kwargs)
+        kwargs = defaults
+    return kwargs
+
+
+class RayLease:
+    """A handle on the running Ray, started or joined by :meth:`acquire`.
+
+    Example:
+        >>> lease = RayLease.acquire({"address": None, "num_cpus": 2})  # doctest: +SKIP
+        >>> lease.release()  # doctest: +SKIP
+    """
+
+    def __init__(self, started: bool) -> None:
+        #: True when tdscheme called ``ray.init`` (started a local Ray or joined a cluster).
+        self.started = started
+        self._released = False
+
+    @classmethod
+    def acquire(cls, ray_init_config: Mapping[str, Any] | None = None) -> RayLease:
+        """Uses the running Ray, or starts/joins one from ``ray_init_config``.
+
+        Args:
+            ray_init_config: ``ray.init`` keyword arguments. ``None`` starts a
+                local Ray with no dashboard and one CPU per core. With an
+                ``"address"`` key, joins that cluster. Ignored when Ray is
+                already initialized in this process.
+
+        Returns:
+            A lease; call :meth:`release` when done.
+
+        Raises:
+            TypeError, ValueError: ``ray_init_config`` is not a dict of
+                ``ray.init`` arguments.
+        """
+        kwargs = _init_kwargs(ray_init_config)
+        with _StartedRay.lock:
+            if ray.is_initialized():
+                if _StartedRay.leases > 0:
+                    _StartedRay.leases += 1
+                    return cls(started=True)
+                return cls(started=False)
+            logger.info("starting Ray with %s", kwargs)
+            ray.init(**kwargs)
+            # A local Ray we started is stopped by the last release; for a
+            # cluster we joined, ray.shutdown() only disconnects this driver.
+            _StartedRay.leases += 1
+            return cls(started=True)
+
+    def release(self) -> None:
+        """Gives the lease back; shuts Ray down if tdscheme started it and this was the last lease.
+
+        Idempotent.
+        """
+        if self._released:
+            return
+        self._released = True
+        if not self.started:
+            return
+        with _StartedRay.lock:
+            _StartedRay.leases -= 1
+            if _StartedRay.leases == 0 and ray.is_initialized():
+                logger.info("shutting down the Ray that tdscheme started")
+                ray.shutdown()

@@ -1,0 +1,73 @@
+"""The one place that knows where torchrl keeps the names that move between releases.
+
+torchrl 0.14 renamed ``SyncDataCollector`` to ``torchrl.collectors.Collector`` and
+``MultiSyncDataCollector`` to ``MultiSyncCollector``. Everything else in tdscheme
+asks this module for the classes it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torchrl.collectors as _collectors
+
+
+def _first(*names: str) -> Any:
+    for name in names:
+        cls = getattr(_collectors, name, None)
+        if cls is not None:
+            return cls
+    raise ImportError(f"torchrl.collectors has none of {names}; is torchrl installed?")
+
+
+#: torchrl's single-process collector (``Collector``, formerly ``SyncDataCollector``).
+Collector = _first("Collector", "SyncDataCollector")
+#: torchrl's multiprocess synchronous collector.
+MultiSyncCollector = _first("MultiSyncCollector", "MultiSyncDataCollector")
+#: torchrl's multiprocess asynchronous collector.
+MultiAsyncCollector = _first("MultiAsyncCollector", "MultiaSyncDataCollector")
+#: The base class every torchrl collector derives from.
+BaseCollector = _first("BaseCollector", "DataCollectorBase")
+
+_BY_NAME = {"single": Collector, "sync": MultiSyncCollector, "async": MultiAsyncCollector}
+
+
+def resolve_collector_class(collector_class: Any) -> type:
+    """Turns torchrl's ``collector_class`` argument into a collector class.
+
+    Args:
+        collector_class: ``None`` (torchrl's ``Collector``), one of ``"single"``,
+            ``"sync"``, ``"async"`` (as torchrl's RayCollector accepts), or a
+            subclass of torchrl's ``BaseCollector``.
+
+    Returns:
+        The collector class.
+
+    Raises:
+        ValueError: an unknown string.
+        TypeError: anything else that is not a collector class.
+
+    Example:
+        >>> resolve_collector_class("single") is Collector
+        True
+    """
+    if collector_class is None:
+        return Collector
+    if isinstance(collector_class, str):
+        if collector_class not in _BY_NAME:
+            raise ValueError(
+                f"collector_class={collector_class!r} is not one of {sorted(_BY_NAME)} "
+                f"or a torchrl BaseCollector subclass"
+            )
+        return _BY_NAME[collector_class]
+    if isinstance(collector_class, type) and issubclass(collector_class, BaseCollector):
+        return collector_class
+    raise TypeError(
+        f"collector_class must be a torchrl BaseCollector subclass or one of "
+        f"{sorted(_BY_NAME)}, got {collector_class!r}"
+    )
+
+
+def is_multi_collector(collector_class: type) -> bool:
+    """Whether ``collector_class`` runs several env processes (takes a list of env fns)."""
+    return issubclass(collector_class, (MultiSyncCollector, MultiAsyncCollector))
