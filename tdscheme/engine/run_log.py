@@ -1,0 +1,368 @@
+"""Scalar logging of a run: a torchrl logger plus one tidy, append-only ``metrics.csv``.
+
+:class:`RunLogger` forwards every scalar to a torchrl logger (``CSVLogger`` or
+``TensorboardLogger``, under ``run_dir/<exp_name>``) and also appends it to
+``run_dir/metrics.csv`` with the columns ``step,name,value``. That file is what
+:func:`read_metrics` (and so plots and tests) reads back, whatever the backend.
+
+Resuming: opening a ``RunLogger`` on an existing ``run_dir`` appends to its logs
+(torchrl's ``CSVLogger`` opens its files in append mode too). A run that crashed
+logged steps after its last checkpoint; pass ``resume_from_step`` (the checkpoint's
+step) to drop those rows from ``metrics.csv`` and the CSV backend's files, so the
+resumed run does not log the same steps twice. TensorBoard event files are not
+rewritten.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import io
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.record.loggers.common import Logger
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.csv"
+BACKENDS = ("csv", "tensorboard")
+_HEADER = ["step", "name", "value"]
+
+
+class RunLogger:
+    """Logs the scalars and hyperparameters of one run; resumable.
+
+    Args:
+        run_dir: The run's directory; created if missing.
+        backend: ``"csv"`` (torchrl's ``CSVLogger``) or ``"tensorboard"`` (torchrl's
+            ``TensorboardLogger``, needs the ``tensorboard`` package).
+        exp_name: The torchrl experiment name: its files go to ``run_dir/<exp_name>``.
+        resume_from_step: When resuming from a checkpoint of this step, rows logged with
+            a larger step are dropped first (see the module docstring). ``None`` appends
+            to whatever is there.
+
+    Raises:
+        ValueError: If ``backend``, ``exp_name`` or ``resume_from_step`` is invalid, or
+            ``run_dir/metrics.csv`` exists but is not a tdscheme metrics file.
+        ImportError: If ``backend="tensorboard"`` and tensorboard is not installed.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     with RunLogger(run_dir) as run_log:
+        ...         run_log.log_scalars({"train/loss": 0.5, "eval/return": 20.0}, step=100)
+        ...     read_metrics(run_dir)["eval/return"]
+        [(100, 20.0)]
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        *,
+        backend: str = "csv",
+        exp_name: str = "tdscheme",
+        resume_from_step: int | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if backend == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise ImportError(
+                "backend='tensorboard' needs the tensorboard package, which is not installed; "
+                "install it with `pip install tensorboard` (or "
+                "`pip install tdscheme[tensorboard]`), or use backend='csv'"
+            )
+        if not isinstance(exp_name, str) or not exp_name or os.sep in exp_name:
+            raise ValueError(
+                f"exp_name must be a non-empty str without {os.sep!r}, got {exp_name!r}"
+            )
+        if resume_from_step is not None:
+            _check_step(resume_from_step, "resume_from_step")
+        self.run_dir = Path(run_dir)
+        self.backend = backend
+        self.exp_name = exp_name
+        self.metrics_path = self.run_dir / METRICS_FILE
+        self._closed = False
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_from_step is not None:
+            self._drop_rows_after(resume_from_step)
+        self._file = _open_metrics(self.metrics_path)
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        try:
+            self._torchrl_logger = self._make_torchrl_logger()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _make_torchrl_logger(self) -> Logger:
+        if self.backend == "tensorboard":
+            from torchrl.record.loggers.tensorboard import TensorboardLogger
+
+            return TensorboardLogger(exp_name=self.exp_name, log_dir=str(self.run_dir))
+        from torchrl.record.loggers.csv import CSVLogger
+
+        return CSVLogger(exp_name=self.exp_name, log_dir=str(self.run_dir))
+
+    def _drop_rows_after(self, step: int) -> None:
+        def keep(row: list[str]) -> bool:
+            return _row_step(row) <= step
+
+        dropped = _rewrite_rows(self.metrics_path, keep, header=True)
+        scalars_dir = self.run_dir / self.exp_name / "scalars"
+        if self.backend == "csv" and scalars_dir.is_dir():
+            for path in scalars_dir.rglob("*.csv"):  # torchrl's files: "step,value" rows
+                _rewrite_rows(path, keep, header=False)
+        if dropped:
+            logger.info(
+                "resuming %s at step %d: dropped %d logged rows after it",
+                self.run_dir,
+                step,
+                dropped,
+            )
+
+    @property
+    def torchrl_logger(self) -> Logger:
+        """The wrapped torchrl logger, for torchrl tools that take one (e.g. ``VideoRecorder``)."""
+        return self._torchrl_logger
+
+    def log_scalars(self, metrics: Mapping[str, Any] | TensorDictBase, step: int) -> None:
+        """Logs scalar metrics at ``step``.
+
+        Non-finite values (nan, inf) are logged as they are.
+
+        Args:
+            metrics: Names (e.g. ``"train/loss"``) to floats, ints, bools, numpy scalars or
+                one-element tensors; a TensorDict's nested keys are joined with ``"/"``.
+            step: A non-negative int, usually the frames collected so far.
+
+        Raises:
+            TypeError: If a name is not a str or a value is not a number.
+            ValueError: If a tensor value has more than one element or ``step`` is invalid.
+            RuntimeError: If the logger is closed.
+        """
+        self._check_open()
+        _check_step(step, "step")
+        if isinstance(metrics, TensorDictBase):
+            metrics = metrics.flatten_keys("/").to_dict()
+        rows = [(_check_name(name), _to_float(name, value)) for name, value in metrics.items()]
+        for name, value in rows:
+            self._torchrl_logger.log_scalar(name, value, step=step)
+            self._writer.writerow([step, name, repr(value)])
+        self._file.flush()
+
+    def log_hparams(self, config: Mapping[str, Any] | Any) -> None:
+        """Logs the run's configuration through the torchrl logger.
+
+        Nested dicts and dataclasses are flattened to ``"outer/inner"`` keys; values
+        that are not str, int, float or bool are logged as their ``repr``.
+
+        Args:
+            config: A dict or a dataclass instance.
+
+        Raises:
+            TypeError: If ``config`` is neither a dict nor a dataclass instance.
+            RuntimeError: If the logger is closed.
+        """
+        self._check_open()
+        if not isinstance(config, Mapping) and not _is_dataclass_instance(config):
+            raise TypeError(
+                f"config must be a dict or a dataclass instance, got {type(config).__name__}"
+            )
+        self._torchrl_logger.log_hparams(_flatten_config(config))
+
+    def flush(self) -> None:
+        """Flushes ``metrics.csv`` and the torchrl logger."""
+        self._check_open()
+        self._file.flush()
+        self._torchrl_logger.flush()
+
+    def close(self) -> None:
+        """Flushes and closes every file; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._torchrl_logger.close()
+            # torchrl's CSVExperiment keeps its files open until garbage collection.
+            files = getattr(self._torchrl_logger.experiment, "files", None)
+            if isinstance(files, dict):
+                for f in files.values():
+                    f.close()
+                files.clear()
+        finally:
+            self._file.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"RunLogger of {self.run_dir} is closed")
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RunLogger({str(self.run_dir)!r}, backend={self.backend!r}, "
+            f"exp_name={self.exp_name!r})"
+        )
+
+
+def read_metrics(run_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Reads back the scalars that :class:`RunLogger` wrote to ``run_dir/metrics.csv``.
+
+    Rows that cannot be parsed, and a last row without its newline (still being
+    written, or cut by a crash), are skipped with a warning.
+
+    Args:
+        run_dir: The run's directory.
+
+    Returns:
+        Metric names to ``(step, value)`` pairs, in the order they were logged.
+
+    Raises:
+        FileNotFoundError: If ``run_dir`` has no ``metrics.csv``.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"run_dir {str(run_dir)!r} has no {METRICS_FILE} (looked for {path})"
+        )
+    text = path.read_text(encoding="utf-8")
+    complete, _, partial = text.rpartition("\n")
+    if partial:  # a row still being written, or cut by a crash: not a value yet
+        logger.warning("ignoring the incomplete last row of %s: %r", path, partial)
+    metrics: dict[str, list[tuple[int, float]]] = {}
+    bad = 0
+    reader = csv.reader(io.StringIO(complete))
+    next(reader, None)
+    for row in reader:
+        try:
+            if len(row) != 3:
+                raise ValueError(f"{len(row)} columns")
+            step, name, value = int(row[0]), row[1], float(row[2])
+        except ValueError:
+            bad += 1
+            continue
+        metrics.setdefault(name, []).append((step, value))
+    if bad:
+        logger.warning("skipped %d unreadable rows of %s", bad, path)
+    return metrics
+
+
+def _open_metrics(path: Path) -> TextIO:
+    """Opens ``metrics.csv`` for appending, writing the header to a new file."""
+    existing = path.is_file() and path.stat().st_size > 0
+    if existing:
+        with open(path, newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), None)
+        if header != _HEADER:
+            raise ValueError(
+                f"{path} exists but is not a tdscheme metrics file: its header is {header}, "
+                f"expected {_HEADER}"
+            )
+        _drop_incomplete_last_row(path)
+    f = open(path, "a", newline="", encoding="utf-8")  # closed by RunLogger.close
+    if not existing:
+        csv.writer(f, lineterminator="\n").writerow(_HEADER)
+        f.flush()
+    return f
+
+
+def _drop_incomplete_last_row(path: Path) -> None:
+    """Cuts a last row without its newline: a crash stopped it mid-write (e.g. "23.5" as "23")."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 65536))  # rows are short: the last newline is near the end
+        tail = f.read()
+        end = size - len(tail) + tail.rfind(b"\n") + 1
+        if end < size:
+            logger.warning(
+                "dropping the incomplete last row of %s: %r", path, tail[-(size - end) :]
+            )
+            f.truncate(end)
+
+
+def _rewrite_rows(path: Path, keep: Callable[[list[str]], bool], *, header: bool) -> int:
+    """Atomically rewrites the csv at ``path`` with the rows ``keep`` accepts; counts the rest."""
+    if not path.is_file():
+        return 0
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    head, body = (rows[:1], rows[1:]) if header else ([], rows)
+    kept = [row for row in body if row and keep(row)]
+    if len(kept) == len(body):
+        return 0
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f, lineterminator="\n").writerows(head + kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(body) - len(kept)
+
+
+def _row_step(row: list[str]) -> float:
+    try:
+        return int(row[0])
+    except (ValueError, IndexError):
+        return math.inf  # unreadable rows are dropped too
+
+
+def _check_step(step: Any, argname: str) -> None:
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"{argname} must be a non-negative int, got {step!r}")
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"metric names must be non-empty strs, got {name!r}")
+    return name
+
+
+def _to_float(name: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"metrics[{name!r}] must be a scalar, got a tensor of shape {tuple(value.shape)}"
+            )
+        return float(value.detach().cpu().item())
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return float(value)
+    raise TypeError(
+        f"metrics[{name!r}] must be a number (float, int, bool, numpy scalar or one-element "
+        f"tensor), got {type(value).__name__}: {value!r}"
+    )
+
+
+def _is_dataclass_instance(obj: Any) -> bool:
+    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+
+
+def _flatten_config(config: Any, prefix: str = "") -> dict[str, str | int | float | bool]:
+    if _is_dataclass_instance(config):
+        config = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    flat: dict[str, str | int | float | bool] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) or _is_dataclass_instance(value):
+            flat.update(_flatten_config(value, prefix=f"{name}/"))
+        elif isinstance(value, (str, int, float, bool)):
+            flat[name] = value
+        else:
+            flat[name] = repr(value)
+    return flat
