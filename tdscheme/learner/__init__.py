@@ -1,0 +1,16 @@
+"""The Learner: trains a torchrl loss, computes or applies gradients, hands out weights.
+
+Example:
+    >>> from tdscheme.learner import Learner, LearnerConfig, average_gradients
+    >>> LearnerConfig().num_epochs
+    1
+"""
+
+from __future__ import annotations
+
+from tdscheme.learner.batches import MASK_KEY
+from tdscheme.learner.config import LearnerConfig
+from tdscheme.learner.gradients import average_gradients
+from tdscheme.learner.learner import Learner
+
+__all__ = ["MASK_KEY", "Learner", "LearnerConfig", "average_gradients"]

@@ -1,0 +1,454 @@
+"""The Learner: a torchrl ``LossModule`` with its optimizer, value estimator and version count.
+
+The Learner is Ray-free and pickles (with ``pickle`` or ``cloudpickle``), so the same
+object trains in-process, inside a Ray actor, or as a gradient worker that only
+computes gradients (:meth:`Learner.compute_gradients`) for another Learner to apply
+(:meth:`Learner.apply_gradients`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+from torchrl.objectives import LossModule
+from torchrl.objectives.value import ValueEstimatorBase
+
+from tdscheme.learner.batches import minibatches, prepare_batch
+from tdscheme.learner.config import LearnerConfig
+from tdscheme.learner.gradients import assign_gradients_, gradients_from_parameters
+
+__all__ = ["Learner"]
+
+logger = logging.getLogger(__name__)
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], Optimizer]
+SchedulerFactory = Callable[[Optimizer], LRScheduler]
+ValueEstimator = ValueEstimatorBase | Callable[[TensorDictBase], TensorDictBase]
+
+
+class Learner:
+    """Trains a torchrl ``LossModule`` on batches and counts its versions.
+
+    The loss module is used unchanged (``ClipPPOLoss``, ``A2CLoss``, ...). Each
+    :meth:`update` runs the value estimator over the batch as collected (GAE needs
+    the time dimension, the last batch dimension), drops the frames that
+    ``("collector", "mask")`` marks invalid, flattens the batch and takes
+    ``num_epochs`` passes of minibatch optimizer steps over it. The input batch is
+    never modified.
+
+    Args:
+        loss_module: the torchrl loss to minimise; its ``loss_*`` outputs are summed.
+        config: epochs, minibatches, clipping, learning rate and device
+            (``LearnerConfig()`` when ``None``).
+        optimizer: an optimizer over the loss module's parameters, or a factory
+            called with them; ``None`` builds ``torch.optim.Adam(lr=config.lr)``.
+            Pass a factory when the Learner moves the loss to another device.
+        value_estimator: applied to each batch without gradients before training,
+            e.g. ``GAE(gamma=0.99, lmbda=0.95, value_network=critic)``.
+        lr_scheduler: a factory called with the optimizer; the scheduler steps once
+            per :meth:`update` or :meth:`apply_gradients`.
+        policy: the module whose weights :meth:`policy_weights` returns; by default
+            the loss module's ``actor_network`` (or ``actor``, or ``value_network``
+            for value-based losses). It must share parameters with the loss module.
+
+    Raises:
+        TypeError: ``loss_module`` is not a torchrl ``LossModule``, or another
+            argument has the wrong type.
+        ValueError: the loss has no trainable parameters, the device is not
+            available, or no policy can be found or it shares no parameter.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import OneHotCategorical, ProbabilisticActor, ValueOperator
+        >>> from torchrl.objectives import A2CLoss
+        >>> from torchrl.objectives.value import GAE
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     in_keys=["logits"], distribution_class=OneHotCategorical, return_log_prob=True)
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> learner = Learner(
+        ...     A2CLoss(actor, critic),
+        ...     config=LearnerConfig(num_epochs=2, minibatch_size=4),
+        ...     value_estimator=GAE(gamma=0.99, lmbda=0.95, value_network=critic))
+        >>> batch = actor(TensorDict(observation=torch.randn(8, 3), batch_size=[8]))
+        >>> batch["next"] = TensorDict(
+        ...     observation=torch.randn(8, 3), reward=torch.ones(8, 1),
+        ...     done=torch.zeros(8, 1, dtype=torch.bool),
+        ...     terminated=torch.zeros(8, 1, dtype=torch.bool), batch_size=[8])
+        >>> metrics = learner.update(batch)
+        >>> learner.version, int(metrics["num_frames"]), bool(metrics["loss"].isfinite())
+        (1, 8, True)
+        >>> sorted(learner.policy_weights().keys(include_nested=True, leaves_only=True))
+        [('module', '0', 'module', 'bias'), ('module', '0', 'module', 'weight')]
+    """
+
+    def __init__(
+        self,
+        loss_module: LossModule,
+        *,
+        config: LearnerConfig | None = None,
+        optimizer: Optimizer | OptimizerFactory | None = None,
+        value_estimator: ValueEstimator | None = None,
+        lr_scheduler: SchedulerFactory | None = None,
+        policy: nn.Module | None = None,
+    ) -> None:
+        if not isinstance(loss_module, LossModule):
+            raise TypeError(
+                f"loss_module must be a torchrl LossModule (e.g. ClipPPOLoss, A2CLoss), "
+                f"got {type(loss_module).__name__}"
+            )
+        self.config = LearnerConfig() if config is None else config
+        if not isinstance(self.config, LearnerConfig):
+            raise TypeError(
+                f"config must be a LearnerConfig or None, got {type(self.config).__name__}"
+            )
+        self.device = _available_device(self.config.device)
+        self.loss_module = loss_module.to(self.device)
+        self._params = {n: p for n, p in loss_module.named_parameters() if p.requires_grad}
+        if not self._params:
+            raise ValueError(
+                f"loss_module {type(loss_module).__name__} has no parameter with requires_grad"
+            )
+        if value_estimator is not None and not callable(value_estimator):
+            raise TypeError(
+                f"value_estimator must be a torchrl ValueEstimatorBase (e.g. GAE) or a "
+                f"callable TensorDict -> TensorDict, got {type(value_estimator).__name__}"
+            )
+        if isinstance(value_estimator, nn.Module):
+            value_estimator = value_estimator.to(self.device)
+        self.value_estimator = value_estimator
+        self._warn_if_estimator_is_stale()
+        self.policy = self._resolve_policy(policy)
+        self.optimizer = self._build_optimizer(optimizer)
+        if lr_scheduler is not None and not callable(lr_scheduler):
+            raise TypeError(
+                f"lr_scheduler must be a callable Optimizer -> LRScheduler, "
+                f"got {type(lr_scheduler).__name__}"
+            )
+        self.lr_scheduler = None if lr_scheduler is None else lr_scheduler(self.optimizer)
+        self.version = 0
+
+    # -- training -----------------------------------------------------------------
+
+    def update(self, batch: TensorDictBase) -> TensorDict:
+        """Trains on one batch: value estimator, ``num_epochs`` of minibatch steps.
+
+        Args:
+            batch: frames shaped ``[T]``, ``[N, T]`` or ``[W, N, T]`` (time last), as
+                torchrl collectors produce them; ``("collector", "mask")`` may mark
+                padded frames, which are dropped after the value estimator.
+
+        Returns:
+            Detached float scalars on CPU: the mean over optimizer steps of every
+            scalar the loss returns (``loss_objective``, ``loss_critic``,
+            ``entropy``, ...), ``loss`` (the sum of the ``loss_*`` terms),
+            ``grad_norm`` (total norm before clipping), ``lr`` (the learning rate
+            the steps used) and ``num_frames`` (valid frames in the batch).
+
+        Raises:
+            TypeError: ``batch`` is not a TensorDict.
+            ValueError: ``batch`` has no batch dimension or no valid frame.
+        """
+        flat = self._prepare(batch)
+        lr = self._lr()
+        steps = []
+        for _ in range(self.config.num_epochs):
+            for minibatch in minibatches(
+                flat, size=self.config.minibatch_size, shuffle=self.config.shuffle
+            ):
+                steps.append(self._optimizer_step(minibatch))
+        self._finish_update()
+        metrics = {key: torch.stack([s[key] for s in steps]).mean() for key in steps[0]}
+        return _metrics_td(metrics, lr=lr, num_frames=flat.shape[0])
+
+    def compute_gradients(self, batch: TensorDictBase) -> tuple[TensorDict, TensorDict]:
+        """One backward pass over the whole batch, without an optimizer step.
+
+        ``compute_gradients`` followed by :meth:`apply_gradients` gives the same
+        parameters as :meth:`update` with one epoch, one unshuffled minibatch.
+
+        Args:
+            batch: as for :meth:`update`; the value estimator runs first.
+
+        Returns:
+            ``(grads, metrics)``. ``grads`` holds one detached CPU tensor per
+            trainable parameter, keyed like ``TensorDict.from_module(loss_module)``
+            (zeros where a parameter got no gradient). ``metrics`` holds the loss
+            terms, ``loss``, ``grad_norm`` (unclipped), ``lr`` and ``num_frames``
+            (the weight to give ``grads`` in :func:`average_gradients`).
+
+        Raises:
+            TypeError: ``batch`` is not a TensorDict.
+            ValueError: ``batch`` has no batch dimension or no valid frame.
+        """
+        flat = self._prepare(batch)
+        self._zero_grad()
+        metrics = self._backward(flat)
+        metrics["grad_norm"] = self._total_grad_norm()
+        grads = gradients_from_parameters(self._params)
+        self._zero_grad()
+        return grads, _metrics_td(metrics, lr=self._lr(), num_frames=flat.shape[0])
+
+    def apply_gradients(self, grads: TensorDictBase) -> TensorDict:
+        """Takes one optimizer step with the given gradients.
+
+        Args:
+            grads: a gradient TensorDict as :meth:`compute_gradients` returns (or
+                :func:`average_gradients` of several); it is not modified.
+
+        Returns:
+            ``grad_norm`` (before clipping) and ``lr`` (of this step), detached
+            float scalars on CPU.
+
+        Raises:
+            TypeError: ``grads`` is not a TensorDict.
+            ValueError: ``grads`` misses a trainable parameter, has unknown entries
+                or wrong shapes.
+        """
+        lr = self._lr()
+        assign_gradients_(self._params, grads)
+        grad_norm = self._clip_and_step()
+        self._finish_update()
+        return _metrics_td({"grad_norm": grad_norm}, lr=lr)
+
+    # -- weights and state ---------------------------------------------------------
+
+    def policy_weights(self) -> TensorDict:
+        """A CPU copy of the policy's parameters and buffers, safe to send.
+
+        Returns:
+            ``TensorDict.from_module(policy)`` detached and copied to CPU; a
+            collector loads it with ``weights.to_module(policy)``.
+        """
+        return _cpu_copy(TensorDict.from_module(self.policy))
+
+    def weights(self) -> TensorDict:
+        """A CPU copy of every parameter and buffer of the loss module.
+
+        Returns:
+            ``TensorDict.from_module(loss_module)`` detached and copied to CPU, for
+            :meth:`load_weights` on another Learner (e.g. a gradient worker).
+        """
+        return _cpu_copy(TensorDict.from_module(self.loss_module))
+
+    def load_weights(self, weights: TensorDictBase) -> None:
+        """Copies ``weights`` (from :meth:`weights`) into the loss module, in place.
+
+        The optimizer state and version are left as they are.
+
+        Args:
+            weights: a TensorDict with exactly the keys of :meth:`weights`.
+
+        Raises:
+            TypeError: ``weights`` is not a TensorDict.
+            ValueError: keys differ from the loss module's parameters and buffers.
+        """
+        if not isinstance(weights, TensorDictBase):
+            raise TypeError(f"weights must be a TensorDict, got {type(weights).__name__}")
+        target = TensorDict.from_module(self.loss_module).data
+        expected = set(target.keys(include_nested=True, leaves_only=True))
+        given = set(weights.keys(include_nested=True, leaves_only=True))
+        if given != expected:
+            raise ValueError(
+                f"weights must have the keys of Learner.weights(); missing "
+                f"{sorted(map(str, expected - given))}, unexpected {sorted(map(str, given - expected))}"
+            )
+        with torch.no_grad():
+            target.update_(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: loss module, optimizer, scheduler, version.
+
+        Returns:
+            Plain dicts of CPU tensors, numbers and lists, a snapshot that
+            ``torch.save`` writes and ``torch.load(weights_only=True)`` reads.
+        """
+        return {
+            "version": self.version,
+            "loss_module": _to_cpu(dict(self.loss_module.state_dict())),
+            "optimizer": _to_cpu(self.optimizer.state_dict()),
+            "lr_scheduler": None if self.lr_scheduler is None else self.lr_scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned, in place.
+
+        Args:
+            state: a dict from :meth:`state_dict` of a Learner built the same way.
+
+        Raises:
+            ValueError: keys are missing, or the state has a scheduler state and
+                this Learner has no scheduler (or the other way round).
+        """
+        missing = {"version", "loss_module", "optimizer", "lr_scheduler"} - set(state)
+        if missing:
+            raise ValueError(f"state is missing {sorted(missing)}; pass Learner.state_dict()")
+        if (state["lr_scheduler"] is None) != (self.lr_scheduler is None):
+            raise ValueError(
+                f"state has lr_scheduler={'None' if state['lr_scheduler'] is None else 'a state'}"
+                f" but this Learner has lr_scheduler={self.lr_scheduler!r}; build both alike"
+            )
+        self.loss_module.load_state_dict(state["loss_module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.version = int(state["version"])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(loss_module={type(self.loss_module).__name__}, "
+            f"version={self.version}, config={self.config})"
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        return prepare_batch(batch, value_estimator=self.value_estimator, device=self.device)
+
+    def _backward(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
+        out = self.loss_module(minibatch)
+        metrics: dict[str, torch.Tensor] = {}
+        total = None
+        for key, value in out.items(include_nested=True, leaves_only=True):
+            name = key if isinstance(key, str) else ".".join(key)
+            leaf = key if isinstance(key, str) else key[-1]
+            if not torch.is_floating_point(value):
+                continue
+            if leaf.startswith("loss_"):
+                value = value.mean()
+                total = value if total is None else total + value
+            elif value.numel() != 1:
+                continue
+            metrics[name] = value.detach().reshape(())
+        if total is None or not total.requires_grad:
+            raise RuntimeError(
+                f"{type(self.loss_module).__name__} returned no differentiable 'loss_*' "
+                f"term; got keys {sorted(map(str, out.keys(True, True)))}"
+            )
+        total.backward()
+        metrics["loss"] = total.detach()
+        return metrics
+
+    def _optimizer_step(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
+        self._zero_grad()
+        metrics = self._backward(minibatch)
+        metrics["grad_norm"] = self._clip_and_step()
+        return metrics
+
+    def _clip_and_step(self) -> torch.Tensor:
+        if self.config.max_grad_norm is None:
+            grad_norm = self._total_grad_norm()
+        else:
+            with_grad = [p for p in self._params.values() if p.grad is not None]
+            grad_norm = nn.utils.clip_grad_norm_(with_grad, self.config.max_grad_norm)
+        self.optimizer.step()
+        self._zero_grad()
+        return grad_norm.detach()
+
+    def _total_grad_norm(self) -> torch.Tensor:
+        grads = [p.grad for p in self._params.values() if p.grad is not None]
+        return nn.utils.get_total_norm(grads).to(self.device)
+
+    def _zero_grad(self) -> None:
+        for param in self._params.values():
+            param.grad = None
+
+    def _finish_update(self) -> None:
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.version += 1
+
+    def _lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def _build_optimizer(self, optimizer: Optimizer | OptimizerFactory | None) -> Optimizer:
+        if optimizer is None:
+            return torch.optim.Adam(self._params.values(), lr=self.config.lr)
+        if isinstance(optimizer, Optimizer):
+            return optimizer
+        if callable(optimizer):
+            built = optimizer(self._params.values())
+            if not isinstance(built, Optimizer):
+                raise TypeError(
+                    f"optimizer factory must return a torch.optim.Optimizer, "
+                    f"got {type(built).__name__}"
+                )
+            return built
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, a callable params -> Optimizer "
+            f"or None (Adam), got {type(optimizer).__name__}"
+        )
+
+    def _warn_if_estimator_is_stale(self) -> None:
+        value_network = getattr(self.value_estimator, "value_network", None)
+        if not isinstance(value_network, nn.Module):
+            return
+        trained = {id(p) for p in self._params.values()}
+        params = list(value_network.parameters())
+        if params and not any(id(p) in trained for p in params):
+            logger.warning(
+                "value_estimator.value_network shares no parameter with the loss module, so "
+                "its values never train; build it with the critic the loss was built with"
+            )
+
+    def _resolve_policy(self, policy: nn.Module | None) -> nn.Module:
+        if policy is None:
+            for attr in ("actor_network", "actor", "value_network"):
+                policy = getattr(self.loss_module, attr, None)
+                if isinstance(policy, nn.Module):
+                    break
+            else:
+                raise ValueError(
+                    f"policy=None but {type(self.loss_module).__name__} has no actor_network, "
+                    f"actor or value_network; pass policy=<the module collectors run>"
+                )
+        if not isinstance(policy, nn.Module):
+            raise TypeError(f"policy must be an nn.Module or None, got {type(policy).__name__}")
+        trained = {id(p) for p in self._params.values()}
+        policy_params = list(policy.parameters())
+        if policy_params and not any(id(p) in trained for p in policy_params):
+            raise ValueError(
+                f"policy {type(policy).__name__} shares no parameter with the loss module, so "
+                f"policy_weights() would never change; pass the actor the loss was built with"
+            )
+        return policy
+
+
+def _metrics_td(
+    metrics: dict[str, torch.Tensor], *, lr: float, num_frames: int | None = None
+) -> TensorDict:
+    out = {key: value.detach().float().cpu() for key, value in metrics.items()}
+    out["lr"] = torch.tensor(lr, dtype=torch.float32)
+    if num_frames is not None:
+        out["num_frames"] = torch.tensor(float(num_frames))
+    return TensorDict(out, batch_size=[])
+
+
+def _cpu_copy(td: TensorDictBase) -> TensorDict:
+    return td.apply(lambda t: t.detach().to("cpu", copy=True)).to_tensordict()
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {key: _to_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(value) for value in obj)
+    return obj
+
+
+def _available_device(device: str | torch.device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"config.device={str(device)!r} but torch.cuda.is_available() is False")
+    return device
