@@ -1,0 +1,141 @@
+"""One tensor leaf <-> one numpy buffer: the per-leaf half of the transport codec.
+
+A leaf travels as a numpy array with its own shape and dtype; a dtype numpy lacks
+(``bfloat16``, ``float8_*``, ``complex32``) travels as a same-size integer *carrier* and is
+reinterpreted, never converted, on arrival. A compressed leaf travels as a 1-D ``uint8``
+lz4 frame (see :mod:`tdscheme.transport.compression`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from tdscheme.transport.compression import decompress_bytes
+
+__all__ = ["RAW", "LZ4", "array_to_leaf", "dtype_name", "leaf_to_array"]
+
+RAW, LZ4 = "raw", "lz4"
+_CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def leaf_to_array(tensor: torch.Tensor, key: tuple[str, ...]) -> np.ndarray:
+    """Returns a C-contiguous CPU numpy array holding ``tensor``'s bytes, copying only if needed.
+
+    A contiguous CPU tensor is viewed, not copied. Other tensors are moved to CPU, made
+    contiguous, detached and have their conjugate/negative bits resolved first.
+
+    Args:
+        tensor: a strided tensor of any dtype and device.
+        key: the leaf's nested key, for error messages.
+
+    Returns:
+        An array with the tensor's shape and its numpy dtype, or a same-size integer carrier
+        dtype when numpy lacks the dtype.
+
+    Raises:
+        TypeError: if the tensor cannot be carried (e.g. a sparse or nested layout); the
+            message names ``key``.
+
+    Example:
+        >>> import torch
+        >>> tensor = torch.ones(2, 3, dtype=torch.bfloat16)
+        >>> array = leaf_to_array(tensor, ("h",))
+        >>> array.dtype, array.shape, array.ctypes.data == tensor.data_ptr()
+        (dtype('int16'), (2, 3), True)
+    """
+    if tensor.is_contiguous():
+        try:
+            return tensor.numpy()  # a view: no copy
+        except (TypeError, RuntimeError):
+            pass
+    try:
+        if tensor.layout is not torch.strided:
+            raise TypeError(f"layout {tensor.layout} is not supported (strided only)")
+        tensor = tensor.detach().cpu().contiguous().resolve_conj().resolve_neg()
+        try:
+            return tensor.numpy()
+        except TypeError:  # numpy lacks the dtype (bfloat16, float8, complex32)
+            return tensor.view(_CARRIERS[tensor.element_size()]).numpy()
+    except (TypeError, RuntimeError, KeyError) as err:
+        raise TypeError(
+            f"cannot encode tensor at key {key} (dtype {tensor.dtype}, layout {tensor.layout}, "
+            f"device {tensor.device}): {err}"
+        ) from err
+
+
+def array_to_leaf(
+    buffer: Any, dtype: str, shape: tuple[int, ...], codec: str, key: tuple[str, ...]
+) -> torch.Tensor:
+    """Rebuilds a leaf from its buffer; a ``"raw"`` buffer is wrapped, not copied.
+
+    Args:
+        buffer: the numpy array made by :func:`leaf_to_array`, or its lz4 frame.
+        dtype: the leaf's torch dtype name, as :func:`dtype_name` gives it.
+        shape: the leaf's shape.
+        codec: ``"raw"`` or ``"lz4"``.
+        key: the leaf's nested key, for error messages.
+
+    Returns:
+        The tensor, sharing memory with ``buffer`` when ``codec`` is ``"raw"``.
+
+    Raises:
+        ValueError: if ``dtype`` or ``codec`` is unknown, or the buffer's dtype, shape or
+            decompressed size disagrees with ``dtype`` and ``shape``; the message names ``key``.
+
+    Example:
+        >>> import torch
+        >>> tensor = torch.arange(4, dtype=torch.bfloat16)
+        >>> array = leaf_to_array(tensor, ("x",))
+        >>> array_to_leaf(array, "bfloat16", (4,), "raw", ("x",))
+        tensor([0., 1., 2., 3.], dtype=torch.bfloat16)
+    """
+    torch_dtype, np_dtype, carried = _buffer_dtype(dtype)
+    if codec == RAW:
+        if buffer.shape != shape or buffer.dtype != np_dtype:
+            raise ValueError(
+                f"buffer for leaf {key} has dtype {buffer.dtype} and shape {buffer.shape}; the "
+                f"header says {dtype} (carried as {np_dtype}) with shape {shape}"
+            )
+        array = buffer
+    elif codec == LZ4:
+        raw = decompress_bytes(buffer, math.prod(shape) * np_dtype.itemsize)
+        array = raw.view(np_dtype).reshape(shape)
+    else:
+        raise ValueError(f"leaf {key} has unknown codec {codec!r}; accepted: {RAW!r}, {LZ4!r}")
+    tensor = torch.from_numpy(array)
+    return tensor.view(torch_dtype) if carried else tensor
+
+
+@functools.cache
+def dtype_name(dtype: torch.dtype) -> str:
+    """The plain-string name of a torch dtype, as the payload header records it.
+
+    Args:
+        dtype: any torch dtype.
+
+    Returns:
+        The name of the ``torch`` attribute holding ``dtype``.
+
+    Example:
+        >>> dtype_name(torch.bfloat16)
+        'bfloat16'
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.cache
+def _buffer_dtype(name: str) -> tuple[torch.dtype, np.dtype, bool]:
+    """(torch dtype, numpy dtype of its buffer, whether that is a carrier) for ``name``."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"payload header names an unknown torch dtype {name!r}")
+    probe = torch.empty(0, dtype=dtype)
+    try:
+        return dtype, probe.numpy().dtype, False
+    except TypeError:
+        return dtype, probe.view(_CARRIERS[probe.element_size()]).numpy().dtype, True
