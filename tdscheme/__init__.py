@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tdscheme.collectors import RayCollector, RayCollectorConfig, WorkerError
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["RayCollector", "RayCollectorConfig", "WorkerError", "__version__"]

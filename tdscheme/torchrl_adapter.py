@@ -71,3 +71,14 @@ def resolve_collector_class(collector_class: Any) -> type:
 def is_multi_collector(collector_class: type) -> bool:
     """Whether ``collector_class`` runs several env processes (takes a list of env fns)."""
     return issubclass(collector_class, (MultiSyncCollector, MultiAsyncCollector))
+
+
+def default_exploration_type() -> Any:
+    """torchrl collectors' default ``exploration_type`` (``ExplorationType.RANDOM``)."""
+    try:
+        from torchrl.collectors._constants import DEFAULT_EXPLORATION_TYPE
+    except ImportError:  # older torchrl kept it elsewhere
+        from torchrl.envs.utils import ExplorationType
+
+        return ExplorationType.RANDOM
+    return DEFAULT_EXPLORATION_TYPE

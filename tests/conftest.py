@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -22,7 +24,9 @@ def ray_clean(ray_session):
     """Like ``ray_session``, and fails the test if it leaves actors alive."""
     before = _alive_actor_ids()
     yield ray_session
-    left = _alive_actor_ids() - before
+    deadline = time.monotonic() + 10.0  # ray.kill is asynchronous
+    while (left := _alive_actor_ids() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not left, f"test left {len(left)} Ray actor(s) alive: {sorted(left)}"
 
 

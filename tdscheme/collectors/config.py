@@ -1,0 +1,206 @@
+"""RayCollectorConfig: every RayCollector setting, validated once, and the worker specs built from it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from tdscheme.collectors.preemption import PreemptionConfig
+from tdscheme.collectors.worker import WorkerSpec
+from tdscheme.torchrl_adapter import default_exploration_type, resolve_collector_class
+from tdscheme.transport import TensorDictCodec
+
+_DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
+
+
+def default_remote_config() -> dict[str, Any]:
+    """Ray options for one collector actor when ``remote_configs`` is not given."""
+    return {"num_cpus": 1}
+
+
+@dataclasses.dataclass
+class RayCollectorConfig:
+    """All the settings of a :class:`~tdscheme.RayCollector` (see its docstring for each).
+
+    The arguments torchrl's RayCollector documents keep their names and
+    meaning; ``max_policy_lag``, ``preemption``, ``compress``,
+    ``prefetch_batches``, ``max_restarts``, ``seed`` and ``batch_timeout_s`` are
+    tdscheme's additions.
+
+    Raises:
+        ValueError, TypeError: at construction, naming the bad argument, its
+            value and what is accepted.
+
+    Example:
+        >>> from tdscheme.testing import make_env
+        >>> cfg = RayCollectorConfig(make_env, frames_per_batch=100, num_collectors=2, sync=True)
+        >>> [s.frames_per_batch for s in cfg.worker_specs()]
+        [50, 50]
+    """
+
+    create_env_fn: Any
+    policy: Any = None
+    policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None
+    frames_per_batch: int = 0
+    total_frames: int = -1
+    device: Any = None
+    storing_device: Any = None
+    env_device: Any = None
+    policy_device: Any = None
+    max_frames_per_traj: int = -1
+    init_random_frames: int = -1
+    reset_at_each_iter: bool = False
+    postproc: Callable | None = None
+    split_trajs: bool = False
+    exploration_type: Any = dataclasses.field(default_factory=default_exploration_type)
+    collector_class: Any = None
+    collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    num_workers_per_collector: int = 1
+    sync: bool = False
+    ray_init_config: Mapping[str, Any] | None = None
+    remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    num_collectors: int | None = None
+    update_after_each_batch: bool = False
+    max_weight_update_interval: int = -1
+    max_policy_lag: int | None = None
+    preemption: Mapping[str, float] | PreemptionConfig | None = None
+    compress: bool | Sequence[Any] = False
+    prefetch_batches: int | None = None
+    max_restarts: int = 3
+    seed: int | None = None
+    batch_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        self._check_ints()
+        env_fns = self._env_fns()
+        self.num_collectors = len(env_fns)
+        self.create_env_fn = env_fns
+        if self.sync and self.frames_per_batch % self.num_collectors:
+            raise ValueError(
+                f"frames_per_batch={self.frames_per_batch} must divide evenly over "
+                f"num_collectors={self.num_collectors} when sync=True (each worker collects "
+                f"frames_per_batch / num_collectors); pick a multiple of {self.num_collectors}"
+            )
+        self.collector_class = resolve_collector_class(self.collector_class)
+        self.preemption = PreemptionConfig.from_arg(self.preemption)
+        if self.preemption.enabled and not self.sync:
+            raise ValueError(
+                f"preemption={self.preemption} needs sync=True: stragglers are only cut off "
+                f"when a batch waits for every worker"
+            )
+        if self.policy is not None and self.policy_factory is not None:
+            raise ValueError("pass either policy or policy_factory, not both")
+        TensorDictCodec(self.compress)  # validates `compress`
+        if self.prefetch_batches is None:
+            on_policy = self.max_policy_lag == 0 or self.update_after_each_batch
+            self.prefetch_batches = 0 if on_policy else 1
+
+    def _check_ints(self) -> None:
+        def check(name: str, value: Any, ok: bool, accepted: str) -> None:
+            if isinstance(value, bool) or not ok:
+                raise ValueError(f"{name}={value!r} is invalid; accepted: {accepted}")
+
+        fpb = self.frames_per_batch
+        check("frames_per_batch", fpb, isinstance(fpb, int) and fpb > 0, "an int > 0")
+        tf = self.total_frames
+        check("total_frames", tf, isinstance(tf, int) and (tf > 0 or tf == -1),
+              "an int > 0, or -1 for no limit")
+        nc = self.num_collectors
+        check("num_collectors", nc, nc is None or (isinstance(nc, int) and nc > 0),
+              "None or an int > 0")
+        lag = self.max_policy_lag
+        check("max_policy_lag", lag, lag is None or (isinstance(lag, int) and lag >= 0),
+              "None (no bound) or an int >= 0")
+        pf = self.prefetch_batches
+        check("prefetch_batches", pf, pf is None or (isinstance(pf, int) and pf >= 0),
+              "None or an int >= 0")
+        mr = self.max_restarts
+        check("max_restarts", mr, isinstance(mr, int) and mr >= 0, "an int >= 0")
+        nw = self.num_workers_per_collector
+        check("num_workers_per_collector", nw, isinstance(nw, int) and nw > 0, "an int > 0")
+        mw = self.max_weight_update_interval
+        check("max_weight_update_interval", mw, isinstance(mw, int) and mw >= -1,
+              "-1 (never forced) or an int >= 0")
+        bt = self.batch_timeout_s
+        check("batch_timeout_s", bt, isinstance(bt, (int, float)) and bt > 0, "a number > 0")
+
+    def _env_fns(self) -> list[Any]:
+        fns = self.create_env_fn
+        if isinstance(fns, (list, tuple)):
+            if not fns:
+                raise ValueError("create_env_fn is an empty list; give one env factory or a list")
+            if self.num_collectors is not None and len(fns) != self.num_collectors:
+                raise ValueError(
+                    f"create_env_fn has {len(fns)} entries but num_collectors="
+                    f"{self.num_collectors}; give one factory per collector or a single factory"
+                )
+            fns = list(fns)
+        else:
+            fns = [fns] * (self.num_collectors or 1)
+        for i, fn in enumerate(fns):
+            if not callable(fn):
+                raise TypeError(
+                    f"create_env_fn[{i}]={fn!r} is not callable; accepted: a function returning "
+                    f"a torchrl env (or a torchrl EnvBase)"
+                )
+        return fns
+
+    def _per_collector(self, name: str, value: Any) -> list[Any]:
+        n = self.num_collectors
+        if isinstance(value, (list, tuple)):
+            if len(value) != n:
+                raise ValueError(
+                    f"{name} is a list of {len(value)} entries but there are {n} collectors"
+                )
+            return list(value)
+        return [value] * n
+
+    def remote_config_list(self) -> list[dict[str, Any]]:
+        """Ray actor options, one dict per collector."""
+        configs = self.remote_configs if self.remote_configs is not None else default_remote_config()
+        return [dict(c) for c in self._per_collector("remote_configs", configs)]
+
+    @property
+    def frames_per_worker(self) -> int:
+        """Frames each worker collects per request."""
+        if self.sync:
+            return self.frames_per_batch // self.num_collectors
+        return self.frames_per_batch
+
+    def worker_specs(self) -> list[WorkerSpec]:
+        """One :class:`WorkerSpec` per collector."""
+        kwargs_list = self._per_collector("collector_kwargs", self.collector_kwargs or {})
+        devices = {name: self._per_collector(name, getattr(self, name)) for name in _DEVICE_ARGS}
+        factories = self._per_collector("policy_factory", self.policy_factory)
+        specs = []
+        for i in range(self.num_collectors):
+            kwargs = dict(kwargs_list[i])
+            kwargs.update({name: devices[name][i] for name in _DEVICE_ARGS})
+            kwargs.update(
+                max_frames_per_traj=self.max_frames_per_traj,
+                init_random_frames=max(0, self.init_random_frames) // self.num_collectors,
+                reset_at_each_iter=self.reset_at_each_iter,
+                exploration_type=self.exploration_type,
+                split_trajs=False,
+            )
+            specs.append(
+                WorkerSpec(
+                    create_env_fn=self.create_env_fn[i],
+                    policy=self.policy,
+                    policy_factory=factories[i],
+                    collector_class=self.collector_class,
+                    collector_kwargs=kwargs,
+                    frames_per_batch=self.frames_per_worker,
+                    num_workers_per_collector=self.num_workers_per_collector,
+                    compress=self.compress,
+                    preemptible=self.preemption.enabled,
+                )
+            )
+        return specs
+
+    def policy_module(self) -> nn.Module | None:
+        """The driver-side policy module whose weights are pushed by default."""
+        return self.policy if isinstance(self.policy, nn.Module) else None

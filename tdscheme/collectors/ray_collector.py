@@ -1,0 +1,603 @@
+"""RayCollector: the driver-side iterable over batches from remote torchrl collectors."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.collectors.utils import split_trajectories
+
+from tdscheme.collectors.config import RayCollectorConfig
+from tdscheme.collectors.pool import WorkerPool
+from tdscheme.collectors.preemption import stack_rollouts
+from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.worker import WorkerBatch
+from tdscheme.runtime import RayLease
+from tdscheme.torchrl_adapter import BaseCollector
+from tdscheme.transport import TensorDictCodec
+
+_POLL_S = 1.0
+
+
+class RayCollector(BaseCollector):
+    """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
+
+    Each of ``num_collectors`` Ray actors wraps one torchrl collector
+    (``collector_class``, torchrl's ``Collector`` by default). Iterating yields
+    TensorDict batches until ``total_frames`` frames were yielded (forever with
+    -1), then shuts the workers down, as torchrl's RayCollector does.
+
+    Ordering: ``sync=False`` yields each worker's batch of ``frames_per_batch``
+    frames as soon as it is ready (first-ready); ``sync=True`` yields one batch
+    stacked from all workers, ``[num_collectors, *worker_batch]``, each worker
+    collecting ``frames_per_batch / num_collectors`` frames.
+
+    Every frame carries ``("collector", "worker_id")`` and
+    ``("collector", "policy_version")``: the version of the weights it was
+    collected with. The version starts at 0 and increases by one at every
+    weight push (explicit or automatic).
+
+    Weight pushes: :meth:`update_policy_weights_` sends weights with one
+    ``ray.put`` shared by all workers; each worker acknowledges the version it
+    runs (``stats()["worker_policy_versions"]``). Automatic pushes, made when the
+    consumer asks for the next batch (after it trained on the last one), send
+    the driver policy's current weights:
+
+    * ``update_after_each_batch=True``: with ``sync=True`` to every worker after
+      each batch; with ``sync=False`` to the worker that produced the batch.
+    * ``max_weight_update_interval=k >= 0``: to every worker that has produced
+      more than ``k`` batches since it last received weights (explicit pushes
+      reset the count). -1 never forces a push.
+
+    Args:
+        create_env_fn: an env factory (or a list with one per collector).
+        policy: the policy (a ``TensorDictModule`` or ``nn.Module``); its weights
+            are pushed by default. ``None`` with ``policy_factory`` or for a random policy.
+        policy_factory: builds the policy inside each worker (one or one per collector).
+        frames_per_batch: frames per yielded batch.
+        total_frames: stop after this many frames (-1: never).
+        device, storing_device, env_device, policy_device: passed to each worker's
+            collector (one value or one per collector).
+        max_frames_per_traj, init_random_frames, reset_at_each_iter, exploration_type:
+            as torchrl's collectors (``init_random_frames`` is split over collectors).
+        postproc: applied to each yielded batch on the driver.
+        split_trajs: split yielded batches into trajectories on the driver.
+        collector_class: ``Collector`` (default), ``MultiSyncCollector``, ... or
+            ``"single"``, ``"sync"``, ``"async"``.
+        collector_kwargs: extra collector arguments (one dict or one per collector).
+        num_workers_per_collector: env copies per collector.
+        sync: stacked (``True``) or first-ready (``False``) order.
+        ray_init_config: ``ray.init`` arguments, used only if Ray is not running;
+            ``{"address": ...}`` joins a cluster.
+        remote_configs: Ray actor options (one dict or one per collector);
+            default ``{"num_cpus": 1}``.
+        num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
+        update_after_each_batch, max_weight_update_interval: automatic pushes, above.
+        max_policy_lag: drop (and count in ``frames_dropped``) any batch collected
+            with weights more than this many versions old when it is yielded; 0 is
+            strictly on-policy. ``None``: no bound.
+        preemption: ``{"fraction_workers": a, "fraction_samples": b}`` (sync only):
+            once ``a`` of the workers finished and ``b`` of the frames are in, the
+            others stop at their next env step; their partial rollouts are padded
+            and ``("collector", "mask")`` marks the valid frames.
+        compress: lz4-compress every leaf (``True``) or the listed keys on the wire.
+        prefetch_batches: requests each worker keeps in flight while the consumer
+            holds a batch, so env stepping overlaps training (bounded, so the
+            object store cannot fill up). Default 1, or 0 when ``max_policy_lag=0``
+            or ``update_after_each_batch`` asks for on-policy data.
+        max_restarts: times a dead worker is rebuilt before a ``WorkerError``.
+        seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
+        batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
+            while every worker still answers pings.
+
+    Raises:
+        ValueError, TypeError: bad arguments, named with the accepted values.
+
+    Example:
+        >>> # Needs Ray; see examples/collect_cartpole.py
+        >>> from tdscheme import RayCollector  # doctest: +SKIP
+        >>> from tdscheme.testing import make_env, mlp_policy  # doctest: +SKIP
+        >>> with RayCollector(make_env, mlp_policy(4, 2), frames_per_batch=1000,
+        ...                   total_frames=10_000, num_collectors=2) as collector:  # doctest: +SKIP
+        ...     for batch in collector:
+        ...         print(batch["collector", "worker_id"][0].item(), batch.numel())
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable | Sequence[Callable],
+        policy: Callable | None = None,
+        *,
+        policy_factory: Callable | Sequence[Callable] | None = None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device: Any = None,
+        storing_device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        max_frames_per_traj: int = -1,
+        init_random_frames: int = -1,
+        reset_at_each_iter: bool = False,
+        postproc: Callable | None = None,
+        split_trajs: bool = False,
+        exploration_type: Any = None,
+        collector_class: Any = None,
+        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_workers_per_collector: int = 1,
+        sync: bool = False,
+        ray_init_config: Mapping[str, Any] | None = None,
+        remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_collectors: int | None = None,
+        update_after_each_batch: bool = False,
+        max_weight_update_interval: int = -1,
+        max_policy_lag: int | None = None,
+        preemption: Mapping[str, float] | None = None,
+        compress: bool | Sequence[Any] = False,
+        prefetch_batches: int | None = None,
+        max_restarts: int = 3,
+        seed: int | None = None,
+        batch_timeout_s: float = 600.0,
+    ) -> None:
+        extra = {} if exploration_type is None else {"exploration_type": exploration_type}
+        config = RayCollectorConfig(
+            create_env_fn, policy, policy_factory=policy_factory,
+            frames_per_batch=frames_per_batch, total_frames=total_frames, device=device,
+            storing_device=storing_device, env_device=env_device, policy_device=policy_device,
+            max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
+            reset_at_each_iter=reset_at_each_iter, postproc=postproc, split_trajs=split_trajs,
+            collector_class=collector_class, collector_kwargs=collector_kwargs,
+            num_workers_per_collector=num_workers_per_collector, sync=sync,
+            ray_init_config=ray_init_config, remote_configs=remote_configs,
+            num_collectors=num_collectors, update_after_each_batch=update_after_each_batch,
+            max_weight_update_interval=max_weight_update_interval,
+            max_policy_lag=max_policy_lag, preemption=preemption, compress=compress,
+            prefetch_batches=prefetch_batches, max_restarts=max_restarts, seed=seed,
+            batch_timeout_s=batch_timeout_s, **extra,
+        )  # fmt: skip
+        self._setup(config)
+
+    @classmethod
+    def from_config(cls, config: RayCollectorConfig) -> RayCollector:
+        """Builds a collector from a :class:`RayCollectorConfig`."""
+        collector = cls.__new__(cls)
+        collector._setup(config)
+        return collector
+
+    def _setup(self, config: RayCollectorConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.policy = config.policy
+        self.frames_per_batch = config.frames_per_batch
+        self.requested_frames_per_batch = config.frames_per_batch
+        self.total_frames = config.total_frames
+        self.postproc = config.postproc
+        self.split_trajs = config.split_trajs
+        self._codec = TensorDictCodec(config.compress)
+        self._stats = CollectorStats()
+        self._since_push: list[int] = []
+        self._next_batch_id = 0
+        self._iterator = None
+        self._closed = False
+        self._lease = RayLease.acquire(config.ray_init_config)
+        self._pool = WorkerPool(max_restarts=config.max_restarts, seed=config.seed)
+        try:
+            for spec, remote in zip(config.worker_specs(), config.remote_config_list(), strict=True):
+                self._pool.add(spec, remote)
+                self._since_push.append(0)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # -- the public surface ----------------------------------------------------------
+
+    @property
+    def num_collectors(self) -> int:
+        """Number of workers."""
+        return len(self._pool)
+
+    @property
+    def workers(self) -> list[Any]:
+        """The Ray actor handles of the workers (for custom calls; do not kill them)."""
+        return self._pool.actors()
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the newest weights pushed (0 before any push)."""
+        return self._pool.version
+
+    @property
+    def collected_frames(self) -> int:
+        """Frames yielded so far."""
+        return self._stats.frames
+
+    def iterator(self) -> Iterator[TensorDictBase]:
+        """Yields batches (see the class docstring) until ``total_frames``."""
+        self._check_open()
+        batches = self._sync_batches() if self.config.sync else self._async_batches()
+        for batch in batches:
+            if self.split_trajs:
+                batch = split_trajectories(batch)
+            if self.postproc is not None:
+                batch = self.postproc(batch)
+            yield batch
+        self.shutdown()
+
+    def update_policy_weights_(
+        self,
+        policy_or_weights: TensorDictBase | nn.Module | dict | None = None,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        weights: TensorDictBase | dict | None = None,
+        policy: nn.Module | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Pushes new policy weights (one ``ray.put``) and bumps ``policy_version``.
+
+        Does not wait for the workers: each applies the weights after the batch
+        it is collecting, acknowledges the new version, and stamps its later
+        frames with it. :meth:`wait_for_weights` blocks until all acknowledged.
+
+        Args:
+            policy_or_weights: a TensorDict or dict of weights, or a module to take
+                them from. ``None``: the ``policy`` given at construction.
+            worker_ids: push to these workers only (default: all).
+            weights, policy: keyword forms of ``policy_or_weights`` (torchrl's).
+
+        Raises:
+            ValueError: conflicting arguments, unknown worker ids, or no weights to push.
+        """
+        if kwargs:
+            raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
+        given = [x for x in (policy_or_weights, weights, policy) if x is not None]
+        if len(given) > 1:
+            raise ValueError("pass only one of policy_or_weights, weights and policy")
+        self._check_open()
+        ids = self._worker_ids(worker_ids)
+        start = time.perf_counter()
+        payload = self._codec.encode(self._weights_from(given[0] if given else None))
+        self._pool.push_weights(payload, self._pool.version + 1, ids)
+        for i in ids:
+            self._since_push[i] = 0
+        self._stats.weight_pushes += 1
+        self._stats.weight_push_s += time.perf_counter() - start
+
+    def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
+        """Blocks until every worker acknowledged its latest push.
+
+        Returns:
+            The policy version each worker runs.
+
+        Raises:
+            TimeoutError: not all acknowledged within ``timeout_s``.
+        """
+        self._check_open()
+        return self._pool.wait_for_weights(timeout_s)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and timers: frames, fps, per-worker frames, policy lag, frames
+        preempted/lost/dropped, restarts, wait/dispatch/decode/weight-push ms,
+        bytes received, and the policy version each worker acknowledged."""
+        if not self._closed:
+            self._pool.poll_acks()
+        out = self._stats.as_dict()
+        out.update(
+            policy_version=self._pool.version,
+            worker_policy_versions=self._pool.acked_versions(),
+            restarts=sum(self._pool.restarts()),
+            restarts_per_worker=self._pool.restarts(),
+            num_collectors=self.num_collectors,
+        )
+        return out
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds every worker distinctly and reproducibly from ``seed``; returns ``seed``."""
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self._check_open()
+        self._pool.seed = seed
+        seeds = [(self._pool.worker_seed(i),) for i in range(self.num_collectors)]
+        self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
+        return seed
+
+    def state_dict(self) -> dict[str, Any]:
+        """Driver counters and every worker's collector state."""
+        self._check_open()
+        workers = self._pool.call_all(
+            "state_dict", [()] * self.num_collectors, timeout_s=self.config.batch_timeout_s
+        )
+        return {
+            "frames": self._stats.frames,
+            "batches": self._stats.batches,
+            "policy_version": self._pool.version,
+            "workers": workers,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` (same number of workers)."""
+        self._check_open()
+        workers = state_dict["workers"]
+        if len(workers) != self.num_collectors:
+            raise ValueError(
+                f"state_dict has {len(workers)} worker states but this collector has "
+                f"{self.num_collectors} workers"
+            )
+        self._pool.call_all(
+            "load_state_dict", [(w,) for w in workers], timeout_s=self.config.batch_timeout_s
+        )
+        self._stats.frames = int(state_dict["frames"])
+        self._stats.batches = int(state_dict["batches"])
+        self._pool.set_version(int(state_dict["policy_version"]))
+
+    def add_collectors(
+        self,
+        create_env_fn: Callable | Sequence[Callable],
+        num_envs: int | None = None,
+        policy: Any = None,
+        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Grows the pool with one worker per env factory (torchrl's argument order).
+
+        New workers get the current weights and policy version. With
+        ``sync=True`` each worker keeps collecting ``frames_per_batch /
+        num_collectors`` frames (as computed at construction), so the stacked
+        batch grows with the pool.
+
+        Returns:
+            The new workers' ids.
+        """
+        self._check_open()
+        fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn]
+        cfg = self.config
+        extra = RayCollectorConfig(
+            fns, policy if policy is not None else cfg.policy,
+            policy_factory=None if policy is not None else cfg.policy_factory,
+            frames_per_batch=cfg.frames_per_worker * len(fns) if cfg.sync else cfg.frames_per_batch,
+            collector_class=cfg.collector_class,
+            collector_kwargs=collector_kwargs if collector_kwargs is not None else cfg.collector_kwargs,
+            num_workers_per_collector=num_envs or cfg.num_workers_per_collector,
+            sync=cfg.sync, remote_configs=remote_configs if remote_configs is not None
+            else cfg.remote_configs, max_frames_per_traj=cfg.max_frames_per_traj,
+            reset_at_each_iter=cfg.reset_at_each_iter, exploration_type=cfg.exploration_type,
+            preemption=cfg.preemption, compress=cfg.compress,
+        )  # fmt: skip
+        ids = []
+        for spec, remote in zip(extra.worker_specs(), extra.remote_config_list(), strict=True):
+            ids.append(self._pool.add(spec, remote))
+            self._since_push.append(0)
+        self.config.num_collectors = len(self._pool)
+        return ids
+
+    def worker_nodes(self, timeout_s: float = 30.0) -> list[str]:
+        """The Ray node id each worker runs on."""
+        self._check_open()
+        return self._pool.nodes(timeout_s)
+
+    def shutdown(self, timeout: float | None = None, **kwargs: Any) -> None:
+        """Kills every worker this collector created and releases Ray. Idempotent."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._pool.shutdown()
+        self._lease.release()
+
+    def __enter__(self) -> RayCollector:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_collectors={self.num_collectors}, frames_per_batch="
+            f"{self.frames_per_batch}, sync={self.config.sync}, frames={self._stats.frames})"
+        )
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def _more_frames(self, in_flight: int) -> bool:
+        total = self.total_frames
+        return total < 0 or self._stats.frames + in_flight < total
+
+    def _async_batches(self) -> Iterator[TensorDictBase]:
+        cfg, pool = self.config, self._pool
+        prefetch = cfg.prefetch_batches
+        fpb = cfg.frames_per_worker
+        owner: dict[Any, int] = {}
+
+        def top_up(worker_id: int, target: int) -> None:
+            start = time.perf_counter()
+            while (
+                sum(1 for w in owner.values() if w == worker_id) < target
+                and self._more_frames(len(owner) * fpb)
+            ):
+                owner[pool.collect(worker_id, self._new_batch_id())] = worker_id
+            self._stats.dispatch_s += time.perf_counter() - start
+
+        self._stats.start_clock()
+        try:
+            for worker_id in range(self.num_collectors):
+                top_up(worker_id, max(1, prefetch))
+            while owner:
+                ref = self._wait_one(list(owner))
+                worker_id = owner.pop(ref)
+                result = self._receive(ref, fpb)
+                if result is None:
+                    top_up(worker_id, max(1, prefetch))
+                    continue
+                batch = self._account([result], self._decode(result))
+                top_up(worker_id, prefetch)
+                yield batch
+                self._auto_push([worker_id])
+                top_up(worker_id, max(1, prefetch))
+                for other in range(len(self._since_push)):
+                    if other not in owner.values():  # a worker added while iterating
+                        top_up(other, max(1, prefetch))
+        finally:
+            pool.forget(owner)
+
+    def _sync_batches(self) -> Iterator[TensorDictBase]:
+        cfg = self.config
+        queue: deque[tuple[int, dict[int, Any]]] = deque()
+
+        def top_up(target: int) -> None:
+            start = time.perf_counter()
+            while len(queue) < target and self._more_frames(len(queue) * cfg.frames_per_batch):
+                batch_id = self._new_batch_id()
+                refs = {w: self._pool.collect(w, batch_id) for w in range(self.num_collectors)}
+                queue.append((batch_id, refs))
+            self._stats.dispatch_s += time.perf_counter() - start
+
+        self._stats.start_clock()
+        try:
+            top_up(max(1, cfg.prefetch_batches))
+            while queue:
+                batch_id, refs = queue.popleft()
+                results = self._gather(batch_id, refs)
+                parts = [self._decode(results[w]) for w in sorted(results)]
+                batch = self._account(list(results.values()), self._stack(parts))
+                top_up(cfg.prefetch_batches)
+                yield batch
+                self._auto_push(list(range(self.num_collectors)))
+                top_up(max(1, cfg.prefetch_batches))
+        finally:
+            for _, refs in queue:
+                self._pool.forget(refs.values())
+
+    def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
+        """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
+        cfg, pool = self.config, self._pool
+        fpw = cfg.frames_per_worker
+        results: dict[int, WorkerBatch] = {}
+        pending = {ref: w for w, ref in refs.items()}
+        cut = False
+        while pending:
+            ref = self._wait_one(list(pending))
+            worker_id = pending.pop(ref)
+            result = self._receive(ref, fpw)
+            if result is None:
+                pending[pool.collect(worker_id, batch_id)] = worker_id
+                continue
+            results[worker_id] = result
+            frames_in = sum(r.frames for r in results.values())
+            if not cut and cfg.preemption.should_cut(
+                finished=len(results), workers=len(refs), frames=frames_in,
+                frames_per_batch=cfg.frames_per_worker * len(refs),
+            ):  # fmt: skip
+                cut = True
+                for straggler in pending.values():
+                    pool.preempt(straggler, batch_id)
+        return results
+
+    def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
+        """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
+        result = self._pool.result(ref)
+        if result is None:
+            self._stats.frames_lost += expected_frames
+            return None
+        lag = self._pool.version - result.policy_version
+        if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
+            self._stats.frames_dropped += result.frames
+            return None
+        return result
+
+    def _wait_one(self, refs: list[Any]) -> Any:
+        start = time.perf_counter()
+        deadline = start + self.config.batch_timeout_s
+        try:
+            while True:
+                ready = self._pool.wait(refs, timeout_s=min(_POLL_S, deadline - time.perf_counter()))
+                if ready:
+                    return ready[0]
+                if time.perf_counter() >= deadline:
+                    self._pool.check_alive()
+                    waiting = sorted({self._pool.owner(r) for r in refs})
+                    raise TimeoutError(
+                        f"no batch from workers {waiting} in batch_timeout_s="
+                        f"{self.config.batch_timeout_s} s, though they answer pings"
+                    )
+        finally:
+            self._stats.wait_s += time.perf_counter() - start
+
+    def _decode(self, result: WorkerBatch) -> TensorDictBase:
+        start = time.perf_counter()
+        td = self._codec.decode(result.payload)
+        self._stats.decode_s += time.perf_counter() - start
+        return td
+
+    def _stack(self, parts: list[TensorDictBase]) -> TensorDictBase:
+        return stack_rollouts(parts, masked=self.config.preemption.enabled)
+
+    def _account(self, results: list[WorkerBatch], batch: TensorDictBase) -> TensorDictBase:
+        stats = self._stats
+        for r in results:
+            stats.frames += r.frames
+            stats.frames_per_worker[r.worker_id] += r.frames
+            stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
+            stats.lag_counts[self._pool.version - r.policy_version] += 1
+            stats.collect_s += r.collect_s
+            stats.encode_s += r.encode_s
+            stats.bytes_received += r.payload.nbytes
+        stats.batches += 1
+        self._pool.poll_acks()
+        return batch
+
+    def _auto_push(self, worker_ids: list[int]) -> None:
+        cfg = self.config
+        for i in worker_ids:
+            self._since_push[i] += 1
+        if not self._more_frames(0):
+            return  # no batch will be collected with these weights
+        if cfg.update_after_each_batch:
+            due = worker_ids
+        elif cfg.max_weight_update_interval >= 0:
+            due = [i for i in worker_ids if self._since_push[i] > cfg.max_weight_update_interval]
+        else:
+            return
+        if due:
+            self.update_policy_weights_(worker_ids=due)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _new_batch_id(self) -> int:
+        self._next_batch_id += 1
+        return self._next_batch_id
+
+    def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
+        if worker_ids is None:
+            return list(range(self.num_collectors))
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.num_collectors]
+        if bad:
+            raise ValueError(
+                f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{self.num_collectors - 1}"
+            )
+        return ids
+
+    def _weights_from(self, source: Any) -> TensorDictBase:
+        if source is None:
+            source = self.config.policy_module()
+            if source is None:
+                raise ValueError(
+                    "update_policy_weights_() has no weights to push: this collector was built "
+                    "without an nn.Module policy; pass weights or a module"
+                )
+        if isinstance(source, nn.Module):
+            return TensorDict.from_module(source).data
+        if isinstance(source, TensorDictBase):
+            return source.data if hasattr(source, "data") else source
+        if isinstance(source, dict):
+            return TensorDict(source).unflatten_keys(".") if source else TensorDict()
+        raise TypeError(
+            f"policy_or_weights must be a TensorDict, a dict of tensors or an nn.Module, "
+            f"got {type(source).__name__}"
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is shut down")
+

@@ -1,0 +1,78 @@
+"""CollectorStats: the counters and timers behind ``RayCollector.stats()``."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Any
+
+
+@dataclasses.dataclass
+class CollectorStats:
+    """What a RayCollector has done so far. Nothing is silently lost: every frame
+    collected is either yielded or counted as preempted, lost or dropped.
+
+    Attributes:
+        frames: frames yielded.
+        batches: batches yielded.
+        frames_per_worker: frames yielded from each worker.
+        frames_preempted: frames a preempted (cut-off) worker did not collect.
+        frames_lost: frames in flight on a worker that died.
+        frames_dropped: frames collected but discarded as too stale (``max_policy_lag``).
+        lag_counts: yielded batches (or worker parts of a sync batch) per policy lag.
+        wait_s, dispatch_s, decode_s, weight_push_s: driver-side time blocked waiting for
+            batches, submitting requests, decoding payloads, pushing weights.
+        collect_s, encode_s: worker-side time stepping envs and encoding, summed over batches.
+        bytes_received: payload bytes received from workers.
+        weight_pushes: number of ``update_policy_weights_`` pushes.
+    """
+
+    frames: int = 0
+    batches: int = 0
+    frames_per_worker: Counter = dataclasses.field(default_factory=Counter)
+    frames_preempted: int = 0
+    frames_lost: int = 0
+    frames_dropped: int = 0
+    lag_counts: Counter = dataclasses.field(default_factory=Counter)
+    wait_s: float = 0.0
+    dispatch_s: float = 0.0
+    decode_s: float = 0.0
+    weight_push_s: float = 0.0
+    collect_s: float = 0.0
+    encode_s: float = 0.0
+    bytes_received: int = 0
+    weight_pushes: int = 0
+    started_at: float | None = None
+
+    def start_clock(self) -> None:
+        """Starts the frames-per-second clock at the first request."""
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain, serializable snapshot (times in milliseconds)."""
+        elapsed = time.perf_counter() - self.started_at if self.started_at is not None else 0.0
+        lags = self.lag_counts
+        seen = sum(lags.values())
+        return {
+            "frames": self.frames,
+            "batches": self.batches,
+            "fps": self.frames / elapsed if elapsed > 0 else 0.0,
+            "elapsed_s": elapsed,
+            "frames_per_worker": dict(sorted(self.frames_per_worker.items())),
+            "frames_preempted": self.frames_preempted,
+            "frames_lost": self.frames_lost,
+            "frames_dropped": self.frames_dropped,
+            "policy_lag_max": max(lags) if lags else 0,
+            "policy_lag_mean": sum(k * v for k, v in lags.items()) / seen if seen else 0.0,
+            "policy_lag_counts": dict(sorted(lags.items())),
+            "wait_ms": 1e3 * self.wait_s,
+            "dispatch_ms": 1e3 * self.dispatch_s,
+            "decode_ms": 1e3 * self.decode_s,
+            "weight_push_ms": 1e3 * self.weight_push_s,
+            "worker_collect_ms": 1e3 * self.collect_s,
+            "worker_encode_ms": 1e3 * self.encode_s,
+            "bytes_received": self.bytes_received,
+            "weight_pushes": self.weight_pushes,
+        }

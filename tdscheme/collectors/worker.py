@@ -1,0 +1,250 @@
+"""CollectorWorker: one torchrl collector, stepped on request, its batches stamped and encoded.
+
+The worker is a plain Python class. :class:`~tdscheme.collectors.RayCollector`
+wraps it with ``ray.remote`` (see :func:`remote_worker_class`), and tests or a
+debugging session can run it in-process unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdscheme.torchrl_adapter import Collector, is_multi_collector
+from tdscheme.transport import Payload, TensorDictCodec
+
+WORKER_ID_KEY = ("collector", "worker_id")
+POLICY_VERSION_KEY = ("collector", "policy_version")
+MASK_KEY = ("collector", "mask")
+
+
+@dataclasses.dataclass
+class WorkerSpec:
+    """Everything a worker is built from; small, so the driver keeps it to rebuild a dead worker.
+
+    Attributes:
+        create_env_fn: env factory (or an env) for this worker.
+        policy: the policy object sent to the worker (``None`` with ``policy_factory``
+            or for a random policy).
+        policy_factory: builds the policy inside the worker instead.
+        collector_class: the torchrl collector class the worker wraps.
+        collector_kwargs: extra keyword arguments for ``collector_class``.
+        frames_per_batch: frames the worker returns per ``collect`` call.
+        num_workers_per_collector: env copies handed to ``collector_class``.
+        compress: the transport codec's ``compress`` argument.
+        preemptible: step the collector one env step at a time so that a
+            ``preempt`` request cuts a batch short at the next step boundary.
+    """
+
+    create_env_fn: Any
+    policy: Any = None
+    policy_factory: Callable[[], Any] | None = None
+    collector_class: type = Collector
+    collector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    frames_per_batch: int = 1000
+    num_workers_per_collector: int = 1
+    compress: bool | list[Any] = False
+    preemptible: bool = False
+
+
+@dataclasses.dataclass
+class WorkerBatch:
+    """What one ``collect`` call returns to the driver.
+
+    Attributes:
+        worker_id: the worker that collected it.
+        batch_id: the request it answers.
+        policy_version: weights version the frames were collected with.
+        frames: number of valid frames.
+        preempted: the batch was cut short by a preemption request.
+        payload: the encoded TensorDict.
+        collect_s: seconds spent stepping.
+        encode_s: seconds spent encoding.
+    """
+
+    worker_id: int
+    batch_id: int
+    policy_version: int
+    frames: int
+    preempted: bool
+    payload: Payload
+    collect_s: float
+    encode_s: float
+
+
+class CollectorWorker:
+    """Steps one torchrl collector and returns encoded, stamped batches.
+
+    Args:
+        worker_id: this worker's index, stamped on every frame.
+        spec: how to build the collector.
+        seed: seeds the envs when given.
+        weights: initial policy weights (a TensorDict or an encoded payload).
+        policy_version: the version of ``weights``.
+
+    Example:
+        >>> from tdscheme.testing import make_env, bias_policy
+        >>> spec = WorkerSpec(lambda: make_env("Pendulum-v1"), bias_policy(3, 1, bias=0.5),
+        ...                   frames_per_batch=10)
+        >>> worker = CollectorWorker(0, spec)
+        >>> batch = worker.collect(0)
+        >>> batch.frames, batch.policy_version
+        (10, 0)
+        >>> worker.shutdown()
+    """
+
+    def __init__(
+        self,
+        worker_id: int,
+        spec: WorkerSpec,
+        *,
+        seed: int | None = None,
+        weights: TensorDictBase | Payload | None = None,
+        policy_version: int = 0,
+    ) -> None:
+        self.worker_id = worker_id
+        self.spec = spec
+        self.policy_version = policy_version
+        self._codec = TensorDictCodec(spec.compress)
+        self._preempt_upto = -1
+        self._collector = self._build_collector(spec)
+        if seed is not None:
+            self.set_seed(seed)
+        if weights is not None:
+            self._load_weights(weights)
+        self._iterator = iter(self._collector)
+        self._steps_per_batch: int | None = None
+
+    @staticmethod
+    def _build_collector(spec: WorkerSpec) -> Any:
+        env = spec.create_env_fn
+        if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
+            env = [spec.create_env_fn] * spec.num_workers_per_collector
+        elif callable(env) and not isinstance(env, torch.nn.Module):
+            env = env()
+        kwargs = dict(spec.collector_kwargs)
+        if spec.policy_factory is not None:
+            kwargs["policy_factory"] = spec.policy_factory
+        frames = spec.frames_per_batch
+        if spec.preemptible:
+            # One env step per iteration; the batch is assembled step by step.
+            frames = _env_batch_numel(env)
+        return spec.collector_class(
+            env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
+        )
+
+    def collect(self, batch_id: int) -> WorkerBatch:
+        """Collects one batch of ``spec.frames_per_batch`` frames.
+
+        Args:
+            batch_id: the driver's request id; a ``preempt(batch_id)`` received
+                while collecting cuts this batch short.
+
+        Returns:
+            The encoded batch with its provenance.
+        """
+        start = time.perf_counter()
+        version = self.policy_version
+        if self.spec.preemptible:
+            td, preempted = self._collect_steps(batch_id)
+        else:
+            td, preempted = next(self._iterator), False
+        frames = td.numel()
+        td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
+        td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
+        collected = time.perf_counter()
+        payload = self._codec.encode(td)
+        return WorkerBatch(
+            worker_id=self.worker_id,
+            batch_id=batch_id,
+            policy_version=version,
+            frames=frames,
+            preempted=preempted,
+            payload=payload,
+            collect_s=collected - start,
+            encode_s=time.perf_counter() - collected,
+        )
+
+    def _collect_steps(self, batch_id: int) -> tuple[TensorDictBase, bool]:
+        steps: list[TensorDictBase] = []
+        frames = 0
+        while frames < self.spec.frames_per_batch:
+            if steps and self._preempt_upto >= batch_id:
+                break
+            step = next(self._iterator)
+            steps.append(step)
+            frames += step.numel()
+        td = torch.cat(steps, dim=-1) if len(steps) > 1 else steps[0]
+        return td, frames < self.spec.frames_per_batch
+
+    @ray.method(concurrency_group="control")
+    def preempt(self, batch_id: int) -> None:
+        """Asks the running (or queued) batch ``batch_id`` to stop at its next step boundary.
+
+        Runs in the actor's ``control`` concurrency group, so it is served while
+        ``collect`` runs. A batch always keeps at least one step.
+        """
+        self._preempt_upto = max(self._preempt_upto, batch_id)
+
+    @ray.method(concurrency_group="control")
+    def ping(self) -> int:
+        """Liveness check answered even while collecting; returns the worker id."""
+        return self.worker_id
+
+    def set_weights(self, weights: TensorDictBase | Payload, policy_version: int) -> int:
+        """Loads policy weights; later batches are stamped with ``policy_version``.
+
+        Returns:
+            The policy version this worker now runs (the acknowledgement).
+        """
+        self._load_weights(weights)
+        self.policy_version = policy_version
+        return policy_version
+
+    def _load_weights(self, weights: TensorDictBase | Payload) -> None:
+        if isinstance(weights, Payload):
+            weights = self._codec.decode(weights)
+        if weights.is_empty():
+            return
+        self._collector.update_policy_weights_(weights)
+
+    def set_seed(self, seed: int) -> int:
+        """Seeds the worker's envs and resets them; returns the seed torchrl chains to next."""
+        next_seed = self._collector.set_seed(seed)
+        self._collector.reset()  # the first frames come from a seeded reset too
+        return next_seed
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped collector's state plus this worker's policy version."""
+        return {"collector": self._collector.state_dict(), "policy_version": self.policy_version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        self._collector.load_state_dict(state["collector"])
+        self.policy_version = int(state["policy_version"])
+
+    def shutdown(self) -> None:
+        """Closes the wrapped collector and its envs. Idempotent."""
+        collector, self._collector = self._collector, None
+        if collector is not None:
+            collector.shutdown()
+
+
+def _env_batch_numel(env: Any) -> int:
+    if isinstance(env, list):
+        return len(env)
+    batch_size = getattr(env, "batch_size", torch.Size([]))
+    return max(1, torch.Size(batch_size).numel())
+
+
+def remote_worker_class(**remote_config: Any) -> Any:
+    """``ray.remote(CollectorWorker)`` with a ``control`` group for preempt/ping and ``remote_config``."""
+    return ray.remote(concurrency_groups={"control": 1})(CollectorWorker).options(**remote_config)
+
+

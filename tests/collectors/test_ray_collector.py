@@ -1,0 +1,274 @@
+"""RayCollector end to end on a real Ray with real gymnasium envs through torchrl."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import ray
+import torch
+
+from tdscheme import RayCollector, WorkerError
+from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+from tdscheme.testing import bias_policy, make_env, mlp_policy
+
+SMALL = {"num_cpus": 0.5}
+cartpole = functools.partial(make_env, "CartPole-v1")
+pendulum = functools.partial(make_env, "Pendulum-v1")
+
+
+def worker_ids(batch):
+    return sorted(set(batch[WORKER_ID_KEY].flatten().tolist()))
+
+
+def single(values: torch.Tensor) -> float:
+    """The one value a tensor holds (fails if it holds several)."""
+    distinct = values.flatten().unique()
+    assert distinct.numel() == 1, f"expected one value, got {distinct.tolist()}"
+    return distinct.item()
+
+
+def test_async_yields_exact_frames_from_every_worker(ray_clean):
+    collector = RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=200, total_frames=2000,
+        num_collectors=2, remote_configs=SMALL,
+    )  # fmt: skip
+    batches = list(collector)
+    assert [b.numel() for b in batches] == [200] * 10
+    assert {w for b in batches for w in worker_ids(b)} == {0, 1}
+    assert all(len(worker_ids(b)) == 1 for b in batches)
+    stats = collector.stats()
+    assert stats["frames"] == 2000 and stats["batches"] == 10
+    assert sum(stats["frames_per_worker"].values()) == 2000
+    assert stats["frames_lost"] == stats["frames_dropped"] == stats["frames_preempted"] == 0
+    collector.shutdown()  # already shut down at the end of the budget: idempotent
+
+
+def test_sync_stacks_one_rollout_per_worker(ray_clean):
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=400, total_frames=1200,
+        num_collectors=2, sync=True, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        batches = list(collector)
+    assert [tuple(b.batch_size) for b in batches] == [(2, 200)] * 3
+    for b in batches:
+        assert b[WORKER_ID_KEY][0].unique().tolist() == [0]
+        assert b[WORKER_ID_KEY][1].unique().tolist() == [1]
+        assert MASK_KEY not in b.keys(True)
+    assert collector.stats()["frames"] == 1200
+
+
+def test_first_ready_order_favours_the_fast_worker(ray_clean):
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.02)
+    with RayCollector(
+        [slow, cartpole], mlp_policy(4, 2), frames_per_batch=50, total_frames=400,
+        num_collectors=2, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        order = [worker_ids(b)[0] for b in collector]
+    # The slow worker needs >= 1 s per batch; the fast one produces several meanwhile.
+    assert order[0] == 1
+    assert order.count(1) > order.count(0)
+
+
+def test_weight_push_reaches_every_worker_and_is_stamped(ray_clean):
+    policy = bias_policy(3, 1, bias=0.5)
+    bias_of_version = {0: 0.5}
+    with RayCollector(
+        pendulum, policy, frames_per_batch=100, total_frames=1600, num_collectors=2,
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        seen = []
+        for i, batch in enumerate(collector):
+            seen.append((single(batch[POLICY_VERSION_KEY]), single(batch["action"])))
+            if i == 3:
+                collector.update_policy_weights_(bias_policy(3, 1, bias=-1.0))
+                bias_of_version[1] = -1.0
+                assert collector.wait_for_weights(timeout_s=60) == [1, 1]
+                assert collector.stats()["worker_policy_versions"] == [1, 1]
+        assert collector.policy_version == 1
+    for version, action in seen:
+        assert action == pytest.approx(bias_of_version[version])
+    assert seen[-1][0] == 1
+
+
+def test_update_after_each_batch_sync_pushes_the_trained_policy(ray_clean):
+    policy = bias_policy(3, 1, bias=0.0)
+    with RayCollector(
+        pendulum, policy, frames_per_batch=40, total_frames=200, num_collectors=2,
+        sync=True, update_after_each_batch=True, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        for i, batch in enumerate(collector):
+            # Collected after the push that followed "training" on the previous batch.
+            assert single(batch["action"]) == pytest.approx(0.1 * i)
+            assert single(batch[POLICY_VERSION_KEY]) == i
+            with torch.no_grad():
+                policy.module.bias.fill_(0.1 * (i + 1))  # "training"
+    assert collector.stats()["weight_pushes"] == 4
+
+
+def test_max_weight_update_interval_pushes_every_k_plus_one_batches(ray_clean):
+    policy = bias_policy(3, 1, bias=0.0)
+    with RayCollector(
+        pendulum, policy, frames_per_batch=20, total_frames=120, num_collectors=1,
+        max_weight_update_interval=1, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        action_of_version = {}
+        for i, batch in enumerate(collector):
+            version, action = single(batch[POLICY_VERSION_KEY]), single(batch["action"])
+            assert action_of_version.setdefault(version, action) == action
+            with torch.no_grad():
+                policy.module.bias.fill_(float(i + 1))
+        # 6 batches from one worker, a push after every 2nd, except after the last
+        # (no batch would use it): versions 1 and 2.
+        assert collector.stats()["weight_pushes"] == 2
+    assert sorted(action_of_version) == sorted(set(action_of_version))  # versions increase
+    assert len(set(action_of_version.values())) == len(action_of_version)
+
+
+def test_max_policy_lag_zero_yields_only_current_weights(ray_clean):
+    policy = bias_policy(3, 1, bias=0.0)
+    with RayCollector(
+        pendulum, policy, frames_per_batch=50, total_frames=500, num_collectors=2,
+        max_policy_lag=0, prefetch_batches=1, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        for i, batch in enumerate(collector):
+            assert single(batch[POLICY_VERSION_KEY]) == collector.policy_version
+            with torch.no_grad():
+                policy.module.bias.fill_(float(i + 1))
+            collector.update_policy_weights_()
+        stats = collector.stats()
+    assert stats["policy_lag_max"] == 0
+    assert stats["frames"] == 500
+    assert stats["frames_dropped"] > 0  # prefetched batches became stale and were counted
+
+
+def test_preemption_cuts_a_sleeping_straggler(ray_clean):
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.05)
+    with RayCollector(
+        [slow, cartpole], mlp_policy(4, 2), frames_per_batch=200, total_frames=600,
+        num_collectors=2, sync=True,
+        preemption={"fraction_workers": 0.5, "fraction_samples": 0.5},
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        batches = list(collector)
+        stats = collector.stats()
+    for b in batches:
+        assert tuple(b.batch_size) == (2, 100)
+        mask = b[MASK_KEY]
+        assert mask[1].all()  # the fast worker always completes
+        assert 1 <= mask[0].sum() < 100  # the sleeper (5 s per full rollout) is cut short
+        assert (b["observation"][0][~mask[0]] == 0).all()  # padding is zeros
+    valid = sum(int(b[MASK_KEY].sum()) for b in batches)
+    assert stats["frames"] == valid
+    assert stats["frames_preempted"] == len(batches) * 200 - valid
+
+
+def test_compressed_transport_gives_the_same_keys(ray_clean):
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=200,
+        num_collectors=1, compress=True, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        batch = next(iter(collector))
+        assert batch["observation"].shape == (100, 4)
+        assert batch["next", "done"].dtype == torch.bool
+        assert collector.stats()["bytes_received"] > 0
+
+
+def test_killed_worker_is_replaced_with_current_weights(ray_clean):
+    policy = bias_policy(3, 1, bias=0.5)
+    with RayCollector(
+        pendulum, policy, frames_per_batch=100, total_frames=3000, num_collectors=2,
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        after_kill = []
+        for i, batch in enumerate(collector):
+            if i == 2:
+                collector.update_policy_weights_(bias_policy(3, 1, bias=-0.25))
+                collector.wait_for_weights(timeout_s=60)
+                ray.kill(collector.workers[0], no_restart=True)
+            elif i > 2:
+                after_kill.append(batch)
+        stats = collector.stats()
+    assert stats["frames"] == 3000
+    assert stats["restarts_per_worker"] == [1, 0]
+    assert stats["frames_lost"] % 100 == 0
+    replaced = [b for b in after_kill if worker_ids(b) == [0]]
+    assert replaced, "the replaced worker produced no batch"
+    assert single(replaced[-1]["action"]) == pytest.approx(-0.25)
+    assert single(replaced[-1][POLICY_VERSION_KEY]) == 1
+
+
+def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):
+    failing = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
+    collector = RayCollector(
+        [cartpole, failing], mlp_policy(4, 2), frames_per_batch=50, total_frames=10_000,
+        num_collectors=2, remote_configs=SMALL,
+    )  # fmt: skip
+    with pytest.raises(WorkerError) as info:
+        for _ in collector:
+            pass
+    assert info.value.worker_id == 1
+    assert "collector worker 1" in str(info.value)
+    assert "injected failure at step 30" in info.value.remote_traceback
+    assert "ray::CollectorWorker.collect()" in info.value.remote_traceback
+    assert "testing.py" in info.value.remote_traceback  # the remote frames are there
+    collector.shutdown()
+
+
+def test_crashing_worker_gives_up_after_max_restarts(ray_clean):
+    crashing = functools.partial(make_env, "CartPole-v1", exit_at_step=20)
+    collector = RayCollector(
+        crashing, mlp_policy(4, 2), frames_per_batch=50, total_frames=10_000,
+        num_collectors=1, max_restarts=1, remote_configs=SMALL,
+    )  # fmt: skip
+    with pytest.raises(WorkerError, match=r"died 2 times \(max_restarts=1\)"):
+        for _ in collector:
+            pass
+    assert collector.stats()["restarts"] == 1
+    collector.shutdown()
+
+
+def test_same_seed_gives_identical_data_and_workers_differ(ray_clean):
+    def first_batch(seed):
+        with RayCollector(
+            cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=100,
+            num_collectors=2, sync=True, seed=seed, remote_configs=SMALL,
+        ) as collector:  # fmt: skip
+            torch.manual_seed(0)
+            return next(iter(collector))
+
+    torch.manual_seed(0)
+    a, b = first_batch(7), first_batch(7)
+    assert torch.equal(a["observation"], b["observation"])
+    assert not torch.equal(a["observation"][0], a["observation"][1])
+
+
+def test_state_dict_round_trip_and_add_collectors(ray_clean):
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=50, total_frames=-1, num_collectors=1,
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        it = iter(collector)
+        next(it)
+        collector.update_policy_weights_()
+        state = collector.state_dict()
+        assert state["frames"] == 50 and state["policy_version"] == 1
+        collector.load_state_dict(state)
+        assert collector.policy_version == 1
+        assert collector.add_collectors([cartpole], remote_configs=SMALL) == [1]
+        ray.get(collector.workers[1].ping.remote(), timeout=120)  # started
+        seen = set()
+        for _ in range(12):
+            seen.update(worker_ids(next(it)))
+        assert seen == {0, 1}
+        assert collector.set_seed(3) == 3
+        del it
+
+
+def test_shutdown_leaves_the_ray_it_did_not_start(ray_clean):
+    collector = RayCollector(cartpole, mlp_policy(4, 2), frames_per_batch=10, remote_configs=SMALL)
+    collector.shutdown()
+    collector.shutdown()
+    assert ray.is_initialized()
+    with pytest.raises(RuntimeError, match="shut down"):
+        collector.update_policy_weights_()
