@@ -106,24 +106,44 @@ class RayCollectorConfig:
         fpb = self.frames_per_batch
         check("frames_per_batch", fpb, isinstance(fpb, int) and fpb > 0, "an int > 0")
         tf = self.total_frames
-        check("total_frames", tf, isinstance(tf, int) and (tf > 0 or tf == -1),
-              "an int > 0, or -1 for no limit")
+        check(
+            "total_frames",
+            tf,
+            isinstance(tf, int) and (tf > 0 or tf == -1),
+            "an int > 0, or -1 for no limit",
+        )
         nc = self.num_collectors
-        check("num_collectors", nc, nc is None or (isinstance(nc, int) and nc > 0),
-              "None or an int > 0")
+        check(
+            "num_collectors",
+            nc,
+            nc is None or (isinstance(nc, int) and nc > 0),
+            "None or an int > 0",
+        )
         lag = self.max_policy_lag
-        check("max_policy_lag", lag, lag is None or (isinstance(lag, int) and lag >= 0),
-              "None (no bound) or an int >= 0")
+        check(
+            "max_policy_lag",
+            lag,
+            lag is None or (isinstance(lag, int) and lag >= 0),
+            "None (no bound) or an int >= 0",
+        )
         pf = self.prefetch_batches
-        check("prefetch_batches", pf, pf is None or (isinstance(pf, int) and pf >= 0),
-              "None or an int >= 0")
+        check(
+            "prefetch_batches",
+            pf,
+            pf is None or (isinstance(pf, int) and pf >= 0),
+            "None or an int >= 0",
+        )
         mr = self.max_restarts
         check("max_restarts", mr, isinstance(mr, int) and mr >= 0, "an int >= 0")
         nw = self.num_workers_per_collector
         check("num_workers_per_collector", nw, isinstance(nw, int) and nw > 0, "an int > 0")
         mw = self.max_weight_update_interval
-        check("max_weight_update_interval", mw, isinstance(mw, int) and mw >= -1,
-              "-1 (never forced) or an int >= 0")
+        check(
+            "max_weight_update_interval",
+            mw,
+            isinstance(mw, int) and mw >= -1,
+            "-1 (never forced) or an int >= 0",
+        )
         bt = self.batch_timeout_s
         check("batch_timeout_s", bt, isinstance(bt, (int, float)) and bt > 0, "a number > 0")
 
@@ -160,7 +180,9 @@ class RayCollectorConfig:
 
     def remote_config_list(self) -> list[dict[str, Any]]:
         """Ray actor options, one dict per collector."""
-        configs = self.remote_configs if self.remote_configs is not None else default_remote_config()
+        configs = (
+            self.remote_configs if self.remote_configs is not None else default_remote_config()
+        )
         return [dict(c) for c in self._per_collector("remote_configs", configs)]
 
     @property

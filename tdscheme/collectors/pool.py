@@ -114,8 +114,9 @@ class WorkerPool:
         slot = self._slots[worker_id]
         if slot.restarts >= self.max_restarts:
             raise WorkerError(
-                worker_id, f"died {slot.restarts + 1} times (max_restarts={self.max_restarts}); "
-                f"last: {reason}"
+                worker_id,
+                f"died {slot.restarts + 1} times (max_restarts={self.max_restarts}); "
+                f"last: {reason}",
             )
         logger.warning("restarting collector worker %d: %s", worker_id, reason)
         self._kill(slot)
@@ -157,8 +158,9 @@ class WorkerPool:
         try:
             return ray.get(ref, timeout=60.0)
         except RayTaskError as err:
-            raise WorkerError(worker_id, f"{type(err.cause).__name__}: {err.cause}",
-                              str(err)) from None
+            raise WorkerError(
+                worker_id, f"{type(err.cause).__name__}: {err.cause}", str(err)
+            ) from None
         except RayActorError as err:
             if err.actor_init_failed:
                 raise WorkerError(worker_id, "failed while starting", str(err)) from None
@@ -249,7 +251,9 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 waiting = [i for i, s in enumerate(self._slots) if s.pending_ack]
-                raise TimeoutError(f"workers {waiting} did not acknowledge weights in {timeout_s} s")
+                raise TimeoutError(
+                    f"workers {waiting} did not acknowledge weights in {timeout_s} s"
+                )
             self.poll_acks(timeout_s=min(left, 1.0))
         return self.acked_versions()
 

@@ -38,8 +38,10 @@ class PreemptionConfig:
     def __post_init__(self) -> None:
         for name in ("fraction_workers", "fraction_samples"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                0.0 < value <= 1.0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (0.0 < value <= 1.0)
             ):
                 raise ValueError(f"preemption[{name!r}]={value!r} must be a number in (0, 1]")
         if self.enabled and 1.0 in (self.fraction_workers, self.fraction_samples):
@@ -79,7 +81,9 @@ class PreemptionConfig:
         """Whether stragglers are ever cut off."""
         return self.fraction_workers < 1.0 or self.fraction_samples < 1.0
 
-    def should_cut(self, *, finished: int, workers: int, frames: int, frames_per_batch: int) -> bool:
+    def should_cut(
+        self, *, finished: int, workers: int, frames: int, frames_per_batch: int
+    ) -> bool:
         """Whether the unfinished workers should be cut off now."""
         return (
             self.enabled

@@ -185,7 +185,9 @@ class RayCollector(BaseCollector):
         self._lease = RayLease.acquire(config.ray_init_config)
         self._pool = WorkerPool(max_restarts=config.max_restarts, seed=config.seed)
         try:
-            for spec, remote in zip(config.worker_specs(), config.remote_config_list(), strict=True):
+            for spec, remote in zip(
+                config.worker_specs(), config.remote_config_list(), strict=True
+            ):
                 self._pool.add(spec, remote)
                 self._since_push.append(0)
         except BaseException:
@@ -411,9 +413,8 @@ class RayCollector(BaseCollector):
 
         def top_up(worker_id: int, target: int) -> None:
             start = time.perf_counter()
-            while (
-                sum(1 for w in owner.values() if w == worker_id) < target
-                and self._more_frames(len(owner) * fpb)
+            while sum(1 for w in owner.values() if w == worker_id) < target and self._more_frames(
+                len(owner) * fpb
             ):
                 owner[pool.collect(worker_id, self._new_batch_id())] = worker_id
             self._stats.dispatch_s += time.perf_counter() - start
@@ -510,7 +511,9 @@ class RayCollector(BaseCollector):
         deadline = start + self.config.batch_timeout_s
         try:
             while True:
-                ready = self._pool.wait(refs, timeout_s=min(_POLL_S, deadline - time.perf_counter()))
+                ready = self._pool.wait(
+                    refs, timeout_s=min(_POLL_S, deadline - time.perf_counter())
+                )
                 if ready:
                     return ready[0]
                 if time.perf_counter() >= deadline:
@@ -600,4 +603,3 @@ class RayCollector(BaseCollector):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is shut down")
-

@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from tdscheme.torchrl_adapter import Collector, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
@@ -246,5 +246,3 @@ def _env_batch_numel(env: Any) -> int:
 def remote_worker_class(**remote_config: Any) -> Any:
     """``ray.remote(CollectorWorker)`` with a ``control`` group for preempt/ping and ``remote_config``."""
     return ray.remote(concurrency_groups={"control": 1})(CollectorWorker).options(**remote_config)
-
-

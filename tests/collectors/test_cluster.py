@@ -1,0 +1,75 @@
+"""Ray lifecycle: start-if-needed, join a multi-node cluster, leave nothing behind.
+
+These run in a subprocess because the test session already holds a Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+JOIN_CLUSTER = textwrap.dedent(
+    """
+    import functools, json
+    import ray
+    from ray.cluster_utils import Cluster
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env, mlp_policy
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    try:
+        collector = RayCollector(
+            functools.partial(make_env, "CartPole-v1"), mlp_policy(4, 2), frames_per_batch=100,
+            total_frames=400, num_collectors=2, remote_configs={"num_cpus": 1},
+            ray_init_config={"address": cluster.address},
+        )
+        nodes = collector.worker_nodes()
+        frames = sum(b.numel() for b in collector)
+        collector.shutdown()
+        print(json.dumps({"nodes": nodes, "frames": frames,
+                          "cluster_nodes": len(cluster.list_all_nodes())}))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    """
+)
+
+START_LOCAL = textwrap.dedent(
+    """
+    import functools, json
+    import ray
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env, mlp_policy
+
+    assert not ray.is_initialized()
+    with RayCollector(functools.partial(make_env, "CartPole-v1"), mlp_policy(4, 2),
+                      frames_per_batch=50, total_frames=100, num_collectors=1) as collector:
+        started = ray.is_initialized()
+        frames = sum(b.numel() for b in collector)
+    print(json.dumps({"started": started, "frames": frames, "after": ray.is_initialized()}))
+    """
+)
+
+
+def run(script: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_joins_a_two_node_cluster_and_spreads_workers():
+    result = run(JOIN_CLUSTER)
+    assert result["cluster_nodes"] == 2
+    assert len(set(result["nodes"])) == 2, result
+    assert result["frames"] == 400
+
+
+def test_starts_a_local_ray_only_when_none_runs_and_stops_it():
+    assert run(START_LOCAL) == {"started": True, "frames": 100, "after": False}

@@ -1,0 +1,126 @@
+"""Bad RayCollector input fails at construction, naming the argument (no Ray needed)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdscheme.collectors import PreemptionConfig, RayCollectorConfig
+from tdscheme.collectors.preemption import pad_time, stack_rollouts
+from tdscheme.testing import make_env
+from tdscheme.torchrl_adapter import Collector, MultiSyncCollector, resolve_collector_class
+
+env = functools.partial(make_env, "CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"frames_per_batch": 0},
+            ValueError,
+            r"frames_per_batch=0 is invalid; accepted: an int > 0",
+        ),
+        ({"frames_per_batch": -5}, ValueError, r"frames_per_batch=-5"),
+        ({"frames_per_batch": 2.5}, ValueError, r"frames_per_batch=2.5"),
+        (
+            {"frames_per_batch": 101, "num_collectors": 2, "sync": True},
+            ValueError,
+            r"frames_per_batch=101 must divide evenly over num_collectors=2",
+        ),
+        (
+            {"create_env_fn": [env, env, env], "num_collectors": 2},
+            ValueError,
+            r"create_env_fn has 3 entries but num_collectors=2",
+        ),
+        (
+            {"create_env_fn": "CartPole-v1"},
+            TypeError,
+            r"create_env_fn\[0\]='CartPole-v1' is not callable",
+        ),
+        (
+            {"preemption": {"fraction_workers": 0.0, "fraction_samples": 0.5}, "sync": True},
+            ValueError,
+            r"preemption\['fraction_workers'\]=0.0 must be a number in \(0, 1\]",
+        ),
+        (
+            {"preemption": {"fraction_workers": 0.5, "fraction_samples": 1.5}, "sync": True},
+            ValueError,
+            r"preemption\['fraction_samples'\]=1.5",
+        ),
+        (
+            {"preemption": {"fraction_workers": 0.5, "fraction_samples": 0.5}},
+            ValueError,
+            r"needs sync=True",
+        ),
+        (
+            {"preemption": {"fraction_workers": 0.5}, "sync": True},
+            ValueError,
+            r"can never cut a worker off",
+        ),
+        (
+            {"preemption": {"fraction": 0.5}, "sync": True},
+            ValueError,
+            r"unknown keys \['fraction'\]",
+        ),
+        ({"max_policy_lag": -1}, ValueError, r"max_policy_lag=-1 is invalid; accepted: None"),
+        ({"total_frames": 0}, ValueError, r"total_frames=0"),
+        ({"num_collectors": 0}, ValueError, r"num_collectors=0"),
+        ({"collector_class": "multi"}, ValueError, r"collector_class='multi' is not one of"),
+        ({"collector_class": dict}, TypeError, r"collector_class must be a torchrl BaseCollector"),
+        ({"compress": "pixels"}, TypeError, r"compress"),
+        (
+            {"remote_configs": [{}, {}, {}], "num_collectors": 2},
+            ValueError,
+            r"remote_configs is a list of 3 entries but there are 2 collectors",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, error, match):
+    kwargs = {"create_env_fn": env, "frames_per_batch": 100, **kwargs}
+    with pytest.raises(error, match=match):
+        RayCollectorConfig(**kwargs).remote_config_list()
+
+
+def test_sync_splits_the_batch_over_workers_and_async_does_not():
+    sync = RayCollectorConfig(env, frames_per_batch=300, num_collectors=3, sync=True)
+    assert [s.frames_per_batch for s in sync.worker_specs()] == [100, 100, 100]
+    first_ready = RayCollectorConfig(env, frames_per_batch=300, num_collectors=3)
+    assert [s.frames_per_batch for s in first_ready.worker_specs()] == [300, 300, 300]
+    assert first_ready.remote_config_list() == [{"num_cpus": 1}] * 3
+
+
+def test_on_policy_settings_turn_prefetch_off():
+    assert RayCollectorConfig(env, frames_per_batch=10).prefetch_batches == 1
+    assert RayCollectorConfig(env, frames_per_batch=10, max_policy_lag=0).prefetch_batches == 0
+    on_policy = RayCollectorConfig(env, frames_per_batch=10, update_after_each_batch=True)
+    assert on_policy.prefetch_batches == 0
+
+
+def test_torchrl_collector_names_resolve():
+    assert resolve_collector_class(None) is Collector
+    assert resolve_collector_class("sync") is MultiSyncCollector
+    assert resolve_collector_class(Collector) is Collector
+
+
+def test_preemption_thresholds():
+    cfg = PreemptionConfig(fraction_workers=0.5, fraction_samples=0.6)
+    assert not cfg.should_cut(finished=1, workers=2, frames=500, frames_per_batch=1000)
+    assert cfg.should_cut(finished=1, workers=2, frames=600, frames_per_batch=1000)
+    assert not cfg.should_cut(finished=2, workers=2, frames=1000, frames_per_batch=1000)
+    assert not PreemptionConfig().enabled
+
+
+def test_partial_rollouts_are_padded_and_masked():
+    full = TensorDict({"obs": torch.ones(2, 4, 3)}, batch_size=[2, 4])
+    part = TensorDict({"obs": torch.full((2, 1, 3), 2.0)}, batch_size=[2, 1])
+    batch = stack_rollouts([full, part], masked=True)
+    assert batch.batch_size == (2, 2, 4)
+    mask = batch["collector", "mask"]
+    assert mask[0].all() and mask[1, :, :1].all() and not mask[1, :, 1:].any()
+    assert (batch["obs"][1, :, 1:] == 0).all() and (batch["obs"][1, :, 0] == 2).all()
+    with pytest.raises(ValueError, match="more than length=0"):
+        pad_time(full, 0)

@@ -1,0 +1,35 @@
+"""Each example runs as a user would run it, with a tiny frame budget, and cleans up after itself."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TINY_ARGS = {
+    "collect_cartpole.py": [
+        "--total-frames",
+        "2000",
+        "--frames-per-batch",
+        "500",
+        "--envs-per-collector",
+        "4",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY_ARGS))
+def test_example_runs(name):
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *TINY_ARGS[name]],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.strip(), "the example printed nothing"
+
+
+def test_every_example_is_tested():
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(TINY_ARGS)
