@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.envs import EnvBase, GymEnv, GymWrapper
 
@@ -177,3 +177,114 @@ def mlp_policy(
     layers.append(nn.Linear(size, action_dim))
     layers.append(OneHotArgmax() if discrete else nn.Tanh())
     return TensorDictModule(nn.Sequential(*layers), in_keys=[obs_key], out_keys=["action"])
+
+
+def cartpole_modules(*, num_cells: int = 32) -> dict[str, nn.Module]:
+    """A CartPole actor (logits -> one-hot categorical action) and critic: a ``policy_factory``.
+
+    Module-level (and configurable with ``functools.partial``) so that Ray
+    gradient workers import it by reference.
+
+    Args:
+        num_cells: hidden units of the actor's and the critic's one hidden layer.
+
+    Returns:
+        ``{"actor": ProbabilisticActor, "critic": ValueOperator}``.
+
+    Example:
+        >>> sorted(cartpole_modules(num_cells=8))
+        ['actor', 'critic']
+    """
+    from torchrl.data import OneHot
+    from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOperator
+
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            MLP(in_features=4, out_features=2, num_cells=[num_cells]),
+            in_keys=["observation"],
+            out_keys=["logits"],
+        ),
+        in_keys=["logits"],
+        out_keys=["action"],
+        distribution_class=OneHotCategorical,
+        spec=OneHot(2),
+        return_log_prob=True,
+    )
+    critic = ValueOperator(
+        MLP(in_features=4, out_features=1, num_cells=[num_cells]), in_keys=["observation"]
+    )
+    return {"actor": actor, "critic": critic}
+
+
+def cartpole_learner(
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    loss: str = "a2c",
+    lr: float = 3e-3,
+    max_grad_norm: float | None = 1.0,
+    entropy_coef: float = 0.01,
+    gamma: float = 0.99,
+    lmbda: float = 0.95,
+) -> Any:
+    """A Learner for :func:`cartpole_modules`: A2C or clipped PPO with GAE, Adam.
+
+    A ``learner_factory``: ``cartpole_learner(**cartpole_modules())``. PPO
+    advantages are not normalized, so a gradient over a concatenated batch is the
+    frame-weighted average of the gradients over its parts.
+
+    Args:
+        actor: the actor of :func:`cartpole_modules`.
+        critic: the critic of :func:`cartpole_modules`.
+        loss: ``"a2c"`` (torchrl ``A2CLoss``) or ``"ppo"`` (``ClipPPOLoss``).
+        lr: Adam learning rate.
+        max_grad_norm: gradient clipping (``None``: none).
+        entropy_coef: entropy bonus coefficient.
+        gamma: discount.
+        lmbda: GAE lambda.
+
+    Returns:
+        A :class:`tdscheme.learner.Learner`.
+
+    Raises:
+        ValueError: ``loss`` is not ``"a2c"`` or ``"ppo"``.
+
+    Example:
+        >>> cartpole_learner(**cartpole_modules(num_cells=8), loss="ppo").version
+        0
+    """
+    from torchrl.objectives import A2CLoss, ClipPPOLoss
+    from torchrl.objectives.value import GAE
+
+    from tdscheme.learner import Learner, LearnerConfig
+
+    if loss == "a2c":
+        loss_module = A2CLoss(actor, critic, entropy_coeff=entropy_coef)
+    elif loss == "ppo":
+        loss_module = ClipPPOLoss(
+            actor, critic, entropy_coeff=entropy_coef, normalize_advantage=False
+        )
+    else:
+        raise ValueError(f"loss={loss!r} is not one of ['a2c', 'ppo']")
+    return Learner(
+        loss_module,
+        config=LearnerConfig(lr=lr, max_grad_norm=max_grad_norm),
+        value_estimator=GAE(gamma=gamma, lmbda=lmbda, value_network=critic),
+    )
+
+
+class CountingPolicy(TensorDictModuleBase):
+    """A policy whose action is its single weight (1 at start), as torchrl's own tests use.
+
+    With torchrl's ``CountingEnv`` the collected actions show which weights a
+    worker runs: add 1 to ``weight`` and push, and later actions are 2.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(()))
+        self.in_keys = []
+        self.out_keys = ["action"]
+
+    def forward(self, td: Any) -> Any:
+        return td.set("action", self.weight.detach().expand(*td.shape, 1).clone())

@@ -1,0 +1,106 @@
+"""The behaviour torchrl's own RayCollector tests rely on (pytorch/rl test/test_distributed.py),
+run against tdscheme.RayCollector with torchrl's mock envs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import RandomPolicy
+from torchrl.testing.mocking_classes import ContinuousActionVecMockEnv, CountingEnv
+
+from tdscheme import RayCollector
+from tdscheme.testing import CountingPolicy
+from tdscheme.torchrl_adapter import (
+    BaseCollector,
+    Collector,
+    MultiAsyncCollector,
+    MultiSyncCollector,
+)
+
+REMOTE = {"remote_configs": {"num_cpus": 0.5}}
+
+
+def test_is_a_torchrl_collector():
+    assert issubclass(RayCollector, BaseCollector)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_distributed_collector_sync(ray_clean, sync):
+    policy = RandomPolicy(ContinuousActionVecMockEnv().action_spec)
+    collector = RayCollector(
+        [ContinuousActionVecMockEnv] * 2, policy, total_frames=200, frames_per_batch=50,
+        sync=sync, **REMOTE,
+    )  # fmt: skip
+    try:
+        total = 0
+        for data in collector:
+            total += data.numel()
+            assert data.numel() == 50
+        assert total == 200
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector, Collector])
+def test_distributed_collector_class(ray_clean, collector_class):
+    policy = RandomPolicy(ContinuousActionVecMockEnv().action_spec)
+    collector = RayCollector(
+        [ContinuousActionVecMockEnv] * 2, policy, collector_class=collector_class,
+        total_frames=200, frames_per_batch=50, **REMOTE,
+    )  # fmt: skip
+    try:
+        total = 0
+        for data in collector:
+            total += data.numel()
+            assert data.numel() == 50
+        assert total == 200
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+@pytest.mark.parametrize("pfactory", [False, True])
+def test_distributed_collector_updatepolicy(ray_clean, sync, pfactory):
+    policy = None if pfactory else CountingPolicy()
+    weights = TensorDict.from_module(CountingPolicy()) if pfactory else None
+    collector = RayCollector(
+        [CountingEnv] * 2, policy, policy_factory=CountingPolicy if pfactory else None,
+        total_frames=300, frames_per_batch=50, sync=sync, **REMOTE,
+    )  # fmt: skip
+    total, first_batch, last_batch = 0, None, None
+    try:
+        for i, data in enumerate(collector):
+            total += data.numel()
+            assert data.numel() == 50
+            if i == 0:
+                first_batch = data
+                if policy is not None:
+                    policy.weight.data.add_(1)
+                else:
+                    weights.data.add_(1)
+                collector.update_policy_weights_(weights if pfactory else policy)
+            elif total == 300 - 50:
+                last_batch = data
+        assert (first_batch["action"] == 1).all(), first_batch["action"]
+        assert (last_batch["action"] == 2).all(), last_batch["action"]
+        assert total == 300
+    finally:
+        collector.shutdown()
+
+
+def test_policy_factory_with_pushed_weights(ray_clean):
+    collector = RayCollector(
+        [CountingEnv] * 2, collector_class=Collector, policy_factory=CountingPolicy,
+        total_frames=300, frames_per_batch=50, **REMOTE,
+    )  # fmt: skip
+    weights = TensorDict.from_module(CountingPolicy())
+    with torch.no_grad():
+        weights["weight"].fill_(2)
+    collector.update_policy_weights_(weights)
+    try:
+        for data in collector:
+            assert (data["action"] == 2).all()
+            collector.update_policy_weights_(weights)
+    finally:
+        collector.shutdown()
