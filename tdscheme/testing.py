@@ -226,6 +226,7 @@ def cartpole_learner(
     entropy_coef: float = 0.01,
     gamma: float = 0.99,
     lmbda: float = 0.95,
+    optimizer: Any = None,
 ) -> Any:
     """A Learner for :func:`cartpole_modules`: A2C or clipped PPO with GAE, Adam.
 
@@ -242,6 +243,8 @@ def cartpole_learner(
         entropy_coef: entropy bonus coefficient.
         gamma: discount.
         lmbda: GAE lambda.
+        optimizer: a factory ``params -> torch.optim.Optimizer`` (e.g.
+            ``functools.partial(torch.optim.SGD, lr=1.0)``); ``None``: Adam(``lr``).
 
     Returns:
         A :class:`tdscheme.learner.Learner`.
@@ -269,6 +272,7 @@ def cartpole_learner(
     return Learner(
         loss_module,
         config=LearnerConfig(lr=lr, max_grad_norm=max_grad_norm),
+        optimizer=optimizer,
         value_estimator=GAE(gamma=gamma, lmbda=lmbda, value_network=critic),
     )
 

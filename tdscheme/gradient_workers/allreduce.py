@@ -1,0 +1,121 @@
+"""torch.distributed (gloo) for decentralized gradient workers: rendezvous, weighted all-reduce.
+
+One gloo process group per gradient worker process (the default group). The
+gradients of a worker are flattened into one buffer, scaled by its frame count,
+with the frame count appended, and all-reduced (sum) in one call; every rank then
+divides by the total frame count. Gloo's ring all-reduce finishes every element
+on one rank and copies it to the others, so all ranks receive identical bits and,
+applying them with identical optimizers, keep identical weights.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict, TensorDictBase
+
+__all__ = [
+    "destroy_process_group",
+    "free_port",
+    "init_process_group",
+    "weighted_allreduce_mean",
+]
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now (the OS picks it).
+
+    Example:
+        >>> 0 < free_port() < 65536
+        True
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def init_process_group(
+    *, rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float
+) -> None:
+    """Joins the gloo group of ``world_size`` ranks that rank 0 hosts at ``master_addr:master_port``.
+
+    Blocks until every rank joined or ``timeout_s`` passed. Later collectives
+    fail after ``timeout_s`` too, and at once when a peer process dies.
+
+    Args:
+        rank: this process's rank, in ``[0, world_size)``.
+        world_size: number of ranks, ``>= 1``.
+        master_addr: IP address of rank 0's host.
+        master_port: a free port on rank 0's host.
+        timeout_s: seconds to wait for the others (and for each collective).
+
+    Raises:
+        RuntimeError: this process is already in a process group.
+        ValueError: ``rank`` or ``world_size`` out of range.
+
+    Example:
+        >>> init_process_group(rank=0, world_size=1, master_addr="127.0.0.1",
+        ...                    master_port=free_port(), timeout_s=30)
+        >>> weighted_allreduce_mean(TensorDict(g=torch.ones(2)), 3.0)[1]
+        3.0
+        >>> destroy_process_group()
+    """
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if not (isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(f"rank={rank!r} must be an int in [0, world_size={world_size})")
+    if dist.is_initialized():
+        raise RuntimeError(
+            "this process is already in a torch.distributed process group; call "
+            "destroy_process_group() first"
+        )
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def destroy_process_group() -> None:
+    """Leaves the process group, if this process is in one. Idempotent."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def weighted_allreduce_mean(grads: TensorDictBase, weight: float) -> tuple[TensorDict, float]:
+    """The ``weight``-weighted mean of every rank's ``grads``, in one all-reduce.
+
+    Args:
+        grads: this rank's gradient TensorDict (same keys and shapes on every rank).
+        weight: this rank's weight, e.g. its frame count; ``>= 0``.
+
+    Returns:
+        ``(sum_r weight_r * grads_r / sum_r weight_r, sum_r weight_r)``: a new
+        TensorDict with ``grads``' keys, identical on every rank, and the total weight.
+
+    Raises:
+        RuntimeError: no process group, a peer died, or the collective timed out.
+        ValueError: the total weight is 0.
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("weighted_allreduce_mean needs init_process_group() first")
+    keys = sorted(grads.keys(include_nested=True, leaves_only=True), key=str)
+    leaves = [grads.get(key) for key in keys]
+    flat = torch.cat([leaf.detach().reshape(-1).double() * weight for leaf in leaves])
+    flat = torch.cat([flat, torch.tensor([float(weight)], dtype=torch.float64)])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    total = float(flat[-1])
+    if total <= 0:
+        raise ValueError(f"the all-reduced weight is {total}; some rank must have frames")
+    mean = flat[:-1] / total
+    out, offset = {}, 0
+    for key, leaf in zip(keys, leaves, strict=True):
+        out[key] = mean[offset : offset + leaf.numel()].reshape(leaf.shape).to(leaf.dtype)
+        offset += leaf.numel()
+    return TensorDict(out, batch_size=[]), total

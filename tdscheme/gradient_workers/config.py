@@ -1,0 +1,192 @@
+"""``GradientWorkersConfig`` (how many gradient workers, how they communicate) and the worker spec."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tdscheme.collectors.preemption import PreemptionConfig
+
+__all__ = ["COMMUNICATIONS", "GradientWorkerSpec", "GradientWorkersConfig"]
+
+#: The accepted values of ``GradientWorkersConfig.communication``.
+COMMUNICATIONS = ("synchronous", "asynchronous")
+
+
+@dataclasses.dataclass
+class GradientWorkersConfig:
+    """How gradient workers collect, compute gradients and share updates.
+
+    Each gradient worker is a Ray actor with its own copy of the learner and its
+    own ``num_collectors`` torchrl collectors; it collects ``frames_per_batch``
+    frames and computes one gradient on them per request.
+
+    Args:
+        num_grad_workers: gradient worker actors, ``>= 1``.
+        communication: ``"synchronous"`` (one gradient per worker per step,
+            averaged by frame count, applied once) or ``"asynchronous"`` (A3C: each
+            gradient applied as it arrives, fresh weights back to its sender only).
+        decentralized: with ``"synchronous"``, the workers all-reduce their
+            gradients over a torch.distributed gloo group and each applies the same
+            update; the driver only coordinates. Not allowed with ``"asynchronous"``.
+        compress: lz4-compress gradients and weights crossing Ray.
+        worker_resources: Ray options of each gradient worker actor, e.g.
+            ``{"num_cpus": 1}`` (the default) or ``{"num_cpus": 1, "num_gpus": 0.5}``.
+        num_collectors: torchrl collectors each gradient worker steps, ``>= 1``.
+        frames_per_batch: frames one gradient worker collects for one gradient,
+            split evenly over its collectors (so a multiple of ``num_collectors``).
+        grads_per_step: asynchronous only: gradients received per :meth:`step`
+            (``None``: ``num_grad_workers``).
+        max_grad_staleness: asynchronous only: a gradient computed on weights more
+            than this many learner versions old is dropped and counted
+            (``None``: never dropped).
+        preemption: centralized synchronous only: once ``fraction_workers`` of the
+            workers delivered and their gradients cover ``fraction_samples`` of the
+            step's frames, the step stops waiting; a straggler's gradient arrives
+            later, computed on old weights, and is dropped and counted. A dict or a
+            :class:`~tdscheme.collectors.PreemptionConfig`; ``None`` waits for all.
+        seed: base seed; each worker (and each of its restarts) gets its own.
+        max_restarts: times each worker may be recreated after dying.
+        timeout_s: longest wait for a gradient (or a decentralized step) before
+            a ``TimeoutError`` names the silent workers.
+        collector_kwargs: extra keyword arguments for every torchrl collector.
+
+    Raises:
+        ValueError: a value out of range, an unknown ``communication``, an option
+            given to a mode that does not use it, or ``decentralized=True`` with
+            ``communication="asynchronous"``.
+        TypeError: ``worker_resources`` or ``collector_kwargs`` is not a dict.
+
+    Example:
+        >>> cfg = GradientWorkersConfig(num_grad_workers=2, communication="asynchronous")
+        >>> cfg.grads_per_step_or_default(), cfg.remote_options()
+        (2, {'num_cpus': 1})
+        >>> GradientWorkersConfig(communication="asynchronous", decentralized=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: decentralized=True needs communication='synchronous' (an all-reduce is a \
+synchronous step), got communication='asynchronous'
+    """
+
+    num_grad_workers: int = 2
+    communication: str = "synchronous"
+    decentralized: bool = False
+    compress: bool = False
+    worker_resources: Mapping[str, Any] | None = None
+    num_collectors: int = 1
+    frames_per_batch: int = 200
+    grads_per_step: int | None = None
+    max_grad_staleness: int | None = None
+    preemption: Mapping[str, float] | PreemptionConfig | None = None
+    seed: int | None = None
+    max_restarts: int = 3
+    timeout_s: float = 300.0
+    collector_kwargs: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("num_grad_workers", self.num_grad_workers, minimum=1)
+        _check_int("num_collectors", self.num_collectors, minimum=1)
+        _check_int("frames_per_batch", self.frames_per_batch, minimum=1)
+        _check_int("max_restarts", self.max_restarts, minimum=0)
+        if self.communication not in COMMUNICATIONS:
+            raise ValueError(
+                f"communication={self.communication!r} is not one of {list(COMMUNICATIONS)}"
+            )
+        if self.frames_per_batch % self.num_collectors:
+            raise ValueError(
+                f"frames_per_batch={self.frames_per_batch} must be a multiple of "
+                f"num_collectors={self.num_collectors} (each collector gets an equal share)"
+            )
+        if not isinstance(self.timeout_s, (int, float)) or not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise ValueError(f"timeout_s={self.timeout_s!r} must be a finite number > 0")
+        self.preemption = PreemptionConfig.from_arg(self.preemption)
+        for name in ("worker_resources", "collector_kwargs"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"{name} must be a dict or None, got {value!r}")
+        self._check_mode_options()
+
+    def _check_mode_options(self) -> None:
+        asynchronous = self.communication == "asynchronous"
+        if self.decentralized and asynchronous:
+            raise ValueError(
+                "decentralized=True needs communication='synchronous' (an all-reduce is a "
+                "synchronous step), got communication='asynchronous'"
+            )
+        if self.grads_per_step is not None:
+            _check_int("grads_per_step", self.grads_per_step, minimum=1)
+        if self.max_grad_staleness is not None:
+            _check_int("max_grad_staleness", self.max_grad_staleness, minimum=0)
+        if not asynchronous:
+            for name in ("grads_per_step", "max_grad_staleness"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} applies to communication="
+                        f"'asynchronous' only; leave it None with communication="
+                        f"{self.communication!r}"
+                    )
+        if self.preemption.enabled and (asynchronous or self.decentralized):
+            raise ValueError(
+                f"preemption={dataclasses.asdict(self.preemption)} applies to centralized "
+                f"synchronous workers only (communication='synchronous', decentralized=False); "
+                f"got communication={self.communication!r}, decentralized={self.decentralized}"
+            )
+
+    @property
+    def mode(self) -> str:
+        """``"synchronous"``, ``"asynchronous"`` or ``"decentralized"``."""
+        return "decentralized" if self.decentralized else self.communication
+
+    def grads_per_step_or_default(self) -> int:
+        """Gradients per asynchronous step: ``grads_per_step`` or ``num_grad_workers``."""
+        return self.num_grad_workers if self.grads_per_step is None else self.grads_per_step
+
+    def remote_options(self) -> dict[str, Any]:
+        """A fresh dict of Ray options for one gradient worker actor."""
+        return {"num_cpus": 1} if self.worker_resources is None else dict(self.worker_resources)
+
+
+@dataclasses.dataclass
+class GradientWorkerSpec:
+    """Everything one gradient worker is built from; small, kept by the driver for restarts.
+
+    Attributes:
+        env_factory: builds one torchrl env (called once per collector).
+        policy_factory: builds the modules, e.g. ``{"actor": ..., "critic": ...}``.
+        learner_factory: ``learner_factory(**modules)`` returns the worker's Learner
+            (a non-mapping ``modules`` is passed as the one positional argument).
+            Its ``policy`` drives the worker's collectors.
+        num_collectors: torchrl collectors the worker steps.
+        frames_per_batch: frames per gradient, split evenly over the collectors.
+        compress: lz4-compress the gradients and weights the worker sends.
+        collector_kwargs: extra keyword arguments for every collector.
+
+    Example:
+        >>> from tdscheme.testing import cartpole_modules, cartpole_learner, make_env
+        >>> spec = GradientWorkerSpec(make_env, cartpole_modules, cartpole_learner,
+        ...                           num_collectors=2, frames_per_batch=100)
+        >>> spec.frames_per_collector
+        50
+    """
+
+    env_factory: Callable[[], Any]
+    policy_factory: Callable[[], Any]
+    learner_factory: Callable[..., Any]
+    num_collectors: int = 1
+    frames_per_batch: int = 200
+    compress: bool = False
+    collector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def frames_per_collector(self) -> int:
+        """Frames each collector contributes to one gradient."""
+        return self.frames_per_batch // self.num_collectors
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
