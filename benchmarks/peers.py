@@ -1,0 +1,341 @@
+"""Peers and limits that ``benchmarks/collection.py`` measures tdscheme against.
+
+* torchrl's ``RayCollector``, built the way each section needs it, and its
+  weight push;
+* a hand-written Ray collector (plain actors stepping gymnasium envs with a
+  plain torch MLP, numpy batches, a first-ready driver loop), the same loop
+  in-process without Ray, and torchrl's single-process ``Collector``;
+* the large-observation policy, and an actor that serves one ready batch so
+  that its transfer across Ray can be timed alone.
+
+Only numpy, torch, gymnasium and ray are imported at import time, so the
+actors of the hand-written collector start without importing torchrl.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+from torch import nn
+
+#: Seconds any single blocking Ray call of the hand-written collector may take.
+RAY_TIMEOUT_S = 120.0
+
+
+def torch_mlp(obs_dim: int, action_dim: int, *, hidden: int = 64, depth: int = 2) -> nn.Module:
+    """The same layers as ``tdscheme.testing.mlp_policy`` (tanh MLP), returning logits.
+
+    Args:
+        obs_dim: observation size.
+        action_dim: number of actions.
+        hidden: hidden units per layer.
+        depth: number of hidden layers.
+
+    Returns:
+        An ``nn.Sequential`` mapping observations to logits.
+    """
+    layers: list[nn.Module] = []
+    size = obs_dim
+    for _ in range(depth):
+        layers += [nn.Linear(size, hidden), nn.Tanh()]
+        size = hidden
+    layers.append(nn.Linear(size, action_dim))
+    return nn.Sequential(*layers)
+
+
+class PixelPolicyNet(nn.Module):
+    """A tiny policy over uint8 frames: float-cast, flatten, one linear layer, one-hot argmax.
+
+    It costs a few tens of microseconds per frame, so that moving the frames,
+    not computing the action, dominates a large-observation collector.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int) -> None:
+        super().__init__()
+        self.obs_ndim = len(obs_shape)
+        self.linear = nn.Linear(int(np.prod(obs_shape)), action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flat = obs.flatten(-self.obs_ndim).to(torch.float32).div_(255.0)
+        logits = self.linear(flat)
+        return nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.int64)
+
+
+def pixel_policy(obs_shape: tuple[int, ...], action_dim: int) -> Any:
+    """A ``TensorDictModule`` around :class:`PixelPolicyNet` reading ``"observation"``."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(
+        PixelPolicyNet(obs_shape, action_dim), in_keys=["observation"], out_keys=["action"]
+    )
+
+
+class MinimalCollectorWorker:
+    """Steps gymnasium envs with a plain torch MLP and returns numpy batches.
+
+    No torchrl, no TensorDict: the floor of what a collector has to do.
+
+    Args:
+        env_id: a gymnasium id with a discrete action space (CartPole-v1).
+        num_envs: ``1`` for one ``gym.make`` env, more for a synchronous
+            vector env (same-step autoreset, as ``tdscheme.testing.make_env``).
+        frames_per_batch: frames per returned batch (a multiple of ``num_envs``).
+        seed: env and policy seed.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, seed: int = 0) -> None:
+        if frames_per_batch % num_envs:
+            raise ValueError(
+                f"frames_per_batch={frames_per_batch} must be a multiple of num_envs={num_envs}"
+            )
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.num_envs = num_envs
+        self.steps = frames_per_batch // num_envs
+        if num_envs == 1:
+            self.env: Any = gym.make(env_id)
+        else:
+            self.env = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            )
+        vector = num_envs > 1
+        obs_space = self.env.single_observation_space if vector else self.env.observation_space
+        action_space = self.env.single_action_space if vector else self.env.action_space
+        obs_dim = int(np.prod(obs_space.shape))
+        self.net = torch_mlp(obs_dim, int(action_space.n))
+        self.obs, _ = self.env.reset(seed=seed)
+
+    def next(self) -> dict[str, np.ndarray]:
+        """Collects one batch of ``frames_per_batch`` frames (time-major)."""
+        shape = (self.steps,) if self.num_envs == 1 else (self.steps, self.num_envs)
+        obs = np.empty((self.steps,) + np.shape(self.obs), dtype=np.float32)
+        action = np.empty(shape, dtype=np.int64)
+        reward = np.empty(shape, dtype=np.float32)
+        done = np.empty(shape, dtype=bool)
+        with torch.no_grad():
+            for t in range(self.steps):
+                obs[t] = self.obs
+                logits = self.net(torch.as_tensor(obs[t]))
+                if self.num_envs == 1:
+                    act: Any = int(logits.argmax())
+                else:
+                    act = logits.argmax(-1).numpy()
+                action[t] = act
+                self.obs, reward[t], terminated, truncated, _ = self.env.step(act)
+                done[t] = np.logical_or(terminated, truncated)
+                if self.num_envs == 1 and done[t]:
+                    self.obs, _ = self.env.reset()
+        return {"observation": obs, "action": action, "reward": reward, "done": done}
+
+    def close(self) -> None:
+        """Closes the env."""
+        self.env.close()
+
+
+class MinimalRayCollector:
+    """The hand-written Ray collector: ``num_workers`` plain actors, first-ready order.
+
+    Iterating yields numpy batches as they become ready (``ray.wait``) and
+    resubmits the worker that produced each one, like torchrl's and tdscheme's
+    ``sync=False``.
+    """
+
+    def __init__(
+        self, env_id: str, *, num_envs: int, frames_per_batch: int, num_workers: int = 2
+    ) -> None:
+        remote_cls = ray.remote(num_cpus=1)(MinimalCollectorWorker)
+        self.workers = [
+            remote_cls.remote(env_id, num_envs, frames_per_batch, seed=i)
+            for i in range(num_workers)
+        ]
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        pending = {worker.next.remote(): worker for worker in self.workers}
+        while True:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_TIMEOUT_S)
+            if not ready:
+                raise TimeoutError(f"no batch within {RAY_TIMEOUT_S} s")
+            worker = pending.pop(ready[0])
+            batch = ray.get(ready[0], timeout=RAY_TIMEOUT_S)
+            yield batch
+            pending[worker.next.remote()] = worker
+
+    def shutdown(self) -> None:
+        """Kills the actors (idempotent)."""
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        self.workers = []
+
+
+class InProcessCollector:
+    """The same worker stepped in the driver process: no Ray at all."""
+
+    def __init__(self, env_id: str, *, num_envs: int, frames_per_batch: int) -> None:
+        self.worker = MinimalCollectorWorker(env_id, num_envs, frames_per_batch)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        while True:
+            yield self.worker.next()
+
+    def shutdown(self) -> None:
+        """Closes the env."""
+        self.worker.close()
+
+
+def torchrl_local_collector(
+    create_env_fn: Callable[[], Any], policy: Any, *, frames_per_batch: int
+) -> Any:
+    """torchrl's single-process ``Collector`` (formerly ``SyncDataCollector``)."""
+    from torchrl.collectors import Collector
+
+    return Collector(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1)
+
+
+def torchrl_ray_collector(
+    create_env_fn: Callable[[], Any],
+    policy: Any,
+    *,
+    frames_per_batch: int,
+    sync: bool,
+    total_frames: int,
+    remote_configs: dict[str, Any],
+    num_collectors: int = 2,
+    **kwargs: Any,
+) -> Any:
+    """torchrl's ``RayCollector`` with the arguments tdscheme's takes (a drop-in)."""
+    from torchrl.collectors.distributed import RayCollector
+
+    return RayCollector(
+        create_env_fn,
+        policy,
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        num_collectors=num_collectors,
+        sync=sync,
+        remote_configs=remote_configs,
+        **kwargs,
+    )
+
+
+def torchrl_docstring_collector(
+    create_env_fn: Callable[[], Any],
+    policy: Any,
+    *,
+    num_collectors: int,
+    total_frames: int,
+    remote_configs: dict[str, Any],
+) -> Any:
+    """torchrl's ``RayCollector`` as its docstring example sets it up.
+
+    One env per collector, ``frames_per_batch=200``, ``collector_class=Collector``,
+    cpu devices. The example's ``max_frames_per_traj=50`` is left out: it would
+    change the env (truncated episodes), not the collector.
+    """
+    from torchrl.collectors import Collector
+    from torchrl.collectors.distributed import RayCollector
+
+    return RayCollector(
+        create_env_fn=[create_env_fn] * num_collectors,
+        policy=policy,
+        collector_class=Collector,
+        init_random_frames=-1,
+        reset_at_each_iter=False,
+        collector_kwargs={"device": "cpu", "storing_device": "cpu"},
+        num_collectors=num_collectors,
+        total_frames=total_frames,
+        frames_per_batch=200,
+        remote_configs=remote_configs,
+    )
+
+
+def torchrl_push(collector: Any, policy: Any) -> None:
+    """Pushes ``policy``'s weights to every worker of a torchrl ``RayCollector``.
+
+    This blocks until every worker has them: ``RayWeightSyncScheme.send()`` calls
+    ``RayTransport.wait_ack()`` for every worker, a ``ray.get`` of the worker's
+    ``_receive_weights_scheme`` call, which returns once the worker received the
+    tensors (gloo) and applied them to its policy. :func:`torchrl_weights_arrived`
+    checks that independently. The first push also sets up the gloo group.
+    """
+    collector.update_policy_weights_(policy)
+
+
+def torchrl_weights_arrived(collector: Any, policy: Any) -> bool:
+    """Whether every worker's policy now has ``policy``'s weights (read back over Ray)."""
+    from tensordict import TensorDict
+
+    local = TensorDict.from_module(policy)
+    remote = collector.get_distant_attr("policy")
+    return all(bool((TensorDict.from_module(p) == local).all()) for p in remote)
+
+
+class BatchServer:
+    """An actor holding one ready collector batch, to time its transfer across Ray alone.
+
+    Args:
+        create_env_fn: env factory (torchrl ``EnvBase``).
+        policy: the policy used to collect the batch.
+        frames_per_batch: frames in the batch.
+    """
+
+    def __init__(self, create_env_fn: Callable[[], Any], policy: Any, frames_per_batch: int):
+        torch.set_num_threads(1)
+        collector = torchrl_local_collector(
+            create_env_fn, policy, frames_per_batch=frames_per_batch
+        )
+        self.batch = next(iter(collector)).clone()
+        collector.shutdown()
+        self.codec: Any = None
+        try:
+            from tdscheme.transport import TensorDictCodec
+
+            self.codec = TensorDictCodec()
+        except ImportError:
+            pass
+
+    def ping(self) -> None:
+        """An empty call: the fixed cost of one Ray round trip."""
+
+    def nbytes(self) -> int:
+        """Bytes of tensor data in the batch."""
+        return int(sum(t.numel() * t.element_size() for t in self.batch.values(True, True)))
+
+    def has_codec(self) -> bool:
+        """Whether ``tdscheme.transport.TensorDictCodec`` is importable here."""
+        return self.codec is not None
+
+    def tensordict(self) -> Any:
+        """The batch as a TensorDict (Ray pickles it)."""
+        return self.batch
+
+    def payload(self) -> Any:
+        """The batch encoded by tdscheme's codec."""
+        return self.codec.encode(self.batch)
+
+    def numpy_dict(self) -> dict[str, np.ndarray]:
+        """The batch as a flat dict of numpy arrays (Ray's zero-copy path; a limit)."""
+        return {
+            "/".join(key) if isinstance(key, tuple) else key: tensor.numpy()
+            for key, tensor in self.batch.items(True, True)
+        }
+
+
+def median_transfer_s(call: Callable[[], Any], *, reps: int) -> float:
+    """Median wall time of ``call()`` over ``reps`` runs (after one untimed warm-up)."""
+    call()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = call()
+        times.append(time.perf_counter() - start)
+        del out
+    return float(np.median(times))
