@@ -158,7 +158,7 @@ class GradientWorkerSpec:
         env_factory: builds one torchrl env (called once per collector).
         policy_factory: builds the modules, e.g. ``{"actor": ..., "critic": ...}``.
         learner_factory: ``learner_factory(**modules)`` returns the worker's Learner
-            (a non-mapping ``modules`` is passed as the one positional argument).
+            (a single module is passed as ``actor=module``, as the Scheme does).
             Its ``policy`` drives the worker's collectors.
         num_collectors: torchrl collectors the worker steps.
         frames_per_batch: frames per gradient, split evenly over the collectors.

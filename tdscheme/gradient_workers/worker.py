@@ -99,10 +99,9 @@ class GradientWorker:
         if seed is not None:
             torch.manual_seed(seed)
         modules = spec.policy_factory()
-        if isinstance(modules, Mapping):
-            self.learner = spec.learner_factory(**modules)
-        else:
-            self.learner = spec.learner_factory(modules)
+        if not isinstance(modules, Mapping):
+            modules = {"actor": modules}  # one module is the actor, as for the Scheme
+        self.learner = spec.learner_factory(**modules)
         if weights is not None:
             self.set_weights(weights, version)
         self.learner.version = version
