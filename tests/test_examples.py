@@ -18,6 +18,16 @@ TINY_ARGS = {
         "--envs-per-collector",
         "4",
     ],
+    "gradient_workers_cartpole.py": [
+        "--mode",
+        "decentralized",
+        "--steps",
+        "3",
+        "--frames-per-batch",
+        "64",
+        "--num-envs",
+        "1",
+    ],
 }
 
 
