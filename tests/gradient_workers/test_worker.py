@@ -112,3 +112,15 @@ def test_learner_state_moves_between_workers(worker):
         other.shutdown()
     worker.shutdown()
     worker.shutdown()  # idempotent
+
+
+def test_compressed_payloads_decode_to_the_same_values():
+    plain, packed = (GradientWorker(0, spec(compress=c), seed=0) for c in (False, True))
+    try:
+        assert_equal_tds(codec.decode(packed.weights()), codec.decode(plain.weights()))
+        grads = codec.decode(packed.compute_gradients().grads)
+        params = plain.learner.loss_module.named_parameters()
+        assert set(grads.keys(True, True)) == {tuple(name.split(".")) for name, _ in params}
+    finally:
+        plain.shutdown()
+        packed.shutdown()
