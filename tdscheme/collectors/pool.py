@@ -54,6 +54,7 @@ class _Slot:
     generation: int = 0
     restarts: int = 0
     acked_version: int = 0
+    pushed_version: int = 0
     pending_ack: Any = None
 
 
@@ -96,7 +97,7 @@ class WorkerPool:
             weights=self._weights_ref,
             policy_version=self._version,
         )
-        slot.acked_version = self._version
+        slot.acked_version = slot.pushed_version = self._version
         slot.pending_ack = None
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
@@ -129,7 +130,7 @@ class WorkerPool:
     def collect(self, worker_id: int, batch_id: int) -> Any:
         """Asks a worker for a batch; returns the future to wait on."""
         slot = self._slots[worker_id]
-        ref = slot.actor.collect.remote(batch_id)
+        ref = slot.actor.collect.remote(batch_id, slot.pushed_version)
         self._refs[ref] = (worker_id, slot.generation)
         return ref
 
@@ -211,13 +212,18 @@ class WorkerPool:
         self._version = version
 
     def push_weights(self, payload: Any, version: int, worker_ids: Sequence[int]) -> None:
-        """Sends ``payload`` (one ``ray.put``) to ``worker_ids``; each acknowledges ``version``."""
+        """Sends ``payload`` (one ``ray.put``) to ``worker_ids``; each acknowledges ``version``.
+
+        Workers receive the weights even while collecting and run them from the
+        next batch they start.
+        """
         ref = ray.put(payload)
         self._weights_ref = ref
         self._version = version
         for worker_id in worker_ids:
             slot = self._slots[worker_id]
             slot.pending_ack = slot.actor.set_weights.remote(ref, version)
+            slot.pushed_version = version
 
     def poll_acks(self, timeout_s: float = 0.0) -> None:
         """Records the acknowledgements that arrived within ``timeout_s``.

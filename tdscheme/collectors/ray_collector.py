@@ -42,8 +42,10 @@ class RayCollector(BaseCollector):
     weight push (explicit or automatic).
 
     Weight pushes: :meth:`update_policy_weights_` sends weights with one
-    ``ray.put`` shared by all workers; each worker acknowledges the version it
-    runs (``stats()["worker_policy_versions"]``). Automatic pushes, made when the
+    ``ray.put`` shared by all workers; each worker acknowledges the version as
+    soon as the weights arrive (even mid-batch) and runs it from the next batch
+    it starts (``stats()["worker_policy_versions"]``: acknowledged;
+    ``stats()["worker_running_versions"]``: seen in batches). Automatic pushes, made when the
     consumer asks for the next batch (after it trained on the last one), send
     the driver policy's current weights:
 
@@ -179,6 +181,7 @@ class RayCollector(BaseCollector):
         self._codec = TensorDictCodec(config.compress)
         self._stats = CollectorStats()
         self._since_push: list[int] = []
+        self._running: dict[int, int] = {}  # worker id -> policy version of its last batch
         self._next_batch_id = 0
         self._iterator = None
         self._closed = False
@@ -239,9 +242,10 @@ class RayCollector(BaseCollector):
     ) -> None:
         """Pushes new policy weights (one ``ray.put``) and bumps ``policy_version``.
 
-        Does not wait for the workers: each applies the weights after the batch
-        it is collecting, acknowledges the new version, and stamps its later
-        frames with it. :meth:`wait_for_weights` blocks until all acknowledged.
+        Does not wait for the workers: each acknowledges the new version when the
+        weights arrive (even while it collects a batch), and runs them and stamps
+        its frames with the new version from the next batch it starts.
+        :meth:`wait_for_weights` blocks until all acknowledged.
 
         Args:
             policy_or_weights: a TensorDict or dict of weights, or a module to take
@@ -289,6 +293,7 @@ class RayCollector(BaseCollector):
         out.update(
             policy_version=self._pool.version,
             worker_policy_versions=self._pool.acked_versions(),
+            worker_running_versions=[self._running.get(i, 0) for i in range(self.num_collectors)],
             restarts=sum(self._pool.restarts()),
             restarts_per_worker=self._pool.restarts(),
             num_collectors=self.num_collectors,
@@ -542,6 +547,7 @@ class RayCollector(BaseCollector):
             stats.frames_per_worker[r.worker_id] += r.frames
             stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
             stats.lag_counts[self._pool.version - r.policy_version] += 1
+            self._running[r.worker_id] = r.policy_version
             stats.collect_s += r.collect_s
             stats.encode_s += r.encode_s
             stats.bytes_received += r.payload.nbytes

@@ -8,6 +8,7 @@ debugging session can run it in-process unchanged.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -113,6 +114,8 @@ class CollectorWorker:
         self.policy_version = policy_version
         self._codec = TensorDictCodec(spec.compress)
         self._preempt_upto = -1
+        self._staged_cond = threading.Condition()
+        self._staged: tuple[TensorDictBase | Payload, int] | None = None
         self._collector = self._build_collector(spec)
         if seed is not None:
             self.set_seed(seed)
@@ -139,17 +142,21 @@ class CollectorWorker:
             env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
         )
 
-    def collect(self, batch_id: int) -> WorkerBatch:
+    def collect(self, batch_id: int, min_policy_version: int = 0) -> WorkerBatch:
         """Collects one batch of ``spec.frames_per_batch`` frames.
 
         Args:
             batch_id: the driver's request id; a ``preempt(batch_id)`` received
                 while collecting cuts this batch short.
+            min_policy_version: the newest version pushed to this worker before
+                the request; the batch waits (up to 60 s) for those weights, so a
+                request made after a push never runs older weights.
 
         Returns:
             The encoded batch with its provenance.
         """
         start = time.perf_counter()
+        self._apply_staged_weights(min_policy_version)
         version = self.policy_version
         if self.spec.preemptible:
             td, preempted = self._collect_steps(batch_id)
@@ -197,15 +204,39 @@ class CollectorWorker:
         """Liveness check answered even while collecting; returns the worker id."""
         return self.worker_id
 
+    @ray.method(concurrency_group="control")
     def set_weights(self, weights: TensorDictBase | Payload, policy_version: int) -> int:
-        """Loads policy weights; later batches are stamped with ``policy_version``.
+        """Receives policy weights; the next batch to start runs them and is stamped ``policy_version``.
+
+        Runs in the ``control`` group, so it is answered while a batch is being
+        collected: the weights are staged and applied when the next batch
+        starts (a batch never mixes two versions). A newer push replaces an
+        older one that was not applied yet.
 
         Returns:
-            The policy version this worker now runs (the acknowledgement).
+            ``policy_version`` (the acknowledgement that the weights arrived).
         """
-        self._load_weights(weights)
-        self.policy_version = policy_version
+        with self._staged_cond:
+            if self._staged is None or self._staged[1] < policy_version:
+                self._staged = (weights, policy_version)
+            self._staged_cond.notify_all()
         return policy_version
+
+    def _apply_staged_weights(self, min_policy_version: int = 0, timeout_s: float = 60.0) -> None:
+        def arrived() -> bool:
+            newest = self._staged[1] if self._staged is not None else self.policy_version
+            return max(newest, self.policy_version) >= min_policy_version
+
+        with self._staged_cond:
+            if not self._staged_cond.wait_for(arrived, timeout=timeout_s):
+                raise TimeoutError(
+                    f"worker {self.worker_id}: weights version {min_policy_version} did not "
+                    f"arrive within {timeout_s} s (running version {self.policy_version})"
+                )
+            staged, self._staged = self._staged, None
+        if staged is not None:
+            self._load_weights(staged[0])
+            self.policy_version = staged[1]
 
     def _load_weights(self, weights: TensorDictBase | Payload) -> None:
         if isinstance(weights, Payload):
