@@ -8,6 +8,7 @@ debugging session can run it in-process unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -274,6 +275,12 @@ def _env_batch_numel(env: Any) -> int:
     return max(1, torch.Size(batch_size).numel())
 
 
+@functools.cache
+def _remote_worker() -> Any:
+    # Built once per process: every ray.remote(...) call would export the class again.
+    return ray.remote(concurrency_groups={"control": 1})(CollectorWorker)
+
+
 def remote_worker_class(**remote_config: Any) -> Any:
     """``ray.remote(CollectorWorker)`` with a ``control`` group for preempt/ping and ``remote_config``."""
-    return ray.remote(concurrency_groups={"control": 1})(CollectorWorker).options(**remote_config)
+    return _remote_worker().options(**remote_config)
