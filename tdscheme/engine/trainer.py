@@ -1,0 +1,346 @@
+"""Trainer: runs a Scheme for a frame budget with logging, evaluation, checkpoints and resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tdscheme.engine.checkpoint import CheckpointManager
+from tdscheme.engine.evaluation import EvalResult, evaluate
+from tdscheme.engine.progress import Progress
+from tdscheme.engine.run_log import RunLogger
+from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.scheme import Scheme
+
+__all__ = ["CONFIG_FILE", "Trainer", "TrainerConfig"]
+
+logger = logging.getLogger(__name__)
+
+#: The file in a run directory that holds the run's configuration (``run_config``).
+CONFIG_FILE = "config.json"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class Trainer:
+    """Runs a :class:`~tdscheme.Scheme` for ``total_frames`` frames.
+
+    Every iteration's metrics are logged at ``step = frames`` (through a
+    :class:`~tdscheme.engine.run_log.RunLogger`) and shown on a
+    :class:`~tdscheme.engine.progress.Progress`. Evaluations run the deterministic
+    policy on separate eval envs (``scheme.eval_env_factory``, or the training env
+    factory when there is none) and log ``eval/return``, ``eval/return_std``,
+    ``eval/episode_length``. Checkpoints hold the scheme (learner, optimizer,
+    counters, collector state), the trainer's counters, the seed and the RNG states;
+    with ``resume=True`` the run continues from its newest checkpoint at the same
+    frame count, and rows logged after that checkpoint are dropped before new ones
+    are appended.
+
+    Seeding: the scheme's ``config.seed`` seeds this process (``random``, numpy,
+    torch) once the scheme is built; workers get distinct seeds from the
+    collector; a resumed run reseeds them with fresh ones.
+
+    Args:
+        scheme: a Scheme, or a function building one (the Trainer owns it either way
+            and shuts it down in :meth:`close`).
+        config: ``TrainerConfig()`` when ``None``.
+        run_config: the run's configuration (JSON-compatible), written to
+            ``run_dir/config.json``, logged as hyperparameters and kept in checkpoints.
+
+    Raises:
+        TypeError: ``scheme`` is neither a Scheme nor a function returning one.
+        FileNotFoundError: ``resume=True`` and ``run_dir`` has no checkpoint.
+        tdscheme.engine.CheckpointError: ``resume=True`` and every checkpoint is damaged.
+
+    Example:
+        >>> # Needs Ray; see tdscheme.presets and the `tdscheme train` command
+        >>> from tdscheme.presets import get_preset  # doctest: +SKIP
+        >>> preset = get_preset("ppo-cartpole")  # doctest: +SKIP
+        >>> with Trainer(preset.build_scheme, config=TrainerConfig(
+        ...         total_frames=50_000, run_dir="runs/demo", eval_every_frames=10_000)) as trainer:
+        ...     summary = trainer.run()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        scheme: Scheme | Callable[[], Scheme],
+        *,
+        config: TrainerConfig | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._started = time.perf_counter()
+        self.config = TrainerConfig() if config is None else config
+        if not isinstance(self.config, TrainerConfig):
+            raise TypeError(f"config must be a TrainerConfig or None, got {self.config!r}")
+        self.run_config = dict(run_config or {})
+        self.run_dir = None if self.config.run_dir is None else Path(self.config.run_dir)
+        self._closed = False
+        self._run_log: RunLogger | None = None
+        self._eval_env: Any = None
+        self.scheme: Scheme | None = None
+        self._counters: dict[str, Any] = {
+            "elapsed_s": 0.0, "last_eval_frames": -1, "last_checkpoint_frames": -1,
+            "evaluations": 0, "resumes": 0, "eval_return": None, "eval_return_std": None,
+            "target_frames": None, "target_elapsed_s": None,
+        }  # fmt: skip
+        self.checkpoints = None
+        self._threads_before = torch.get_num_threads()
+        if self.config.num_threads is not None:
+            torch.set_num_threads(self.config.num_threads)
+        try:
+            self._setup(scheme)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, scheme: Scheme | Callable[[], Scheme]) -> None:
+        cfg = self.config
+        resume_state = None
+        if self.run_dir is not None:
+            self.checkpoints = CheckpointManager(
+                self.run_dir / CHECKPOINT_DIR, keep_last=cfg.keep_checkpoints
+            )
+            if cfg.resume:
+                resume_state = self.checkpoints.load()
+        if isinstance(scheme, Scheme):
+            self.scheme = scheme
+        elif callable(scheme):
+            self.scheme = scheme()
+            if not isinstance(self.scheme, Scheme):
+                raise TypeError(f"scheme() must return a Scheme, got {type(self.scheme).__name__}")
+        else:
+            raise TypeError(
+                f"scheme={scheme!r} is invalid; accepted: a Scheme or a function returning one"
+            )
+        if resume_state is not None:
+            self._restore(resume_state)
+        elif self.seed is not None:
+            seed_everything(self.seed)
+        if self.run_dir is not None:
+            self._run_log = RunLogger(
+                self.run_dir, backend=cfg.logger, exp_name=cfg.exp_name,
+                resume_from_step=self.frames if resume_state is not None else None,
+            )  # fmt: skip
+            if self.run_config:
+                _write_json(self.run_dir / CONFIG_FILE, self.run_config)
+                if resume_state is None:
+                    self._run_log.log_hparams(self.run_config)
+
+    # -- counters ----------------------------------------------------------------------
+
+    @property
+    def seed(self) -> int | None:
+        """The run's seed (the scheme's ``config.seed``)."""
+        return self.scheme.config.seed
+
+    @property
+    def frames(self) -> int:
+        """Frames trained on so far (restored on resume)."""
+        return self.scheme.frames
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the run so far, summed over resumed sessions."""
+        return self._counters["elapsed_s"] + time.perf_counter() - self._started
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Trains until ``total_frames`` (or ``target_return``), then evaluates and checkpoints.
+
+        Returns:
+            The summary: ``frames``, ``iterations``, ``elapsed_s``, ``eval_return``,
+            ``eval_return_std``, ``target_return``, ``target_reached``,
+            ``target_frames``, ``target_elapsed_s``, ``checkpoint`` and ``run_dir``.
+
+        Raises:
+            RuntimeError: the trainer is closed.
+        """
+        self._check_open()
+        cfg = self.config
+        progress = Progress(
+            cfg.total_frames, enabled=cfg.progress, every_s=cfg.progress_every_s,
+            initial_frames=min(self.frames, cfg.total_frames),
+        )  # fmt: skip
+        try:
+            while self.frames < cfg.total_frames and not self.target_reached:
+                before = self.frames
+                metrics = self.scheme.step()
+                metrics["time/elapsed_s"] = self.elapsed_s
+                self._log(metrics)
+                postfix = {"return": metrics.get("train/episode_return", math.nan)}
+                if _due(self.frames, self._counters["last_eval_frames"], cfg.eval_every_frames):
+                    postfix["eval"] = self._evaluate_and_log().mean_return
+                progress.update(
+                    max(0, min(self.frames, cfg.total_frames) - max(before, 0)), **postfix
+                )
+                if _due(
+                    self.frames,
+                    self._counters["last_checkpoint_frames"],
+                    cfg.checkpoint_every_frames,
+                ):
+                    self.save_checkpoint()
+            if cfg.eval_at_end and self._counters["last_eval_frames"] != self.frames:
+                self._evaluate_and_log()
+            if cfg.checkpoint_at_end and self._counters["last_checkpoint_frames"] != self.frames:
+                self.save_checkpoint()
+        finally:
+            progress.close()
+        if self._run_log is not None:
+            self._run_log.flush()
+        return self.summary()
+
+    @property
+    def target_reached(self) -> bool:
+        """Whether an evaluation reached ``target_return``."""
+        return self._counters["target_frames"] is not None
+
+    def summary(self) -> dict[str, Any]:
+        """The run's counters and latest evaluation (see :meth:`run`)."""
+        c = self._counters
+        latest = self.checkpoints.latest() if self.checkpoints is not None else None
+        return {
+            "frames": self.frames,
+            "iterations": self.scheme.iterations,
+            "elapsed_s": self.elapsed_s,
+            "eval_return": c["eval_return"],
+            "eval_return_std": c["eval_return_std"],
+            "target_return": self.config.target_return,
+            "target_reached": self.target_reached,
+            "target_frames": c["target_frames"],
+            "target_elapsed_s": c["target_elapsed_s"],
+            "checkpoint": None if latest is None else str(latest),
+            "run_dir": None if self.run_dir is None else str(self.run_dir),
+        }
+
+    def _log(self, metrics: Mapping[str, float]) -> None:
+        if self._run_log is not None:
+            self._run_log.log_scalars(metrics, step=self.frames)
+
+    # -- evaluation --------------------------------------------------------------------
+
+    def evaluate(self, episodes: int | None = None) -> EvalResult:
+        """Runs the deterministic policy on the eval env for ``episodes`` episodes.
+
+        Args:
+            episodes: defaults to ``config.eval_episodes``.
+
+        Returns:
+            The episodes' returns and lengths.
+        """
+        self._check_open()
+        if self._eval_env is None:
+            factory = self.scheme.eval_env_factory or self.scheme.env_factory
+            self._eval_env = factory()
+        if self.seed is not None:
+            index = self._counters["evaluations"]
+            self._eval_env.set_seed(worker_seeds(self.seed, index + 1)[index])
+        self._counters["evaluations"] += 1
+        return evaluate(
+            self._eval_env, self.scheme.policy,
+            episodes=episodes or self.config.eval_episodes, max_steps=self.config.eval_max_steps,
+        )  # fmt: skip
+
+    def _evaluate_and_log(self) -> EvalResult:
+        result = self.evaluate()
+        c = self._counters
+        c["last_eval_frames"] = self.frames
+        c["eval_return"], c["eval_return_std"] = result.mean_return, result.std_return
+        metrics = result.metrics()
+        target = self.config.target_return
+        if target is not None and result.mean_return >= target and not self.target_reached:
+            c["target_frames"], c["target_elapsed_s"] = self.frames, self.elapsed_s
+            metrics["eval/target_reached"] = 1.0
+            metrics["eval/target_elapsed_s"] = c["target_elapsed_s"]
+            logger.info(
+                "eval return %.1f >= target %.1f at %d frames, %.1f s",
+                result.mean_return, target, self.frames, c["target_elapsed_s"],
+            )  # fmt: skip
+        self._log(metrics)
+        return result
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds: scheme, trainer counters, seed, RNG states, run config."""
+        counters = dict(self._counters, elapsed_s=self.elapsed_s)
+        return {
+            "scheme": self.scheme.state_dict(),
+            "trainer": counters,
+            "seed": self.seed,
+            "rng": rng_state(),
+            "config": self.run_config,
+        }
+
+    def save_checkpoint(self) -> Path:
+        """Writes a checkpoint of the run now (atomically) and returns its path.
+
+        Raises:
+            RuntimeError: the trainer has no ``run_dir``, or is closed.
+        """
+        self._check_open()
+        if self.checkpoints is None:
+            raise RuntimeError("save_checkpoint needs TrainerConfig.run_dir; it is None")
+        self._counters["last_checkpoint_frames"] = self.frames
+        path = self.checkpoints.save(self.state_dict(), self.frames)
+        logger.info("checkpoint %s", path)
+        return path
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        self.scheme.load_state_dict(state["scheme"])
+        counters = dict(state["trainer"])
+        counters["resumes"] = int(counters.get("resumes", 0)) + 1
+        self._counters.update(counters)
+        set_rng_state(state["rng"])
+        if self.seed is not None:  # fresh env streams, not a replay of the first session's
+            resumes = self._counters["resumes"]
+            self.scheme.collector.set_seed(worker_seeds(self.seed, resumes + 1)[resumes])
+        logger.info("resumed %s at %d frames", self.run_dir, self.frames)
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the logs and the eval env and shuts the scheme down. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._run_log is not None:
+                self._run_log.close()
+            if self._eval_env is not None:
+                self._eval_env.close()
+        finally:
+            torch.set_num_threads(self._threads_before)
+            if self.scheme is not None:
+                self.scheme.shutdown()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Trainer is closed")
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Trainer(frames={self.scheme.frames if self.scheme else 0}, config={self.config})"
+
+
+def _due(frames: int, last: int, every: int) -> bool:
+    return every > 0 and frames - max(last, 0) >= every
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

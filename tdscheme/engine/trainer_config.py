@@ -1,0 +1,107 @@
+"""TrainerConfig: how a Trainer runs, logs, evaluates and checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from tdscheme.engine.run_log import BACKENDS
+
+__all__ = ["TrainerConfig"]
+
+
+@dataclasses.dataclass
+class TrainerConfig:
+    """How a :class:`Trainer` runs, logs, evaluates and checkpoints.
+
+    Args:
+        total_frames: stop after training on this many frames.
+        run_dir: the run's directory (logs, ``config.json``, ``checkpoints/``);
+            ``None`` writes nothing (no logs, no checkpoints).
+        logger: ``"csv"`` or ``"tensorboard"`` (torchrl's loggers); ``metrics.csv`` is
+            always written too.
+        exp_name: the torchrl logger's experiment name (a subdirectory of ``run_dir``).
+        eval_every_frames: evaluate every this many frames (0: only at the end).
+        eval_episodes: episodes per evaluation.
+        eval_at_end: evaluate once more when the run ends.
+        eval_max_steps: env steps after which one evaluation gives up.
+        target_return: stop the run as soon as an evaluation's mean return reaches
+            this (``None``: run the whole budget).
+        checkpoint_every_frames: checkpoint every this many frames (0: only at the end).
+        checkpoint_at_end: checkpoint when the run ends.
+        keep_checkpoints: newest checkpoints kept.
+        resume: continue the run in ``run_dir`` from its newest readable checkpoint.
+        progress: a progress bar (``True``), plain lines (``False``) or a bar only on
+            a terminal (``None``).
+        progress_every_s: seconds between plain progress lines.
+        num_threads: torch's intra-op threads in this process (learner and
+            evaluation) while the Trainer is open; 1 is fastest for small networks,
+            most of all on a busy machine. ``None`` leaves torch's setting.
+
+    Raises:
+        ValueError: a value out of range, naming the field, its value and what is accepted.
+
+    Example:
+        >>> TrainerConfig(total_frames=10_000, eval_every_frames=2_000).eval_episodes
+        10
+        >>> TrainerConfig(logger="wandb")
+        Traceback (most recent call last):
+        ...
+        ValueError: logger='wandb' is invalid; accepted: 'csv', 'tensorboard'
+    """
+
+    total_frames: int = 100_000
+    run_dir: str | None = None
+    logger: str = "csv"
+    exp_name: str = "tdscheme"
+    eval_every_frames: int = 0
+    eval_episodes: int = 10
+    eval_at_end: bool = True
+    eval_max_steps: int = 100_000
+    target_return: float | None = None
+    checkpoint_every_frames: int = 0
+    checkpoint_at_end: bool = True
+    keep_checkpoints: int = 3
+    resume: bool = False
+    progress: bool | None = None
+    progress_every_s: float = 10.0
+    num_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("total_frames", 1),
+            ("eval_every_frames", 0),
+            ("eval_episodes", 1),
+            ("eval_max_steps", 1),
+            ("checkpoint_every_frames", 0),
+            ("keep_checkpoints", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name}={value!r} is invalid; accepted: an int >= {minimum}")
+        if self.logger not in BACKENDS:
+            raise ValueError(
+                f"logger={self.logger!r} is invalid; accepted: {', '.join(map(repr, BACKENDS))}"
+            )
+        if self.run_dir is not None:
+            self.run_dir = os.fspath(self.run_dir)
+        if self.resume and self.run_dir is None:
+            raise ValueError("resume=True is invalid without a run_dir; accepted: set run_dir")
+        tr = self.target_return
+        if tr is not None and (isinstance(tr, bool) or not isinstance(tr, (int, float))):
+            raise ValueError(f"target_return={tr!r} is invalid; accepted: None or a number")
+        for name in ("eval_at_end", "checkpoint_at_end", "resume"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is invalid; accepted: True or False"
+                )
+        if self.progress not in (None, True, False):
+            raise ValueError(
+                f"progress={self.progress!r} is invalid; accepted: True, False or None"
+            )
+        nt = self.num_threads
+        if nt is not None and (isinstance(nt, bool) or not isinstance(nt, int) or nt < 1):
+            raise ValueError(f"num_threads={nt!r} is invalid; accepted: None or an int >= 1")
+        every = self.progress_every_s
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not every >= 0:
+            raise ValueError(f"progress_every_s={every!r} is invalid; accepted: a number >= 0")
