@@ -1,0 +1,75 @@
+"""Named training runs for the ``tdscheme`` command and for examples.
+
+``PRESETS`` maps a name to a function returning a fresh :class:`Preset`; every
+setting of the preset can be overridden (``Preset.override``).
+
+Example:
+    >>> sorted(PRESETS)
+    ['a2c-cartpole', 'ppo-cartpole', 'ppo-pendulum']
+    >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
+    >>> preset_from_dict(preset.to_dict()) == preset
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
+from tdscheme.presets.actor_critic import ActorCriticConfig
+from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
+from tdscheme.presets.preset import Preset
+
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "ActorCriticConfig",
+    "Preset",
+    "a2c_learner",
+    "get_preset",
+    "ppo_learner",
+    "preset_from_dict",
+]
+
+#: Preset names to functions returning a fresh preset.
+PRESETS: dict[str, Callable[[], Preset]] = {
+    "ppo-cartpole": ppo_cartpole,
+    "a2c-cartpole": a2c_cartpole,
+    "ppo-pendulum": ppo_pendulum,
+}
+
+#: The preset ``tdscheme train`` runs when none is named.
+DEFAULT_PRESET = "ppo-cartpole"
+
+
+def get_preset(name: Any) -> Preset:
+    """A fresh preset by name.
+
+    Raises:
+        ValueError: ``name`` is not in ``PRESETS``.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"preset={name!r} is unknown; accepted: {sorted(PRESETS)}")
+    return PRESETS[name]()
+
+
+def preset_from_dict(data: Mapping[str, Any]) -> Preset:
+    """Rebuilds a preset from ``Preset.to_dict()``: the named preset with the saved settings.
+
+    Args:
+        data: ``{"preset": name, "algo": {...}, "scheme": {...}, "trainer": {...}}``.
+
+    Returns:
+        The preset.
+
+    Raises:
+        ValueError: ``data`` names no known preset or holds an unknown or invalid setting.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"data must be a dict from Preset.to_dict(), got {type(data).__name__}")
+    base = get_preset(data.get("preset"))
+    values: dict[str, Any] = {}
+    for section in ("algo", "scheme", "trainer"):
+        values.update(data.get(section) or {})
+    return base.override(values)

@@ -1,0 +1,75 @@
+"""A2C preset: torchrl's A2CLoss + GAE on CartPole.
+
+Example:
+    >>> preset = a2c_cartpole()
+    >>> learner = preset.learner_factory()(**preset.policy_factory()())
+    >>> type(learner.loss_module).__name__, learner.config.num_epochs
+    ('A2CLoss', 1)
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torchrl.objectives import A2CLoss
+
+from tdscheme.engine.trainer import TrainerConfig
+from tdscheme.learner import Learner
+from tdscheme.presets.actor_critic import ActorCriticConfig
+from tdscheme.presets.preset import Preset, actor_critic_learner
+from tdscheme.scheme import SchemeConfig
+
+__all__ = ["a2c_cartpole", "a2c_learner"]
+
+
+def a2c_learner(
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """A Learner over torchrl's ``A2CLoss`` with GAE.
+
+    Args:
+        actor: the stochastic actor.
+        critic: the state-value network.
+        config: loss, optimizer and GAE hyperparameters (``clip_epsilon`` and
+            ``normalize_advantage`` are not used by A2C).
+        total_updates: learner updates of the whole run, for ``config.anneal_lr``.
+
+    Returns:
+        The Learner.
+    """
+    loss = A2CLoss(
+        actor,
+        critic,
+        entropy_bonus=config.entropy_coef > 0,
+        entropy_coeff=config.entropy_coef,
+        critic_coeff=config.critic_coef,
+        loss_critic_type=config.loss_critic_type,
+    )
+    return actor_critic_learner(loss, critic, config=config, total_updates=total_updates)
+
+
+def a2c_cartpole() -> Preset:
+    """A2C on CartPole-v1: one gradient step per batch of 16 envs x 32 steps."""
+    return Preset(
+        name="a2c-cartpole",
+        learner_builder=a2c_learner,
+        algo=ActorCriticConfig(
+            env_id="CartPole-v1",
+            num_envs=16,
+            lr=1e-3,
+            num_epochs=1,
+            minibatch_size=None,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=512),
+        trainer=TrainerConfig(
+            total_frames=300_000,
+            eval_every_frames=20_480,
+            eval_episodes=10,
+            target_return=475.0,
+        ),
+    )

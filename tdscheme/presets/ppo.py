@@ -1,0 +1,108 @@
+"""PPO presets: ClipPPOLoss + GAE on CartPole and Pendulum.
+
+Example:
+    >>> preset = ppo_cartpole()
+    >>> preset.name, preset.scheme.num_collectors
+    ('ppo-cartpole', 2)
+    >>> learner = preset.learner_factory()(**preset.policy_factory()())
+    >>> type(learner.loss_module).__name__
+    'ClipPPOLoss'
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torchrl.objectives import ClipPPOLoss
+
+from tdscheme.engine.trainer import TrainerConfig
+from tdscheme.learner import Learner
+from tdscheme.presets.actor_critic import ActorCriticConfig
+from tdscheme.presets.preset import Preset, actor_critic_learner
+from tdscheme.scheme import SchemeConfig
+
+__all__ = ["ppo_cartpole", "ppo_learner", "ppo_pendulum"]
+
+
+def ppo_learner(
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """A Learner over torchrl's ``ClipPPOLoss`` with GAE.
+
+    Args:
+        actor: the stochastic actor (``return_log_prob=True``).
+        critic: the state-value network.
+        config: loss, optimizer and GAE hyperparameters.
+        total_updates: learner updates of the whole run, for ``config.anneal_lr``.
+
+    Returns:
+        The Learner.
+    """
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=config.clip_epsilon,
+        entropy_bonus=config.entropy_coef > 0,
+        entropy_coeff=config.entropy_coef,
+        critic_coeff=config.critic_coef,
+        loss_critic_type=config.loss_critic_type,
+        normalize_advantage=config.normalize_advantage,
+    )
+    return actor_critic_learner(loss, critic, config=config, total_updates=total_updates)
+
+
+def ppo_cartpole() -> Preset:
+    """PPO on CartPole-v1, tuned to reach an evaluation return of 475 fast on 2 CPUs.
+
+    Two collectors step 16 envs each; every learner update trains 10 epochs of
+    512-frame minibatches on 2048 fresh, strictly on-policy frames (the workers
+    wait for the new weights), and the run stops at the first evaluation whose
+    mean return over 10 episodes reaches 475.
+    """
+    return Preset(
+        name="ppo-cartpole",
+        learner_builder=ppo_learner,
+        algo=ActorCriticConfig(
+            env_id="CartPole-v1",
+            num_envs=16,
+            lr=2e-3,
+            num_epochs=10,
+            minibatch_size=512,
+            entropy_coef=0.0,
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=2048, sync=True, max_policy_lag=0),
+        trainer=TrainerConfig(
+            total_frames=100_000,
+            eval_every_frames=4096,
+            eval_episodes=10,
+            target_return=475.0,
+        ),
+    )
+
+
+def ppo_pendulum() -> Preset:
+    """PPO on Pendulum-v1 (continuous actions): from about -1200 to better than -400."""
+    return Preset(
+        name="ppo-pendulum",
+        learner_builder=ppo_learner,
+        algo=ActorCriticConfig(
+            env_id="Pendulum-v1",
+            num_envs=16,
+            gamma=0.9,
+            lr=1e-3,
+            num_epochs=10,
+            minibatch_size=512,
+            entropy_coef=0.0,
+            reward_scale=0.1,
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=4096, sync=True, max_policy_lag=0),
+        trainer=TrainerConfig(
+            total_frames=400_000,
+            eval_every_frames=32_768,
+            eval_episodes=10,
+            target_return=-200.0,
+        ),
+    )

@@ -1,0 +1,191 @@
+"""Preset: everything a named training run is made of, as plain, overridable configs.
+
+A preset holds three config dataclasses (the algorithm's ``algo``, the
+distribution ``scheme`` and the ``trainer``'s) and a module-level learner builder.
+From them it makes the picklable factories a :class:`~tdscheme.Scheme` takes, and
+it round-trips through a JSON-compatible dict (``to_dict`` /
+``tdscheme.presets.preset_from_dict``), which
+is what a run directory's ``config.json`` and its checkpoints hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from torch import nn
+from torchrl.objectives import LossModule
+from torchrl.objectives.value import GAE
+
+from tdscheme.engine.trainer import Trainer, TrainerConfig
+from tdscheme.learner import Learner, LearnerConfig
+from tdscheme.presets.actor_critic import (
+    ActorCriticConfig,
+    actor_critic_modules,
+    eval_env,
+    linear_lr_schedule,
+    train_env,
+)
+from tdscheme.scheme import Scheme, SchemeConfig
+
+__all__ = ["Preset", "actor_critic_learner"]
+
+_SECTIONS = ("algo", "scheme", "trainer")
+
+
+def actor_critic_learner(
+    loss: LossModule,
+    critic: nn.Module,
+    *,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """Wraps an actor-critic loss in a Learner with GAE and the configured optimizer.
+
+    Args:
+        loss: e.g. ``ClipPPOLoss`` or ``A2CLoss``, built over ``critic``.
+        critic: the value network GAE uses (the one the loss trains).
+        config: GAE, optimizer and minibatch hyperparameters.
+        total_updates: learner updates of the whole run; with ``config.anneal_lr``
+            the learning rate decays linearly over them.
+
+    Returns:
+        The Learner.
+    """
+    scheduler = None
+    if config.anneal_lr and total_updates:
+        scheduler = partial(
+            linear_lr_schedule, total_updates=total_updates, end_factor=config.lr_end_factor
+        )
+    return Learner(
+        loss,
+        config=LearnerConfig(
+            num_epochs=config.num_epochs,
+            minibatch_size=config.minibatch_size,
+            max_grad_norm=config.max_grad_norm,
+            lr=config.lr,
+            device=config.device,
+        ),
+        value_estimator=GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic),
+        lr_scheduler=scheduler,
+    )
+
+
+@dataclasses.dataclass
+class Preset:
+    """A named run: algorithm, distribution and trainer configs, and a learner builder.
+
+    Args:
+        name: the preset's name in ``tdscheme.presets.PRESETS``.
+        learner_builder: a module-level function ``(*, actor, critic, config,
+            total_updates) -> Learner``.
+        algo: env, network and loss hyperparameters.
+        scheme: collectors and weight pushes.
+        trainer: frames, evaluation, logging and checkpoints.
+
+    Example:
+        >>> from tdscheme.presets import PRESETS
+        >>> preset = PRESETS["ppo-cartpole"]().override({"lr": 1e-3, "num_collectors": 1})
+        >>> preset.algo.lr, preset.scheme.num_collectors
+        (0.001, 1)
+        >>> preset.to_dict()["scheme"]["num_collectors"]
+        1
+    """
+
+    name: str
+    learner_builder: Callable[..., Learner]
+    algo: ActorCriticConfig
+    scheme: SchemeConfig
+    trainer: TrainerConfig
+
+    # -- factories ---------------------------------------------------------------------
+
+    def env_factory(self) -> Callable[[], Any]:
+        """Builds one collector worker's batched training env."""
+        a = self.algo
+        return partial(train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale)
+
+    def eval_env_factory(self) -> Callable[[], Any]:
+        """Builds the evaluation env (the env's own rewards)."""
+        return partial(eval_env, self.algo.env_id, num_envs=self.algo.eval_num_envs)
+
+    def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
+        """Builds ``{"actor": ..., "critic": ...}``."""
+        a = self.algo
+        return partial(
+            actor_critic_modules, a.env_id, hidden_sizes=a.hidden_sizes, activation=a.activation
+        )
+
+    def learner_factory(self) -> Callable[..., Learner]:
+        """Builds the Learner from the modules of :meth:`policy_factory`."""
+        total_updates = max(1, self.trainer.total_frames // self.scheme.frames_per_batch)
+        return partial(self.learner_builder, config=self.algo, total_updates=total_updates)
+
+    def factories(self) -> dict[str, Callable[..., Any]]:
+        """The four factories, as keyword arguments for :class:`~tdscheme.Scheme`."""
+        return {
+            "env_factory": self.env_factory(),
+            "eval_env_factory": self.eval_env_factory(),
+            "policy_factory": self.policy_factory(),
+            "learner_factory": self.learner_factory(),
+        }
+
+    def build_scheme(self) -> Scheme:
+        """A new :class:`~tdscheme.Scheme` (starts or joins Ray, starts the collectors)."""
+        return Scheme(**self.factories(), config=self.scheme)
+
+    def build_trainer(self) -> Trainer:
+        """A :class:`~tdscheme.engine.Trainer` that builds and runs this preset's scheme."""
+        return Trainer(self.build_scheme, config=self.trainer, run_config=self.to_dict())
+
+    # -- configuration -------------------------------------------------------------------
+
+    def override(self, values: Mapping[str, Any]) -> Preset:
+        """A copy with the named settings replaced, wherever they live.
+
+        Args:
+            values: setting names (fields of ``algo``, ``scheme`` or ``trainer``) to values.
+
+        Returns:
+            The new preset (its configs validate the new values).
+
+        Raises:
+            ValueError: an unknown name, or a value its config rejects.
+        """
+        by_section: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        owners = self.setting_owners()
+        for key, value in values.items():
+            if key not in owners:
+                raise ValueError(f"unknown setting {key!r}; accepted: {sorted(owners)}")
+            by_section[owners[key]][key] = value
+        return dataclasses.replace(
+            self,
+            **{s: dataclasses.replace(getattr(self, s), **by_section[s]) for s in _SECTIONS},
+        )
+
+    def setting_owners(self) -> dict[str, str]:
+        """Every setting name and the section (``algo``, ``scheme``, ``trainer``) it belongs to."""
+        owners: dict[str, str] = {}
+        for section in _SECTIONS:
+            for field in dataclasses.fields(getattr(self, section)):
+                if field.name in owners:
+                    raise RuntimeError(f"setting {field.name!r} is defined twice")
+                owners[field.name] = section
+        return owners
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible dict: ``{"preset": name, "algo": {...}, "scheme": {...}, "trainer": {...}}``."""
+        out: dict[str, Any] = {"preset": self.name}
+        for section in _SECTIONS:
+            out[section] = _jsonable(dataclasses.asdict(getattr(self, section)))
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
