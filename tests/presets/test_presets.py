@@ -1,0 +1,90 @@
+"""Presets: the registry, overrides, picklable factories and a short real run of each."""
+
+from __future__ import annotations
+
+import doctest
+import math
+import pickle
+
+import pytest
+import torch
+
+import tdscheme.presets
+import tdscheme.presets.a2c
+import tdscheme.presets.actor_critic
+import tdscheme.presets.ppo
+import tdscheme.presets.preset
+from tdscheme.engine import read_metrics
+from tdscheme.presets import DEFAULT_PRESET, PRESETS, get_preset, preset_from_dict
+
+
+def test_doctests():
+    modules = (tdscheme.presets, tdscheme.presets.a2c, tdscheme.presets.actor_critic,
+               tdscheme.presets.ppo, tdscheme.presets.preset)  # fmt: skip
+    for module in modules:
+        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, module
+
+
+def test_registry_gives_fresh_presets():
+    assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum"}
+    assert DEFAULT_PRESET == "ppo-cartpole"
+    a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
+    assert a == b and a.scheme is not b.scheme
+    with pytest.raises(ValueError, match="preset='dqn' is unknown; accepted: "):
+        get_preset("dqn")
+
+
+def test_override_validates_and_round_trips():
+    preset = get_preset("ppo-pendulum").override({"lr": 1e-4, "hidden_sizes": [32], "sync": False})
+    assert (preset.algo.lr, preset.algo.hidden_sizes, preset.scheme.sync) == (1e-4, (32,), False)
+    assert preset_from_dict(preset.to_dict()) == preset
+    with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
+        preset.override({"learning_rate": 1.0})
+    with pytest.raises(ValueError, match="gamma=2 is invalid"):
+        preset.override({"gamma": 2})
+    with pytest.raises(ValueError, match="activation='gelu' is invalid"):
+        preset.override({"activation": "gelu"})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_factories_pickle_and_build_matching_modules(name):
+    preset = get_preset(name)
+    factories = pickle.loads(pickle.dumps(preset.factories()))
+    modules = factories["policy_factory"]()
+    learner = factories["learner_factory"](**modules)
+    env = factories["env_factory"]()
+    try:
+        td = learner.policy(env.reset())
+        assert td["action"].shape[0] == preset.algo.num_envs
+        assert ("episode_reward" in env.reset().keys()) and learner.lr_scheduler is not None
+    finally:
+        env.close()
+
+
+TINY = {"num_collectors": 1, "num_envs": 4, "frames_per_batch": 512, "minibatch_size": 256,
+        "num_epochs": 2, "collector_resources": {"num_cpus": 0.5}, "eval_num_envs": 2,
+        "eval_episodes": 2, "total_frames": 1024, "eval_every_frames": 512, "progress": False}  # fmt: skip
+
+
+# ppo-cartpole runs through the API in tests/engine/test_trainer.py.
+@pytest.mark.parametrize("name", ["a2c-cartpole", "ppo-pendulum"])
+def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
+    # a2c-cartpole also checks the early stop: any CartPole return reaches a target of 1.
+    target = 1.0 if name == "a2c-cartpole" else None
+    preset = get_preset(name).override({**TINY, "run_dir": str(tmp_path), "target_return": target})
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    metrics = read_metrics(tmp_path)
+    if target is not None:
+        assert summary["target_reached"] and summary["frames"] == summary["target_frames"] == 512
+        assert metrics["eval/target_reached"] == [(512, 1.0)]
+    else:
+        assert summary["frames"] == 1024 and not summary["target_reached"]
+    low, high = (-2000, 0) if "pendulum" in name else (8, 500)
+    assert low <= summary["eval_return"] <= high
+    for key in ("learner/loss", "learner/loss_objective", "learner/loss_critic", "eval/return",
+                "train/episode_length", "collector/fps"):  # fmt: skip
+        if key == "train/episode_length" and "pendulum" in name and summary["frames"] < 800:
+            continue
+        assert metrics[key] and all(math.isfinite(v) for _, v in metrics[key]), key
+    assert torch.get_num_threads() >= 1

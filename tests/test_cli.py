@@ -1,0 +1,190 @@
+"""The `tdscheme` command: train (each preset), kill and resume, eval, plot, usage errors."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tdscheme.cli import main
+from tdscheme.engine import CheckpointManager, read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TDSCHEME = [sys.executable, "-m", "tdscheme.cli"]
+TINY = ["--num-collectors", "1", "--num-envs", "4", "--frames-per-batch", "512",
+        "--minibatch-size", "256", "--num-epochs", "2", "--eval-num-envs", "2",
+        "--eval-episodes", "2", "--collector-resources", '{"num_cpus": 0.5}',
+        "--progress", "false"]  # fmt: skip
+
+
+def run(args, *, timeout=240, **kwargs):
+    return subprocess.run(
+        [*TDSCHEME, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def join_session(ray_session) -> list[str]:
+    """Options that make a subprocess join the test session's Ray instead of starting one."""
+    address = ray_session.get_runtime_context().gcs_address
+    return ["--ray-init-config", json.dumps({"address": address})]
+
+
+def summary_of(stdout: str) -> dict:
+    line = next(line for line in stdout.splitlines() if line.startswith("summary: "))
+    return json.loads(line.removeprefix("summary: "))
+
+
+# -- usage errors (in-process: no Ray, no subprocess) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["train", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["train", "--num-collectors", "abc"], "argument --num-collectors: invalid int value"),
+        (["train", "--num-collectors", "0"], "argument --num-collectors: num_collectors=0 is invalid"),
+        (["train", "--lr", "-1"], "argument --lr: lr=-1.0 is invalid"),
+        (["train", "--logger", "wandb"], "argument --logger: logger='wandb' is invalid"),
+        (["train", "--collector-resources", "{bad"], "argument --collector-resources: "),
+        (["train", "--hidden-sizes", "a,b"], "argument --hidden-sizes: "),
+        (["train", "dqn-cartpole"], "argument PRESET: invalid choice: 'dqn-cartpole'"),
+        (["eval"], "the following arguments are required: CHECKPOINT"),
+        (["eval", "x.pt", "--episodes", "0"], "argument --episodes: 0 is not an int >= 1"),
+    ],
+)  # fmt: skip
+def test_bad_options_are_usage_errors_naming_the_option(capsys, args, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_resume_needs_a_run_directory(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--resume", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"argument --resume: {tmp_path} has no config.json" in capsys.readouterr().err
+
+
+def test_unimplemented_setting_is_a_usage_error(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--num-grad-workers", "2", "--run-dir", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "argument --num-grad-workers: num_grad_workers=2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_eval_of_a_damaged_checkpoint_names_the_file(capsys, tmp_path, damage):
+    path = CheckpointManager(tmp_path).save({"config": {"preset": "ppo-cartpole"}}, 0)
+    data = path.read_bytes()
+    path.write_bytes(b"\x00" * 100 if damage == "garbage" else data[: len(data) - 50])
+    assert main(["eval", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"checkpoint file {path} is corrupt, truncated or unreadable" in err
+
+
+def test_bad_option_exit_status_from_the_console_script():
+    result = subprocess.run([str(Path(sys.executable).with_name("tdscheme")), "train",
+                             "--frames-per-batch", "many"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2
+    assert "argument --frames-per-batch: invalid int value: 'many'" in result.stderr
+
+
+# -- real runs ---------------------------------------------------------------------------
+
+
+def ray_processes(marker: str) -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def test_train_with_its_own_ray_then_eval_and_plot(tmp_path, capsys):
+    temp_dir = tempfile.mkdtemp(prefix="tds", dir="/tmp")  # short: Ray puts sockets in it
+    try:
+        run_dir = tmp_path / "run"
+        result = run([
+            "train", "ppo-cartpole", *TINY, "--total-frames", "1024", "--eval-every-frames", "512",
+            "--run-dir", str(run_dir), "--ray-init-config", json.dumps({"_temp_dir": temp_dir}),
+        ])  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"run directory {run_dir}" in result.stdout
+        summary = summary_of(result.stdout)
+        assert summary["frames"] == 1024 and summary["checkpoint"]
+        assert {"config.json", "metrics.csv", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
+        deadline = time.monotonic() + 30
+        while ray_processes(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not ray_processes(temp_dir), "the command left its Ray running"
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+    assert main(["eval", str(run_dir), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.split("eval: ", 1)[1])
+    assert report["episodes"] == 3.0 and 8 <= report["return"] <= 500 and report["frames"] == 1024
+
+    assert main(["plot", str(run_dir)]) == 0
+    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    assert (
+        main(["plot", str(run_dir), "--metric", "nothing", "--out", str(tmp_path / "x.png")]) == 0
+    )
+    assert main(["plot", str(tmp_path)]) == 1  # no metrics.csv: an error naming the directory
+    assert "has no metrics.csv" in capsys.readouterr().err
+
+
+def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
+    # In-process (the session's Ray); a2c-cartpole runs in a process in the kill/resume test.
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo-pendulum", *TINY, "--total-frames", "1024", "--run-dir",
+                 str(run_dir), "--target-return", "none"]) == 0  # fmt: skip
+    summary = summary_of(capsys.readouterr().out)
+    assert summary["frames"] == 1024 and -2000 < summary["eval_return"] < 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["preset"] == "ppo-pendulum" and config["scheme"]["num_collectors"] == 1
+    assert all(v == v for _, v in read_metrics(run_dir)["learner/loss"])  # no nan
+
+
+def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["train", "a2c-cartpole", *TINY, *join_session(ray_clean), "--total-frames", "1000000",
+            "--checkpoint-every-frames", "512", "--eval-every-frames", "0", "--run-dir", str(run_dir)]  # fmt: skip
+    proc = subprocess.Popen([*TDSCHEME, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    manager = CheckpointManager(run_dir / "checkpoints")
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run_dir / "checkpoints").is_dir() and len(manager.list()) >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.5)  # let it log a little past its checkpoint
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+    step = int(manager.latest().name[5:17])
+    before = read_metrics(run_dir)
+    kept = {name: [r for r in rows if r[0] <= step] for name, rows in before.items()}
+
+    # Resumed in-process, on the session's Ray.
+    assert main(["train", "--resume", str(run_dir), "--total-frames", str(step + 1024)]) == 0
+    assert summary_of(capsys.readouterr().out)["frames"] == step + 1024
+    after = read_metrics(run_dir)
+    steps = [s for s, _ in after["frames"]]
+    assert steps == list(range(512, step + 1024 + 1, 512)), steps
+    for name, rows in after.items():
+        assert max(collections.Counter(s for s, _ in rows).values()) == 1, name
+        assert rows[: len(kept.get(name, []))] == kept.get(name, []), name
+    assert os.path.isfile(run_dir / "checkpoints" / f"ckpt_{step + 1024:012d}.pt")
+    assert json.loads((run_dir / "config.json").read_text())["preset"] == "a2c-cartpole"

@@ -1,0 +1,109 @@
+"""Scheme: collect -> learn -> push on a real Ray, real CartPole envs and a real ClipPPOLoss."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import pytest
+import torch
+
+import tdscheme.scheme
+import tdscheme.scheme_config
+from tdscheme import Scheme, SchemeConfig
+from tdscheme.presets import get_preset
+
+SMALL = {"num_cpus": 0.5}
+
+
+def tiny_preset(**overrides):
+    """ppo-cartpole with 4 envs per collector and small batches."""
+    values = {"num_envs": 4, "frames_per_batch": 256, "minibatch_size": 128, "num_epochs": 2,
+              "collector_resources": SMALL}  # fmt: skip
+    return get_preset("ppo-cartpole").override({**values, **overrides})
+
+
+def build(preset) -> Scheme:
+    return Scheme(**preset.factories(), config=preset.scheme)
+
+
+def test_doctests():
+    for module in (tdscheme.scheme, tdscheme.scheme_config):
+        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, module
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("num_collectors", 0),
+        ("frames_per_batch", -1),
+        ("weight_push_interval", 0),
+        ("max_policy_lag", -1),
+        ("sync", "yes"),
+        ("grad_communication", "gossip"),
+        ("num_grad_workers", -1),
+        ("seed", 1.5),
+        ("batch_timeout_s", 0),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"{field}={value!r} is invalid; accepted: "):
+        SchemeConfig(**{field: value})
+
+
+def test_config_cross_checks():
+    with pytest.raises(ValueError, match="frames_per_batch=100 .* multiple of num_collectors"):
+        SchemeConfig(num_collectors=3, frames_per_batch=100, sync=True)
+    with pytest.raises(ValueError, match="preemption=.* sync=False"):
+        SchemeConfig(preemption={"fraction_workers": 0.5, "fraction_samples": 0.5})
+
+
+def test_gradient_worker_settings_are_reserved():
+    config = SchemeConfig(num_grad_workers=2, grad_communication="asynchronous",
+                          decentralized=True, grad_compress=True)  # fmt: skip
+    preset = tiny_preset()
+    with pytest.raises(NotImplementedError, match="num_grad_workers=2"):
+        Scheme(**preset.factories(), config=config)
+
+
+def test_factories_are_checked():
+    factories = tiny_preset().factories()
+    with pytest.raises(TypeError, match="env_factory=3 is not callable"):
+        Scheme(**{**factories, "env_factory": 3})
+    with pytest.raises(ValueError, match="'actor' key"):
+        Scheme(**{**factories, "policy_factory": lambda: {"critic": torch.nn.Linear(4, 1)}})
+
+
+def assert_finite(metrics: dict[str, float]) -> None:
+    for key, value in metrics.items():
+        assert isinstance(value, float) and math.isfinite(value), (key, value)
+
+
+def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
+    preset = tiny_preset(sync=False, weight_push_interval=2)
+    with build(preset) as scheme:
+        history = [scheme.step() for _ in range(4)]
+        assert scheme.learner.version == 4
+        assert scheme.collector.policy_version == 2  # pushed after updates 2 and 4
+        assert scheme.collector.wait_for_weights(timeout_s=60) == [2, 2]
+
+        state = scheme.state_dict()
+        before = scheme.learner.weights()
+        torch.nn.init.zeros_(next(scheme.learner.loss_module.parameters()))
+        scheme.load_state_dict(state)  # restores the learner and pushes its weights
+        after = scheme.learner.weights()
+        assert all(torch.equal(before.get(k), after.get(k)) for k in before.keys(True, True))
+        assert scheme.frames == 1024 and scheme.collector.collected_frames == 1024
+        assert scheme.collector.wait_for_weights(timeout_s=60) == [3, 3]
+    scheme.shutdown()  # idempotent
+    assert [m["frames"] for m in history] == [256.0, 512.0, 768.0, 1024.0]
+    last = history[-1]
+    assert_finite(last)
+    for key in ("fps", "learner/loss_objective", "learner/loss_critic", "learner/grad_norm",
+                "learner/lr", "policy_lag/mean", "collector/wait_ms", "collector/frames",
+                "time/learn_s", "train/episode_return", "train/episode_length"):  # fmt: skip
+        assert key in last, key
+    assert 8 <= last["train/episode_return"] <= 500
+    assert last["collector/frames"] == 1024.0
+    with pytest.raises(RuntimeError, match="shut down"):
+        scheme.step()
