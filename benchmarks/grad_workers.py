@@ -1,0 +1,353 @@
+"""Gradient workers benchmark: frames/s and learner updates/s for 1 vs 2 workers in each mode.
+
+Everything runs in one process on one Ray (``num_cpus=2``, no dashboard); each
+gradient worker actor gets ``{"num_cpus": 1}``; every coordinator is shut down
+after its measurement. Run from the repository root::
+
+    .venv/bin/python benchmarks/grad_workers.py                  # full run, a few minutes
+    .venv/bin/python benchmarks/grad_workers.py --quick          # smoke test
+    .venv/bin/python benchmarks/grad_workers.py --frames 40000 --out r.md
+
+Sections (``--sections``, default all):
+
+* ``throughput``: CartPole-v1 (gymnasium vector env of ``num_envs`` copies per
+  collector), A2C with GAE (``tdscheme.testing.cartpole_learner``), the same
+  ``frames_per_batch`` per gradient for every row. For ``synchronous``,
+  ``asynchronous`` and ``decentralized`` gradient workers with 1 and 2 workers:
+  frames trained on per second and learner updates per second over ``--frames``
+  frames after ``warmup_steps`` steps, the seconds from construction to the end
+  of the first step, and the mean ``wait_ms``/``apply_ms``/``dispatch_ms`` the
+  coordinator reports. The peer row, ``in-process``, is one process (no Ray)
+  collecting with the same collector and applying each gradient at once.
+
+A new section is a function ``section_<name>(rec, settings)`` that calls
+``rec.add(Measurement(...))``, registered in ``SECTIONS``; the tables group
+measurements by section (e.g. wall time to a return of 475 for the
+``a3c-cartpole`` and ``ppo-cartpole-dd`` presets next to the single-learner
+preset, once the Scheme runs gradient workers).
+
+Output: one JSON line per measurement on stdout (with the machine and the
+versions), then one table per section. ``--out`` writes the tables as a markdown
+section for ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gymnasium
+import ray
+import tensordict
+import torch
+import torchrl
+
+from tdscheme.gradient_workers import (
+    GradientWorker,
+    GradientWorkersConfig,
+    GradientWorkerSpec,
+    build_gradient_coordinator,
+)
+from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+
+#: Coordinator timers (driver side), then the workers' own (mean per gradient).
+TIMERS = ("wait_ms", "apply_ms", "dispatch_ms", "collect_ms", "compute_ms", "allreduce_ms")
+MODES: dict[str, dict[str, Any]] = {
+    "synchronous": {"communication": "synchronous"},
+    "asynchronous": {"communication": "asynchronous"},
+    "decentralized": {"communication": "synchronous", "decentralized": True},
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one run measures."""
+
+    frames: int = 40_000
+    warmup_steps: int = 2
+    min_steps: int = 5
+    frames_per_batch: int = 1024
+    num_envs: int = 8
+    workers: tuple[int, ...] = (1, 2)
+    timeout_s: float = 300.0
+
+    @classmethod
+    def quick(cls, frames: int | None) -> Settings:
+        """Tiny counts: a smoke test."""
+        return cls(frames=frames or 2_048, warmup_steps=1, min_steps=2, frames_per_batch=256)
+
+
+@dataclass
+class Measurement:
+    """One JSON line."""
+
+    section: str
+    impl: str
+    workers: int
+    metric: str
+    value: float | None
+    unit: str
+    note: str = ""
+
+
+class Recorder:
+    """Keeps the measurements and prints each as a JSON line, with the machine, when taken."""
+
+    def __init__(self) -> None:
+        self.machine = machine_info()
+        self.measurements: list[Measurement] = []
+
+    def add(self, m: Measurement) -> None:
+        self.measurements.append(m)
+        print(json.dumps({**asdict(m), **self.machine}), flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+            return out.stdout.strip()
+        except OSError:
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--short") else "")
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "ray": ray.__version__,
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "gymnasium": gymnasium.__version__,
+        "tdscheme_commit": commit,
+    }
+
+
+def log(msg: str) -> None:
+    print(f"[grad_workers] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def env_factory(s: Settings) -> Callable[[], Any]:
+    return functools.partial(make_env, "CartPole-v1", num_envs=s.num_envs)
+
+
+def run_steps(step: Callable[[], dict[str, float]], s: Settings) -> dict[str, float]:
+    """Steps until ``s.frames`` frames (and ``s.min_steps`` steps); returns rates and timers."""
+    frames = updates = steps = 0.0
+    timers = dict.fromkeys(TIMERS, 0.0)
+    start = time.perf_counter()
+    while frames < s.frames or steps < s.min_steps:
+        metrics = step()
+        frames += metrics["frames"]
+        updates += metrics["updates"]
+        steps += 1
+        for key in timers:
+            timers[key] += metrics.get(key, 0.0)
+    elapsed = time.perf_counter() - start
+    out = {"frames/s": frames / elapsed, "updates/s": updates / elapsed}
+    out.update({key: value / steps for key, value in timers.items() if value})
+    return out
+
+
+def measure_mode(rec: Recorder, s: Settings, mode: str, workers: int) -> None:
+    config = GradientWorkersConfig(
+        num_grad_workers=workers,
+        frames_per_batch=s.frames_per_batch,
+        worker_resources={"num_cpus": 1},
+        seed=0,
+        timeout_s=s.timeout_s,
+        **MODES[mode],
+    )
+    started = time.perf_counter()
+    with build_gradient_coordinator(
+        config,
+        env_factory=env_factory(s),
+        policy_factory=cartpole_modules,
+        learner_factory=cartpole_learner,
+        learner=cartpole_learner(**cartpole_modules()),
+    ) as coordinator:
+        coordinator.step()
+        first_s = time.perf_counter() - started
+        for _ in range(s.warmup_steps - 1):
+            coordinator.step()
+        rates = run_steps(coordinator.step, s)
+    record(rec, mode, workers, rates, first_s)
+
+
+def measure_in_process(rec: Recorder, s: Settings) -> None:
+    spec = GradientWorkerSpec(
+        env_factory(s), cartpole_modules, cartpole_learner, frames_per_batch=s.frames_per_batch
+    )
+    started = time.perf_counter()
+    worker = GradientWorker(0, spec, seed=0)
+
+    def step() -> dict[str, float]:
+        result = worker.compute_gradients()
+        worker.apply_gradients(result.grads)
+        return {"frames": float(result.frames), "updates": 1.0, **result.timings_ms}
+
+    try:
+        step()
+        first_s = time.perf_counter() - started
+        for _ in range(s.warmup_steps - 1):
+            step()
+        rates = run_steps(step, s)
+    finally:
+        worker.shutdown()
+    record(rec, "in-process", 1, rates, first_s)
+
+
+def record(rec: Recorder, impl: str, workers: int, rates: dict[str, float], first_s: float) -> None:
+    for metric, value in rates.items():
+        unit = "ms" if metric.endswith("_ms") else metric
+        rec.add(Measurement("throughput", impl, workers, metric, value, unit))
+    rec.add(Measurement("throughput", impl, workers, "first_step_s", first_s, "s"))
+
+
+def section_throughput(rec: Recorder, s: Settings) -> None:
+    log("in-process peer")
+    measure_in_process(rec, s)
+    for mode in MODES:
+        for workers in s.workers:
+            log(f"{mode}, {workers} worker(s)")
+            try:
+                measure_mode(rec, s, mode, workers)
+            except Exception as err:  # noqa: BLE001 - reported as n/a, the run goes on
+                rec.add(Measurement("throughput", mode, workers, "frames/s", None, "frames/s",
+                                    note=f"{type(err).__name__}: {err}"[:200]))  # fmt: skip
+
+
+SECTIONS: dict[str, Callable[[Recorder, Settings], None]] = {"throughput": section_throughput}
+
+
+# ---------------------------------------------------------------- tables
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
+def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
+    """One table per section: a row per implementation and worker count, a column per metric."""
+    out: dict[str, list[list[str]]] = {}
+    for section in dict.fromkeys(m.section for m in ms):
+        rows = [m for m in ms if m.section == section]
+        metrics = list(dict.fromkeys(m.metric for m in rows))
+        keys = list(dict.fromkeys((m.impl, m.workers) for m in rows))
+        base = {m.impl: m.value for m in rows if m.workers == 1 and m.metric == "frames/s"}
+        table = [["impl", "workers", *metrics, "frames/s vs 1 worker"]]
+        for impl, workers in keys:
+            values = {m.metric: m for m in rows if (m.impl, m.workers) == (impl, workers)}
+            cells = [fmt(values[k].value) if k in values else "" for k in metrics]
+            fps, one = values.get("frames/s"), base.get(impl)
+            ratio = f"{fps.value / one:.2f}x" if fps and fps.value and one else ""
+            notes = "; ".join(v.note for v in values.values() if v.note)
+            table.append([impl, str(workers), *cells, ratio + (f" ({notes})" if notes else "")])
+        out[section] = table
+    return out
+
+
+def print_tables(ms: list[Measurement]) -> None:
+    for section, table in tables(ms).items():
+        widths = [max(len(r[i][:60]) for r in table) for i in range(len(table[0]))]
+        print(f"\n== {section}")
+        for r in table:
+            print("  ".join(c[:60].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def write_markdown(path: str, rec: Recorder, argv: list[str], s: Settings, seconds: float) -> None:
+    command = shlex.join([".venv/bin/python", "benchmarks/grad_workers.py", *argv])
+    lines = [
+        "## Gradient workers: 1 vs 2 workers in each mode",
+        "",
+        f"Command, from the repository root ({seconds:.0f} s): `{command}`",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in rec.machine.items()),
+        "",
+        f'One Ray (`num_cpus=2`), `{{"num_cpus": 1}}` per gradient worker; CartPole-v1 '
+        f"({s.num_envs} vector envs per collector), A2C + GAE, {s.frames_per_batch} frames per "
+        f"gradient; rates over {s.frames} frames after {s.warmup_steps} warm-up step(s); "
+        "`first_step_s` includes starting the actors; `wait_ms`, `apply_ms`, `dispatch_ms` are "
+        "the coordinator's mean milliseconds per event, `collect_ms`, `compute_ms`, "
+        "`allreduce_ms` the workers' mean per gradient (the all-reduce includes waiting for "
+        "the slower peer). `in-process` is the same collector and learner in one "
+        "process without Ray. See the docstring of `benchmarks/grad_workers.py`.",
+    ]
+    for section, table in tables(rec.measurements).items():
+        lines += ["", f"### {section}", ""]
+        lines += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
+    )
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="frames measured per row after the warm-up (default 40000, 2048 with --quick)",
+    )
+    parser.add_argument("--out", default=None, help="also write a markdown section to this path")
+    args = parser.parse_args(argv)
+    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = sorted(set(args.sections) - set(SECTIONS))
+    if unknown or not args.sections:
+        parser.error(f"--sections: unknown {unknown}; accepted: {','.join(SECTIONS)}")
+    if args.frames is not None and args.frames <= 0:
+        parser.error(f"--frames={args.frames}: must be a positive number of frames")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 40_000)
+    torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rec = Recorder()
+    try:
+        for section in args.sections:
+            SECTIONS[section](rec, s)
+    finally:
+        ray.shutdown()
+    seconds = time.perf_counter() - started
+    print_tables(rec.measurements)
+    print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
+    if args.out:
+        write_markdown(args.out, rec, argv, s, seconds)
+        log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
