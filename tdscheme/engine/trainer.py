@@ -250,11 +250,13 @@ class Trainer:
         )  # fmt: skip
 
     def _evaluate_and_log(self) -> EvalResult:
+        start = time.perf_counter()
         result = self.evaluate()
         c = self._counters
         c["last_eval_frames"] = self.frames
         c["eval_return"], c["eval_return_std"] = result.mean_return, result.std_return
         metrics = result.metrics()
+        metrics["time/eval_s"] = time.perf_counter() - start
         target = self.config.target_return
         if target is not None and result.mean_return >= target and not self.target_reached:
             c["target_frames"], c["target_elapsed_s"] = self.frames, self.elapsed_s
@@ -302,7 +304,7 @@ class Trainer:
         set_rng_state(state["rng"])
         if self.seed is not None:  # fresh env streams, not a replay of the first session's
             resumes = self._counters["resumes"]
-            self.scheme.collector.set_seed(worker_seeds(self.seed, resumes + 1)[resumes])
+            self.scheme.set_seed(worker_seeds(self.seed, resumes + 1)[resumes])
         logger.info("resumed %s at %d frames", self.run_dir, self.frames)
 
     # -- lifetime ----------------------------------------------------------------------

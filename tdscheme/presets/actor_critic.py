@@ -48,7 +48,9 @@ class ActorCriticConfig:
         gamma: discount.
         gae_lambda: GAE's lambda.
         lr: Adam learning rate.
-        anneal_lr: decay the learning rate linearly to ``lr * lr_end_factor`` over the
+        anneal_lr: decay the learning rate linearly to ``lr * lr_end_factor`` over
+            ``anneal_frames`` frames, then keep it there.
+        anneal_frames: frames over which the learning rate decays; ``None``: the
             run's ``total_frames``.
         lr_end_factor: the final learning rate as a fraction of ``lr``.
         num_epochs: passes over each batch.
@@ -80,6 +82,7 @@ class ActorCriticConfig:
     gae_lambda: float = 0.95
     lr: float = 3e-4
     anneal_lr: bool = True
+    anneal_frames: int | None = None
     lr_end_factor: float = 0.0
     num_epochs: int = 4
     minibatch_size: int | None = 256
@@ -98,6 +101,9 @@ class ActorCriticConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid; accepted: an int >= 1")
+        af = self.anneal_frames
+        if af is not None and (isinstance(af, bool) or not isinstance(af, int) or af < 1):
+            raise ValueError(f"anneal_frames={af!r} is invalid; accepted: None or an int >= 1")
         if not self.hidden_sizes or any(
             isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
         ):
@@ -154,7 +160,12 @@ def train_env(env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0) -> E
     transforms = [RewardSum(), StepCounter()]
     if reward_scale != 1.0:
         transforms.append(RewardScaling(loc=0.0, scale=reward_scale))
-    return TransformedEnv(make_env(env_id, num_envs=num_envs), Compose(*transforms))
+    env = make_env(env_id, num_envs=num_envs)
+    if isinstance(env, TransformedEnv):  # torchrl wraps gymnasium vector envs in one already
+        for transform in transforms:
+            env.append_transform(transform)
+        return env
+    return TransformedEnv(env, Compose(*transforms))
 
 
 def eval_env(env_id: str, *, num_envs: int = 1) -> EnvBase:

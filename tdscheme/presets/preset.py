@@ -120,7 +120,8 @@ class Preset:
 
     def learner_factory(self) -> Callable[..., Learner]:
         """Builds the Learner from the modules of :meth:`policy_factory`."""
-        total_updates = max(1, self.trainer.total_frames // self.scheme.frames_per_batch)
+        frames = self.algo.anneal_frames or self.trainer.total_frames
+        total_updates = max(1, frames // self.scheme.frames_per_batch)
         return partial(self.learner_builder, config=self.algo, total_updates=total_updates)
 
     def factories(self) -> dict[str, Callable[..., Any]]:
