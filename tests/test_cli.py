@@ -26,9 +26,11 @@ TINY = ["--num-collectors", "1", "--num-envs", "4", "--frames-per-batch", "512",
         "--progress", "false"]  # fmt: skip
 
 
-def run(args, *, timeout=240, **kwargs):
+def run(args, *, console=False, timeout=240):
+    """Runs the command in a new process: ``python -m tdscheme.cli`` or the console script."""
+    command = [str(Path(sys.executable).with_name("tdscheme"))] if console else TDSCHEME
     return subprocess.run(
-        [*TDSCHEME, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs
+        [*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -75,11 +77,15 @@ def test_resume_needs_a_run_directory(capsys, tmp_path):
     assert f"argument --resume: {tmp_path} has no config.json" in capsys.readouterr().err
 
 
-def test_unimplemented_setting_is_a_usage_error(capsys, tmp_path):
+def test_conflicting_settings_are_a_usage_error(capsys, tmp_path):
+    # Gradient-worker runs and their other usage errors: tests/test_scheme_grad_workers.py.
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--num-grad-workers", "2", "--run-dir", str(tmp_path / "run")])
+        main(["train", "--num-grad-workers", "2", "--decentralized", "--grad-communication",
+              "asynchronous", "--run-dir", str(tmp_path / "run")])  # fmt: skip
     assert exit_info.value.code == 2
-    assert "argument --num-grad-workers: num_grad_workers=2" in capsys.readouterr().err
+    assert "decentralized=True is invalid with grad_communication='asynchronous'" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -92,14 +98,6 @@ def test_eval_of_a_damaged_checkpoint_names_the_file(capsys, tmp_path, damage):
     assert f"checkpoint file {path} is corrupt, truncated or unreadable" in err
 
 
-def test_bad_option_exit_status_from_the_console_script():
-    result = subprocess.run([str(Path(sys.executable).with_name("tdscheme")), "train",
-                             "--frames-per-batch", "many"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
-    assert result.returncode == 2
-    assert "argument --frames-per-batch: invalid int value: 'many'" in result.stderr
-
-
 # -- real runs ---------------------------------------------------------------------------
 
 
@@ -108,11 +106,11 @@ def ray_processes(marker: str) -> list[str]:
     return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
 
 
-def test_train_with_its_own_ray_then_eval_and_plot(tmp_path, capsys):
+def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, capsys):
     temp_dir = tempfile.mkdtemp(prefix="tds", dir="/tmp")  # short: Ray puts sockets in it
     try:
         run_dir = tmp_path / "run"
-        result = run([
+        result = run(console=True, args=[
             "train", "ppo-cartpole", *TINY, "--total-frames", "1024", "--eval-every-frames", "512",
             "--run-dir", str(run_dir), "--ray-init-config", json.dumps({"_temp_dir": temp_dir}),
         ])  # fmt: skip
@@ -164,11 +162,11 @@ def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
-            if (run_dir / "checkpoints").is_dir() and len(manager.list()) >= 2:
+            if (run_dir / "checkpoints").is_dir() and manager.list():
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.5)  # let it log a little past its checkpoint
+        time.sleep(1.0)  # let it log a little past its checkpoint
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

@@ -58,12 +58,10 @@ def test_config_cross_checks():
         SchemeConfig(preemption={"fraction_workers": 0.5, "fraction_samples": 0.5})
 
 
-def test_gradient_worker_settings_are_reserved():
-    config = SchemeConfig(num_grad_workers=2, grad_communication="asynchronous",
-                          decentralized=True, grad_compress=True)  # fmt: skip
-    preset = tiny_preset()
-    with pytest.raises(NotImplementedError, match="num_grad_workers=2"):
-        Scheme(**preset.factories(), config=config)
+def test_decentralized_asynchronous_gradient_workers_are_rejected():
+    # Gradient workers themselves run in tests/test_scheme_grad_workers.py.
+    with pytest.raises(ValueError, match="decentralized=True is invalid with grad_communication"):
+        SchemeConfig(num_grad_workers=2, grad_communication="asynchronous", decentralized=True)
 
 
 def test_factories_are_checked():
@@ -80,9 +78,10 @@ def assert_finite(metrics: dict[str, float]) -> None:
 
 
 def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
-    preset = tiny_preset(sync=False, weight_push_interval=2)
+    preset = tiny_preset(sync=True, num_collectors=2, frames_per_batch=256, weight_push_interval=2)
     with build(preset) as scheme:
         history = [scheme.step() for _ in range(4)]
+        assert history[-1]["policy_lag/max"] == 0  # the preset is strictly on-policy
         assert scheme.learner.version == 4
         assert scheme.collector.policy_version == 2  # pushed after updates 2 and 4
         assert scheme.collector.wait_for_weights(timeout_s=60) == [2, 2]
