@@ -23,6 +23,5 @@ def test_ppo_cartpole_beats_random(ray_clean, tmp_path):
     with preset.build_trainer() as trainer:
         summary = trainer.run()
     assert summary["target_reached"], summary
-    assert summary["eval_return"] >= 200.0
-    train_returns = [value for _, value in read_metrics(tmp_path)["train/episode_return"]]
-    assert max(train_returns) > 3 * 22
+    eval_returns = [value for _, value in read_metrics(tmp_path)["eval/return"]]
+    assert eval_returns[-1] == summary["eval_return"] >= 200.0
