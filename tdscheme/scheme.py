@@ -4,8 +4,10 @@ A :class:`Scheme` builds the :class:`~tdscheme.learner.Learner` on the driver an
 a :class:`~tdscheme.RayCollector` whose workers run the learner's policy. Each
 iteration takes one batch from the collector, trains the learner on it, pushes
 fresh weights every ``weight_push_interval`` updates and returns flat metrics.
-The :class:`~tdscheme.engine.Trainer` runs a Scheme with logging, evaluation and
-checkpoints; a user can also iterate one in their own loop.
+With ``num_grad_workers > 0`` it builds gradient workers instead
+(:mod:`tdscheme.scheme_grad_workers`) and each iteration is one step of their
+coordinator. The :class:`~tdscheme.engine.Trainer` runs a Scheme with logging,
+evaluation and checkpoints; a user can also iterate one in their own loop.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from tdscheme.batch_metrics import episode_metrics
 from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, RayCollector
+from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme_config import GRAD_COMMUNICATIONS, SchemeConfig
+from tdscheme.scheme_grad_workers import build_coordinator, scheme_metrics
 
-__all__ = ["GRAD_COMMUNICATIONS", "Scheme", "SchemeConfig"]
+__all__ = ["GRAD_COMMUNICATIONS", "Scheme", "SchemeConfig", "episode_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +63,22 @@ class Scheme:
     * ``collector/<name>``: the numeric counters and timers of
       ``RayCollector.stats()``.
 
+    With gradient workers (``config.num_grad_workers > 0``) there is no driver
+    collector: each worker collects and computes gradients, and the coordinator
+    (``self.coordinator``) turns them into updates of the driver's Learner
+    (synchronous, asynchronous) or has the workers all-reduce them and mirrors
+    rank 0's weights into the driver's Learner after every step (decentralized),
+    so :attr:`policy` is always the newest policy. Each :meth:`step` is one
+    coordinator step and returns ``frames``, ``iteration``, ``fps``,
+    ``time/iteration_s``, ``train/episode_return`` and ``train/episodes`` (when an
+    episode ended), ``learner/<name>`` (the workers' frame-weighted loss metrics,
+    ``grad_norm``, ``lr``) and ``grad_workers/<name>``: ``wait_ms``, ``apply_ms``,
+    ``dispatch_ms``, ``step_ms``, the workers' ``collect_ms``/``compute_ms``,
+    ``grads_applied``, ``grads_dropped``, ``frames_dropped``, ``updates``,
+    ``version``, ``restarts`` and, per mode, ``preempted``, ``staleness_mean``,
+    ``staleness_max``, ``allreduce_ms``, ``mirror_ms`` (see
+    :func:`tdscheme.scheme_grad_workers.scheme_metrics`).
+
     Args:
         env_factory: builds one collector worker's (possibly batched) torchrl env.
         policy_factory: builds the modules, see above.
@@ -68,7 +89,7 @@ class Scheme:
     Raises:
         TypeError: a factory is not callable, or returns the wrong type.
         ValueError: ``policy_factory`` returns a dict without an ``"actor"``.
-        NotImplementedError: ``config.num_grad_workers > 0`` (not implemented yet).
+        tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed to start.
 
     Example:
         >>> # Needs Ray; see examples/ and tdscheme.presets
@@ -104,11 +125,6 @@ class Scheme:
             raise TypeError(
                 f"eval_env_factory={eval_env_factory!r} is not callable; accepted: a function or None"
             )
-        if self.config.num_grad_workers > 0:
-            raise NotImplementedError(
-                f"num_grad_workers={self.config.num_grad_workers}: gradient workers are not "
-                f"implemented yet; accepted: 0"
-            )
         self.env_factory = env_factory
         self.eval_env_factory = eval_env_factory
         self.policy_factory = policy_factory
@@ -128,7 +144,15 @@ class Scheme:
         self._updates_since_push = 0
         self._batches: Iterator[TensorDictBase] | None = None
         self._started_at: float | None = None
-        self.collector = self._build_collector()
+        self.collector: RayCollector | None = None
+        self.coordinator: GradientCoordinator | None = None
+        if self.config.num_grad_workers > 0:
+            self.coordinator = build_coordinator(
+                self.config, env_factory=env_factory, policy_factory=policy_factory,
+                learner_factory=learner_factory, learner=self.learner,
+            )  # fmt: skip
+        else:
+            self.collector = self._build_collector()
         self._closed = False
 
     def _build_collector(self) -> RayCollector:
@@ -158,15 +182,22 @@ class Scheme:
     def step(self) -> dict[str, float]:
         """Runs one iteration: wait for a batch, train on it, push weights when due.
 
+        With gradient workers: one step of their coordinator.
+
         Returns:
             The iteration's metrics (see the class docstring).
 
         Raises:
             RuntimeError: the scheme is shut down.
             tdscheme.WorkerError: a collector worker failed for good.
+            tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed
+                for good.
+            TimeoutError: no gradient arrived within ``config.batch_timeout_s``.
         """
         if self._closed:
             raise RuntimeError("Scheme is shut down")
+        if self.coordinator is not None:
+            return self._gradient_step()
         if self._batches is None:
             self._batches = iter(self.collector)
             self._started_at = time.perf_counter()
@@ -198,6 +229,25 @@ class Scheme:
         metrics.update(self._collector_metrics())
         return metrics
 
+    def _gradient_step(self) -> dict[str, float]:
+        if self._started_at is None:
+            self._started_at = time.perf_counter()
+        start = time.perf_counter()
+        step = self.coordinator.step()
+        frames = int(step["frames"])
+        self.frames += frames
+        self._session_frames += frames
+        self.iterations += 1
+        now = time.perf_counter()
+        metrics: dict[str, float] = {
+            "frames": float(self.frames),
+            "iteration": float(self.iterations),
+            "fps": self._session_frames / max(now - self._started_at, 1e-9),
+            "time/iteration_s": now - start,
+        }
+        metrics.update(scheme_metrics(step, mode=self.coordinator.mode, learner=self.learner))
+        return metrics
+
     def __iter__(self) -> Iterator[dict[str, float]]:
         """Yields :meth:`step` forever; stop when you have trained enough."""
         while True:
@@ -226,11 +276,23 @@ class Scheme:
     # -- state ---------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner's state, the counters and the collector's state.
+        """The learner's state, the counters and the collector's (or gradient workers') state.
+
+        With gradient workers, ``"learner"`` is the Learner state the workers
+        continue from (in decentralized mode rank 0's, whose optimizer is the one
+        in use) and ``"grad_workers"`` the coordinator's mode and totals.
 
         Returns:
             Plain data (tensors, numbers, dicts) that a checkpoint holds as is.
         """
+        if self.coordinator is not None:
+            coordinator = self.coordinator.state_dict()
+            return {
+                "learner": coordinator.pop("learner"),
+                "frames": self.frames,
+                "iterations": self.iterations,
+                "grad_workers": coordinator,
+            }
         return {
             "learner": self.learner.state_dict(),
             "frames": self.frames,
@@ -243,17 +305,37 @@ class Scheme:
         """Restores :meth:`state_dict` and pushes the restored weights to the workers.
 
         Call it before the first :meth:`step`: batches already in flight were
-        collected with the weights the workers had.
+        collected with the weights the workers had. With gradient workers, the
+        gradients in flight are waited for and discarded, and every worker loads
+        the restored state.
 
         Args:
             state: a dict from :meth:`state_dict` of a scheme built the same way.
 
         Raises:
-            ValueError: keys are missing or the learner state does not fit.
+            ValueError: keys are missing, the learner state does not fit, or the
+                state comes from a scheme with (or without) gradient workers, or
+                with gradient workers of another mode, unlike this one.
         """
-        missing = {"learner", "frames", "iterations", "collector"} - set(state)
+        part = "collector" if self.coordinator is None else "grad_workers"
+        missing = {"learner", "frames", "iterations", part} - set(state)
         if missing:
-            raise ValueError(f"state is missing {sorted(missing)}; pass Scheme.state_dict()")
+            other = "grad_workers" if part == "collector" else "collector"
+            hint = (
+                f"; it was saved by a scheme {'with' if other == 'grad_workers' else 'without'} "
+                f"gradient workers, this one has num_grad_workers={self.config.num_grad_workers}"
+                if other in state
+                else ""
+            )
+            raise ValueError(
+                f"state is missing {sorted(missing)}{hint}; pass Scheme.state_dict() of a "
+                f"scheme built the same way"
+            )
+        if self.coordinator is not None:
+            self.coordinator.load_state_dict({**state["grad_workers"], "learner": state["learner"]})
+            self.frames = int(state["frames"])
+            self.iterations = int(state["iterations"])
+            return
         self.learner.load_state_dict(state["learner"])
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
@@ -261,14 +343,33 @@ class Scheme:
         self.collector.load_state_dict(state["collector"])
         self.collector.update_policy_weights_(self.learner.policy_weights())
 
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every worker's envs (and, for gradient workers, their torch) from ``seed``.
+
+        The Trainer calls it after a resume, so that a resumed run's envs do not
+        replay the first session's.
+
+        Args:
+            seed: the base seed; each worker gets a distinct one derived from it.
+
+        Returns:
+            ``seed``.
+        """
+        if self.coordinator is not None:
+            return self.coordinator.set_seed(seed)
+        return self.collector.set_seed(seed)
+
     # -- lifetime ------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stops the collector workers and releases Ray. Idempotent."""
+        """Stops the collector (or gradient) workers and releases Ray. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self.collector.shutdown()
+        if self.coordinator is not None:
+            self.coordinator.shutdown()
+        if self.collector is not None:
+            self.collector.shutdown()
 
     def __enter__(self) -> Scheme:
         return self
@@ -279,7 +380,8 @@ class Scheme:
     def __repr__(self) -> str:
         return (
             f"Scheme(frames={self.frames}, iterations={self.iterations}, "
-            f"num_collectors={self.config.num_collectors}, learner={self.learner!r})"
+            f"num_collectors={self.config.num_collectors}, "
+            f"num_grad_workers={self.config.num_grad_workers}, learner={self.learner!r})"
         )
 
 
@@ -297,42 +399,3 @@ def _as_modules(built: Any) -> dict[str, nn.Module]:
             f"with an 'actor' key (the module the collectors run)"
         )
     return dict(built)
-
-
-def episode_metrics(batch: TensorDictBase) -> dict[str, float]:
-    """Mean return and length of the episodes that finished in ``batch``.
-
-    Args:
-        batch: collected frames with ``("next", "done")`` and, from torchrl's
-            ``RewardSum`` and ``StepCounter`` transforms, ``("next",
-            "episode_reward")`` and ``("next", "step_count")``.
-
-    Returns:
-        ``train/episode_return``, ``train/episode_length`` (when recorded) and
-        ``train/episodes``; empty when no episode finished or nothing is recorded.
-
-    Example:
-        >>> from tensordict import TensorDict
-        >>> batch = TensorDict({"next": TensorDict(
-        ...     done=torch.tensor([[False], [True], [True]]),
-        ...     episode_reward=torch.tensor([[1.0], [2.0], [4.0]]),
-        ...     step_count=torch.tensor([[1], [2], [6]]), batch_size=[3])}, batch_size=[3])
-        >>> episode_metrics(batch)
-        {'train/episodes': 2.0, 'train/episode_return': 3.0, 'train/episode_length': 4.0}
-    """
-    done = batch.get(("next", "done"), None)
-    returns = batch.get(("next", "episode_reward"), None)
-    if done is None or returns is None:
-        return {}
-    done = done.reshape(returns.shape)
-    mask = batch.get(MASK_KEY, None)
-    if mask is not None:
-        done = done & mask.reshape(*mask.shape, *([1] * (done.ndim - mask.ndim))).bool()
-    if not done.any():
-        return {}
-    out = {"train/episodes": float(done.sum().item())}
-    out["train/episode_return"] = returns[done].float().mean().item()
-    lengths = batch.get(("next", "step_count"), None)
-    if lengths is not None:
-        out["train/episode_length"] = lengths.reshape(done.shape)[done].float().mean().item()
-    return out

@@ -111,10 +111,15 @@ class LocalCollection:
             for _ in range(num_collectors)
         ]
         if seed is not None:
-            for i, collector in enumerate(self._collectors):
-                collector.set_seed(seed + i)
-                collector.reset()
+            self.set_seed(seed)
         self._iterators = [iter(c) for c in self._collectors]
+        self._trackers = [EpisodeTracker() for _ in self._collectors]
+
+    def set_seed(self, seed: int) -> None:
+        """Seeds collector ``i`` with ``seed + i`` and resets its envs (episodes restart)."""
+        for i, collector in enumerate(self._collectors):
+            collector.set_seed(seed + i)
+            collector.reset()
         self._trackers = [EpisodeTracker() for _ in self._collectors]
 
     def collect(self) -> tuple[TensorDictBase, list[float]]:

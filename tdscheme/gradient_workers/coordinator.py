@@ -164,6 +164,26 @@ class GradientCoordinator:
             if self.pool.outcome(ref) is DIED and current:
                 self._restart(worker_id, "died while its result was being discarded")
 
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every worker (and its future restarts) distinctly from ``seed``.
+
+        Requests in flight finish with the envs they had; the next ones use the
+        new seeds (each worker resets its envs, so episodes restart).
+
+        Returns:
+            ``seed``.
+
+        Raises:
+            TypeError: ``seed`` is not an int.
+            GradientWorkerError: a worker failed or did not answer in ``config.timeout_s``.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.pool.seed = seed
+        seeds = [(self.pool.worker_seed(i),) for i in range(len(self.pool))]
+        self.pool.call_all("set_seed", seeds, timeout_s=self.config.timeout_s)
+        return seed
+
     # -- state --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:

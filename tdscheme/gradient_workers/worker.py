@@ -169,6 +169,16 @@ class GradientWorker:
         metrics["version"] = float(self.learner.version)
         return metrics
 
+    def set_seed(self, seed: int) -> int:
+        """Reseeds torch and the envs (collector ``i`` gets ``seed + i``) and resets the envs.
+
+        Returns:
+            ``seed``.
+        """
+        torch.manual_seed(seed)
+        self._collection.set_seed(seed)
+        return seed
+
     def set_weights(self, weights: TensorDictBase | Payload, version: int) -> int:
         """Loads loss-module weights (as ``Learner.weights()`` returns them) and their version.
 
