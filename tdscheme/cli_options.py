@@ -2,7 +2,8 @@
 
 Each field ``frames_per_batch`` becomes ``--frames-per-batch``, parsed after the
 field's annotation: ints and floats, ``none`` for an optional value left unset,
-``--x/--no-x`` for booleans, ``64,64`` for a tuple of ints and JSON for dicts.
+``--x/--no-x`` for booleans, ``64,64`` for a tuple of ints and JSON for dicts; a
+field whose metadata lists ``choices`` accepts only those.
 Options default to "not given", so only what the user typed overrides the preset.
 The help of each option is the field's entry in its config's docstring.
 
@@ -64,6 +65,8 @@ def add_setting_options(
             else:
                 parse, metavar = _value_parser(annotation)
                 kwargs.update(type=parse, metavar=metavar)
+                if field.metadata.get("choices"):  # e.g. --grad-communication {a,b}
+                    kwargs.update(choices=tuple(field.metadata["choices"]), metavar=None)
             group.add_argument(option_name(field.name), help=help_text, **kwargs)
 
 
