@@ -5,7 +5,7 @@ setting of the preset can be overridden (``Preset.override``).
 
 Example:
     >>> sorted(PRESETS)
-    ['a2c-cartpole', 'ppo-cartpole', 'ppo-pendulum']
+    ['a2c-cartpole', 'a3c-cartpole', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -18,6 +18,7 @@ from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.actor_critic import ActorCriticConfig
+from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
 from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
 from tdscheme.presets.preset import Preset
 
@@ -37,6 +38,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "ppo-cartpole": ppo_cartpole,
     "a2c-cartpole": a2c_cartpole,
     "ppo-pendulum": ppo_pendulum,
+    "a3c-cartpole": a3c_cartpole,
+    "ppo-cartpole-dd": ppo_cartpole_dd,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

@@ -26,7 +26,8 @@ def test_doctests():
 
 
 def test_registry_gives_fresh_presets():
-    assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum"}
+    assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
+                            "ppo-cartpole-dd"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
     assert a == b and a.scheme is not b.scheme

@@ -1,0 +1,96 @@
+"""Gradient-worker presets: A3C (asynchronous A2C) and decentralized PPO on CartPole.
+
+Each gradient worker is a Ray actor that steps its own envs and computes one
+gradient per batch with its own copy of the learner (one backward pass over the
+whole batch: ``num_epochs`` and ``minibatch_size`` are not used by gradient
+workers). ``frames_per_batch`` is the frames of one learner update: split over
+the workers in synchronous modes, one worker's batch in asynchronous mode (see
+:class:`~tdscheme.SchemeConfig`).
+
+Example:
+    >>> preset = a3c_cartpole()
+    >>> preset.scheme.num_grad_workers, preset.scheme.grad_mode
+    (2, 'asynchronous')
+    >>> ppo_cartpole_dd().scheme.grad_mode
+    'decentralized'
+"""
+
+from __future__ import annotations
+
+from tdscheme.engine.trainer import TrainerConfig
+from tdscheme.presets.a2c import a2c_learner
+from tdscheme.presets.actor_critic import ActorCriticConfig
+from tdscheme.presets.ppo import ppo_learner
+from tdscheme.presets.preset import Preset
+from tdscheme.scheme import SchemeConfig
+
+__all__ = ["a3c_cartpole", "ppo_cartpole_dd"]
+
+
+def a3c_cartpole() -> Preset:
+    """A3C on CartPole-v1: two asynchronous gradient workers, A2C loss, no staleness bound.
+
+    Each worker steps 16 envs for 16 steps and sends the A2C gradient of those 256
+    frames; the driver applies each gradient as it arrives and sends fresh weights
+    back to its sender only. One Scheme iteration applies two gradients.
+    """
+    return Preset(
+        name="a3c-cartpole",
+        learner_builder=a2c_learner,
+        algo=ActorCriticConfig(
+            env_id="CartPole-v1",
+            num_envs=16,
+            lr=1e-3,
+            num_epochs=1,
+            minibatch_size=None,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+        ),
+        scheme=SchemeConfig(
+            num_collectors=1,
+            frames_per_batch=256,
+            num_grad_workers=2,
+            grad_communication="asynchronous",
+        ),
+        trainer=TrainerConfig(
+            total_frames=300_000,
+            eval_every_frames=10_240,
+            eval_episodes=10,
+            target_return=475.0,
+        ),
+    )
+
+
+def ppo_cartpole_dd() -> Preset:
+    """PPO on CartPole-v1 with two decentralized gradient workers (gloo all-reduce).
+
+    Each worker steps 16 envs for 32 steps; the workers all-reduce the PPO
+    gradients of their 512-frame batches (weighted by frames) and each applies the
+    same update, so their weights stay identical; the driver mirrors rank 0's
+    weights for evaluation and checkpoints.
+    """
+    return Preset(
+        name="ppo-cartpole-dd",
+        learner_builder=ppo_learner,
+        algo=ActorCriticConfig(
+            env_id="CartPole-v1",
+            num_envs=16,
+            lr=3e-3,
+            num_epochs=1,
+            minibatch_size=None,
+            entropy_coef=0.0,
+        ),
+        scheme=SchemeConfig(
+            num_collectors=1,
+            frames_per_batch=1024,
+            num_grad_workers=2,
+            grad_communication="synchronous",
+            decentralized=True,
+        ),
+        trainer=TrainerConfig(
+            total_frames=300_000,
+            eval_every_frames=10_240,
+            eval_episodes=10,
+            target_return=475.0,
+        ),
+    )
