@@ -21,7 +21,7 @@ from tdscheme import SchemeConfig
 from tdscheme.cli import main
 from tdscheme.engine import CheckpointManager, read_metrics
 from tdscheme.engine.checkpoint import load_checkpoint
-from tdscheme.presets import preset_from_dict
+from tdscheme.presets import get_preset, preset_from_dict
 from tdscheme.scheme_grad_workers import gradient_workers_config
 
 # Small enough for a loaded 2-core machine: 4 envs, 256 frames per update, half a CPU each.
@@ -181,3 +181,25 @@ def _collector_state(state: dict) -> dict:
     """A scheme state as a collector-only Scheme writes it."""
     out = {key: value for key, value in state.items() if key != "grad_workers"}
     return {**out, "collector": {}}
+
+
+# -- learning (slow) ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["a3c-cartpole", "ppo-cartpole-dd"])
+def test_gradient_worker_presets_beat_random(ray_clean, tmp_path, name):
+    preset = get_preset(name).override(
+        {
+            "grad_worker_resources": {"num_cpus": 0.5},
+            "target_return": 200.0,  # random: ~22; the presets' own target is 475
+            "total_frames": 150_000,
+            "run_dir": str(tmp_path),
+            "progress": False,
+        }
+    )
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    assert summary["target_reached"], summary
+    assert read_metrics(tmp_path)["eval/return"][-1][1] == summary["eval_return"] >= 200.0
