@@ -20,11 +20,19 @@ Sections (``--sections``, default all):
   coordinator reports. The peer row, ``in-process``, is one process (no Ray)
   collecting with the same collector and applying each gradient at once.
 
+* ``time_to_475``: the ``ppo-cartpole-dd`` (2 decentralized gradient workers)
+  and ``a3c-cartpole`` (2 asynchronous gradient workers) presets next to the
+  single-learner ``ppo-cartpole``, each run once through the Trainer with its own
+  settings (``workers`` is the number of gradient workers, 0 for the driver
+  learner) until an evaluation (10 episodes, deterministic policy) returns 475 on
+  average (``target_return``), at most ``target_budget_frames`` frames: wall
+  seconds from building the Trainer (actors included) to that evaluation, the
+  frames trained on by then, frames per second over the run, and the 1-minute load
+  average when the run started. ``--quick`` only checks that each preset runs.
+
 A new section is a function ``section_<name>(rec, settings)`` that calls
 ``rec.add(Measurement(...))``, registered in ``SECTIONS``; the tables group
-measurements by section (e.g. wall time to a return of 475 for the
-``a3c-cartpole`` and ``ppo-cartpole-dd`` presets next to the single-learner
-preset, once the Scheme runs gradient workers).
+measurements by section.
 
 Output: one JSON line per measurement on stdout (with the machine and the
 versions), then one table per section. ``--out`` writes the tables as a markdown
@@ -42,6 +50,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -81,11 +90,13 @@ class Settings:
     num_envs: int = 8
     workers: tuple[int, ...] = (1, 2)
     timeout_s: float = 300.0
+    target_budget_frames: int = 300_000
 
     @classmethod
     def quick(cls, frames: int | None) -> Settings:
         """Tiny counts: a smoke test."""
-        return cls(frames=frames or 2_048, warmup_steps=1, min_steps=2, frames_per_batch=256)
+        return cls(frames=frames or 2_048, warmup_steps=1, min_steps=2, frames_per_batch=256,
+                   target_budget_frames=4_096)  # fmt: skip
 
 
 @dataclass
@@ -232,7 +243,49 @@ def section_throughput(rec: Recorder, s: Settings) -> None:
                                     note=f"{type(err).__name__}: {err}"[:200]))  # fmt: skip
 
 
-SECTIONS: dict[str, Callable[[Recorder, Settings], None]] = {"throughput": section_throughput}
+# ---------------------------------------------------------------- time to 475
+
+#: Presets compared to a return of 475, single learner first.
+TARGET_PRESETS = ("ppo-cartpole", "ppo-cartpole-dd", "a3c-cartpole")
+TARGET_RETURN = 475.0
+
+
+def measure_time_to_target(rec: Recorder, s: Settings, name: str) -> None:
+    from tdscheme.presets import get_preset  # the engine is only needed by this section
+
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="tds-bench-") as run_dir:
+        preset = get_preset(name).override(
+            {"target_return": TARGET_RETURN, "total_frames": s.target_budget_frames,
+             "run_dir": run_dir, "progress": False, "checkpoint_at_end": False}
+        )  # fmt: skip
+        workers = preset.scheme.num_grad_workers
+        with preset.build_trainer() as trainer:
+            summary = trainer.run()
+    reached = summary["target_reached"]
+    note = "" if reached else f"not reached in {summary['frames']} frames"
+    add = functools.partial(Measurement, "time_to_475", name, workers)
+    rec.add(add("wall_to_475_s", summary["target_elapsed_s"] if reached else None, "s", note))
+    rec.add(add("frames_to_475", summary["target_frames"] if reached else None, "frames"))
+    rec.add(add("frames/s", summary["frames"] / summary["elapsed_s"], "frames/s"))
+    rec.add(add("final_eval_return", summary["eval_return"], "return"))
+    rec.add(add("load_1min", load, "load"))
+
+
+def section_time_to_475(rec: Recorder, s: Settings) -> None:
+    for name in TARGET_PRESETS:
+        log(f"{name} to a return of {TARGET_RETURN:g}")
+        try:
+            measure_time_to_target(rec, s, name)
+        except Exception as err:  # noqa: BLE001 - reported as n/a, the run goes on
+            rec.add(Measurement("time_to_475", name, 0, "wall_to_475_s", None, "s",
+                                note=f"{type(err).__name__}: {err}"[:200]))  # fmt: skip
+
+
+SECTIONS: dict[str, Callable[[Recorder, Settings], None]] = {
+    "throughput": section_throughput,
+    "time_to_475": section_time_to_475,
+}
 
 
 # ---------------------------------------------------------------- tables
