@@ -386,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
     logging.getLogger("torchrl").setLevel(logging.WARNING)
     started = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a new Ray even while another one (e.g. a `ray start` cluster) runs here
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rec = Recorder()
     try:
         for section in args.sections:
