@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -12,10 +11,9 @@ from torch import nn
 from torchrl.collectors.utils import split_trajectories
 
 from tdscheme.collectors.config import RayCollectorConfig
+from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
-from tdscheme.collectors.preemption import stack_rollouts
 from tdscheme.collectors.stats import CollectorStats
-from tdscheme.collectors.worker import WorkerBatch
 from tdscheme.runtime import RayLease
 from tdscheme.torchrl_adapter import BaseCollector
 from tdscheme.transport import TensorDictCodec
@@ -181,12 +179,11 @@ class RayCollector(BaseCollector):
         self._codec = TensorDictCodec(config.compress)
         self._stats = CollectorStats()
         self._since_push: list[int] = []
-        self._running: dict[int, int] = {}  # worker id -> policy version of its last batch
-        self._next_batch_id = 0
         self._iterator = None
         self._closed = False
         self._lease = RayLease.acquire(config.ray_init_config)
         self._pool = WorkerPool(max_restarts=config.max_restarts, seed=config.seed)
+        self._flow = BatchFlow(self._pool, config, self._stats, self._codec, self._auto_push)
         try:
             for spec, remote in zip(
                 config.worker_specs(), config.remote_config_list(), strict=True
@@ -222,7 +219,8 @@ class RayCollector(BaseCollector):
     def iterator(self) -> Iterator[TensorDictBase]:
         """Yields batches (see the class docstring) until ``total_frames``."""
         self._check_open()
-        batches = self._sync_batches() if self.config.sync else self._async_batches()
+        flow = self._flow
+        batches = flow.stacked() if self.config.sync else flow.first_ready()
         for batch in batches:
             if self.split_trajs:
                 batch = split_trajectories(batch)
@@ -293,7 +291,9 @@ class RayCollector(BaseCollector):
         out.update(
             policy_version=self._pool.version,
             worker_policy_versions=self._pool.acked_versions(),
-            worker_running_versions=[self._running.get(i, 0) for i in range(self.num_collectors)],
+            worker_running_versions=[
+                self._flow.running_versions.get(i, 0) for i in range(self.num_collectors)
+            ],
             restarts=sum(self._pool.restarts()),
             restarts_per_worker=self._pool.restarts(),
             num_collectors=self.num_collectors,
@@ -404,162 +404,13 @@ class RayCollector(BaseCollector):
             f"{self.frames_per_batch}, sync={self.config.sync}, frames={self._stats.frames})"
         )
 
-    # -- iteration ---------------------------------------------------------------------
-
-    def _more_frames(self, in_flight: int) -> bool:
-        total = self.total_frames
-        return total < 0 or self._stats.frames + in_flight < total
-
-    def _async_batches(self) -> Iterator[TensorDictBase]:
-        cfg, pool = self.config, self._pool
-        prefetch = cfg.prefetch_batches
-        fpb = cfg.frames_per_worker
-        owner: dict[Any, int] = {}
-
-        def top_up(worker_id: int, target: int) -> None:
-            start = time.perf_counter()
-            while sum(1 for w in owner.values() if w == worker_id) < target and self._more_frames(
-                len(owner) * fpb
-            ):
-                owner[pool.collect(worker_id, self._new_batch_id())] = worker_id
-            self._stats.dispatch_s += time.perf_counter() - start
-
-        self._stats.start_clock()
-        try:
-            for worker_id in range(self.num_collectors):
-                top_up(worker_id, max(1, prefetch))
-            while owner:
-                ref = self._wait_one(list(owner))
-                worker_id = owner.pop(ref)
-                result = self._receive(ref, fpb)
-                if result is None:
-                    top_up(worker_id, max(1, prefetch))
-                    continue
-                batch = self._account([result], self._decode(result))
-                top_up(worker_id, prefetch)
-                yield batch
-                self._auto_push([worker_id])
-                top_up(worker_id, max(1, prefetch))
-                for other in range(len(self._since_push)):
-                    if other not in owner.values():  # a worker added while iterating
-                        top_up(other, max(1, prefetch))
-        finally:
-            pool.forget(owner)
-
-    def _sync_batches(self) -> Iterator[TensorDictBase]:
-        cfg = self.config
-        queue: deque[tuple[int, dict[int, Any]]] = deque()
-
-        def top_up(target: int) -> None:
-            start = time.perf_counter()
-            while len(queue) < target and self._more_frames(len(queue) * cfg.frames_per_batch):
-                batch_id = self._new_batch_id()
-                refs = {w: self._pool.collect(w, batch_id) for w in range(self.num_collectors)}
-                queue.append((batch_id, refs))
-            self._stats.dispatch_s += time.perf_counter() - start
-
-        self._stats.start_clock()
-        try:
-            top_up(max(1, cfg.prefetch_batches))
-            while queue:
-                batch_id, refs = queue.popleft()
-                results = self._gather(batch_id, refs)
-                parts = [self._decode(results[w]) for w in sorted(results)]
-                batch = self._account(list(results.values()), self._stack(parts))
-                top_up(cfg.prefetch_batches)
-                yield batch
-                self._auto_push(list(range(self.num_collectors)))
-                top_up(max(1, cfg.prefetch_batches))
-        finally:
-            for _, refs in queue:
-                self._pool.forget(refs.values())
-
-    def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
-        """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
-        cfg, pool = self.config, self._pool
-        fpw = cfg.frames_per_worker
-        results: dict[int, WorkerBatch] = {}
-        pending = {ref: w for w, ref in refs.items()}
-        cut = False
-        while pending:
-            ref = self._wait_one(list(pending))
-            worker_id = pending.pop(ref)
-            result = self._receive(ref, fpw)
-            if result is None:
-                pending[pool.collect(worker_id, batch_id)] = worker_id
-                continue
-            results[worker_id] = result
-            frames_in = sum(r.frames for r in results.values())
-            if not cut and cfg.preemption.should_cut(
-                finished=len(results), workers=len(refs), frames=frames_in,
-                frames_per_batch=cfg.frames_per_worker * len(refs),
-            ):  # fmt: skip
-                cut = True
-                for straggler in pending.values():
-                    pool.preempt(straggler, batch_id)
-        return results
-
-    def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
-        """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
-        result = self._pool.result(ref)
-        if result is None:
-            self._stats.frames_lost += expected_frames
-            return None
-        lag = self._pool.version - result.policy_version
-        if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
-            self._stats.frames_dropped += result.frames
-            return None
-        return result
-
-    def _wait_one(self, refs: list[Any]) -> Any:
-        start = time.perf_counter()
-        deadline = start + self.config.batch_timeout_s
-        try:
-            while True:
-                ready = self._pool.wait(
-                    refs, timeout_s=min(_POLL_S, deadline - time.perf_counter())
-                )
-                if ready:
-                    return ready[0]
-                if time.perf_counter() >= deadline:
-                    self._pool.check_alive()
-                    waiting = sorted({self._pool.owner(r) for r in refs})
-                    raise TimeoutError(
-                        f"no batch from workers {waiting} in batch_timeout_s="
-                        f"{self.config.batch_timeout_s} s, though they answer pings"
-                    )
-        finally:
-            self._stats.wait_s += time.perf_counter() - start
-
-    def _decode(self, result: WorkerBatch) -> TensorDictBase:
-        start = time.perf_counter()
-        td = self._codec.decode(result.payload)
-        self._stats.decode_s += time.perf_counter() - start
-        return td
-
-    def _stack(self, parts: list[TensorDictBase]) -> TensorDictBase:
-        return stack_rollouts(parts, masked=self.config.preemption.enabled)
-
-    def _account(self, results: list[WorkerBatch], batch: TensorDictBase) -> TensorDictBase:
-        stats = self._stats
-        for r in results:
-            stats.frames += r.frames
-            stats.frames_per_worker[r.worker_id] += r.frames
-            stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
-            stats.lag_counts[self._pool.version - r.policy_version] += 1
-            self._running[r.worker_id] = r.policy_version
-            stats.collect_s += r.collect_s
-            stats.encode_s += r.encode_s
-            stats.bytes_received += r.payload.nbytes
-        stats.batches += 1
-        self._pool.poll_acks()
-        return batch
+    # -- automatic weight pushes ---------------------------------------------------------
 
     def _auto_push(self, worker_ids: list[int]) -> None:
         cfg = self.config
         for i in worker_ids:
             self._since_push[i] += 1
-        if not self._more_frames(0):
+        if not self._flow.more_frames(0):
             return  # no batch will be collected with these weights
         if cfg.update_after_each_batch:
             due = worker_ids
@@ -571,10 +422,6 @@ class RayCollector(BaseCollector):
             self.update_policy_weights_(worker_ids=due)
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _new_batch_id(self) -> int:
-        self._next_batch_id += 1
-        return self._next_batch_id
 
     def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
         if worker_ids is None:

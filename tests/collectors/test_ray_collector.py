@@ -64,6 +64,7 @@ def test_first_ready_order_favours_the_fast_worker(ray_clean):
         [slow, cartpole], mlp_policy(4, 2), frames_per_batch=50, total_frames=400,
         num_collectors=2, remote_configs=SMALL,
     ) as collector:  # fmt: skip
+        ray.get([w.ping.remote() for w in collector.workers], timeout=120)  # both started
         order = [worker_ids(b)[0] for b in collector]
     # The slow worker needs >= 1 s per batch; the fast one produces several meanwhile.
     assert order[0] == 1

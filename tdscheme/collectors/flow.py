@@ -1,0 +1,210 @@
+"""BatchFlow: requests batches from the worker pool and yields them first-ready or stacked.
+
+It owns the request bookkeeping of an iteration: how many requests each worker
+keeps in flight (prefetch), never requesting frames past ``total_frames``,
+re-requesting what a dead worker lost, cutting stragglers off (preemption),
+dropping batches that are too stale, decoding, and counting everything in
+:class:`~tdscheme.collectors.stats.CollectorStats`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdscheme.collectors.config import RayCollectorConfig
+from tdscheme.collectors.pool import WorkerPool
+from tdscheme.collectors.preemption import stack_rollouts
+from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.worker import WorkerBatch
+from tdscheme.transport import TensorDictCodec
+
+_POLL_S = 1.0
+
+
+class BatchFlow:
+    """Turns worker requests into a stream of batches.
+
+    Args:
+        pool: the workers.
+        config: the collector's settings (order, prefetch, lag bound, preemption).
+        stats: where frames and timings are counted.
+        codec: decodes the workers' payloads.
+        after_batch: called with a batch's worker ids when the consumer asks for
+            the next batch (the collector's automatic weight pushes).
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        config: RayCollectorConfig,
+        stats: CollectorStats,
+        codec: TensorDictCodec,
+        after_batch: Callable[[list[int]], None],
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.stats = stats
+        self.codec = codec
+        self.after_batch = after_batch
+        #: worker id -> policy version of the last batch it delivered
+        self.running_versions: dict[int, int] = {}
+        self._next_batch_id = 0
+
+    def more_frames(self, in_flight: int) -> bool:
+        """Whether frames beyond those yielded and ``in_flight`` are still wanted."""
+        total = self.config.total_frames
+        return total < 0 or self.stats.frames + in_flight < total
+
+    def first_ready(self) -> Iterator[TensorDictBase]:
+        """Yields each worker's batch as soon as it is ready (``sync=False``)."""
+        cfg, pool = self.config, self.pool
+        prefetch = cfg.prefetch_batches
+        fpb = cfg.frames_per_worker
+        owner: dict[Any, int] = {}
+
+        def top_up(worker_id: int, target: int) -> None:
+            start = time.perf_counter()
+            while sum(1 for w in owner.values() if w == worker_id) < target and self.more_frames(
+                len(owner) * fpb
+            ):
+                owner[pool.collect(worker_id, self._new_batch_id())] = worker_id
+            self.stats.dispatch_s += time.perf_counter() - start
+
+        self.stats.start_clock()
+        try:
+            for worker_id in range(len(self.pool)):
+                top_up(worker_id, max(1, prefetch))
+            while owner:
+                ref = self._wait_one(list(owner))
+                worker_id = owner.pop(ref)
+                result = self._receive(ref, fpb)
+                if result is None:
+                    top_up(worker_id, max(1, prefetch))
+                    continue
+                batch = self._account([result], self._decode(result))
+                top_up(worker_id, prefetch)
+                yield batch
+                self.after_batch([worker_id])
+                top_up(worker_id, max(1, prefetch))
+                for other in range(len(self.pool)):
+                    if other not in owner.values():  # a worker added while iterating
+                        top_up(other, max(1, prefetch))
+        finally:
+            pool.forget(owner)
+
+    def stacked(self) -> Iterator[TensorDictBase]:
+        """Yields one batch stacked from every worker's rollout (``sync=True``)."""
+        cfg = self.config
+        queue: deque[tuple[int, dict[int, Any]]] = deque()
+
+        def top_up(target: int) -> None:
+            start = time.perf_counter()
+            while len(queue) < target and self.more_frames(len(queue) * cfg.frames_per_batch):
+                batch_id = self._new_batch_id()
+                refs = {w: self.pool.collect(w, batch_id) for w in range(len(self.pool))}
+                queue.append((batch_id, refs))
+            self.stats.dispatch_s += time.perf_counter() - start
+
+        self.stats.start_clock()
+        try:
+            top_up(max(1, cfg.prefetch_batches))
+            while queue:
+                batch_id, refs = queue.popleft()
+                results = self._gather(batch_id, refs)
+                parts = [self._decode(results[w]) for w in sorted(results)]
+                batch = self._account(list(results.values()), self._stack(parts))
+                top_up(cfg.prefetch_batches)
+                yield batch
+                self.after_batch(list(range(len(self.pool))))
+                top_up(max(1, cfg.prefetch_batches))
+        finally:
+            for _, refs in queue:
+                self.pool.forget(refs.values())
+
+    def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
+        """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
+        cfg, pool = self.config, self.pool
+        fpw = cfg.frames_per_worker
+        results: dict[int, WorkerBatch] = {}
+        pending = {ref: w for w, ref in refs.items()}
+        cut = False
+        while pending:
+            ref = self._wait_one(list(pending))
+            worker_id = pending.pop(ref)
+            result = self._receive(ref, fpw)
+            if result is None:
+                pending[pool.collect(worker_id, batch_id)] = worker_id
+                continue
+            results[worker_id] = result
+            frames_in = sum(r.frames for r in results.values())
+            if not cut and cfg.preemption.should_cut(
+                finished=len(results), workers=len(refs), frames=frames_in,
+                frames_per_batch=cfg.frames_per_worker * len(refs),
+            ):  # fmt: skip
+                cut = True
+                for straggler in pending.values():
+                    pool.preempt(straggler, batch_id)
+        return results
+
+    def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
+        """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
+        result = self.pool.result(ref)
+        if result is None:
+            self.stats.frames_lost += expected_frames
+            return None
+        lag = self.pool.version - result.policy_version
+        if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
+            self.stats.frames_dropped += result.frames
+            return None
+        return result
+
+    def _wait_one(self, refs: list[Any]) -> Any:
+        start = time.perf_counter()
+        deadline = start + self.config.batch_timeout_s
+        try:
+            while True:
+                ready = self.pool.wait(refs, timeout_s=min(_POLL_S, deadline - time.perf_counter()))
+                if ready:
+                    return ready[0]
+                if time.perf_counter() >= deadline:
+                    self.pool.check_alive()
+                    waiting = sorted({self.pool.owner(r) for r in refs})
+                    raise TimeoutError(
+                        f"no batch from workers {waiting} in batch_timeout_s="
+                        f"{self.config.batch_timeout_s} s, though they answer pings"
+                    )
+        finally:
+            self.stats.wait_s += time.perf_counter() - start
+
+    def _decode(self, result: WorkerBatch) -> TensorDictBase:
+        start = time.perf_counter()
+        td = self.codec.decode(result.payload)
+        self.stats.decode_s += time.perf_counter() - start
+        return td
+
+    def _stack(self, parts: list[TensorDictBase]) -> TensorDictBase:
+        return stack_rollouts(parts, masked=self.config.preemption.enabled)
+
+    def _account(self, results: list[WorkerBatch], batch: TensorDictBase) -> TensorDictBase:
+        stats = self.stats
+        for r in results:
+            stats.frames += r.frames
+            stats.frames_per_worker[r.worker_id] += r.frames
+            stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
+            stats.lag_counts[self.pool.version - r.policy_version] += 1
+            self.running_versions[r.worker_id] = r.policy_version
+            stats.collect_s += r.collect_s
+            stats.encode_s += r.encode_s
+            stats.bytes_received += r.payload.nbytes
+        stats.batches += 1
+        self.pool.poll_acks()
+        return batch
+
+    def _new_batch_id(self) -> int:
+        self._next_batch_id += 1
+        return self._next_batch_id
