@@ -28,6 +28,7 @@ TINY_ARGS = {
         "--num-envs",
         "1",
     ],
+    "train_ppo_cartpole.py": ["--total-frames", "4096", "--num-collectors", "1"],
 }
 
 
