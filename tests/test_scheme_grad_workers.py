@@ -155,6 +155,8 @@ def test_train_checkpoint_and_resume(ray_clean, tmp_path, capsys, mode):
     saved = load_checkpoint(CheckpointManager(run_dir / "checkpoints").latest())
     assert saved["scheme"]["frames"] == 512
     assert saved["scheme"]["grad_workers"]["mode"] == mode
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0  # the driver learner's policy
+    assert json.loads(capsys.readouterr().out.split("eval: ", 1)[1])["frames"] == 512
 
     config = json.loads((run_dir / "config.json").read_text())
     preset = preset_from_dict(config).override(
