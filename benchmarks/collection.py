@@ -716,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
     logging.getLogger("torchrl").setLevel(logging.WARNING)  # it logs INFO to stdout
     started = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         rec = Recorder()
         best = (s.sweep_num_envs[0], s.sweep_frames_per_batch[0])

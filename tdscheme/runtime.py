@@ -55,9 +55,11 @@ def local_ray_config() -> dict[str, Any]:
     """The ``ray.init`` arguments tdscheme uses when it starts Ray itself.
 
     Returns:
-        A fresh dict: no dashboard, one CPU per core of this machine.
+        A fresh dict: a new local instance (``address="local"``, so that a
+        ``ray start`` cluster elsewhere on the machine is not joined by
+        accident), no dashboard, one CPU per core of this machine.
     """
-    return {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+    return {"address": "local", "num_cpus": os.cpu_count() or 1, "include_dashboard": False}
 
 
 def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
             f"{sorted(_ALLOWED_INIT_KEYS)}"
         )
     kwargs = {k: v for k, v in ray_init_config.items() if v is not None}
-    if kwargs.get("address") is None:
+    if kwargs.get("address") in (None, "local"):
         defaults = local_ray_config()
         defaults.update(kwargs)
         kwargs = defaults

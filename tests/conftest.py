@@ -13,7 +13,7 @@ def ray_session():
     """Starts Ray once for the whole session; tdscheme joins it and never shuts it down."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     if started:
         ray.shutdown()
