@@ -95,7 +95,7 @@ class Settings:
     frames: int = 20_000
     min_batches: int = 3
     pushes: int = 10
-    transfer_reps: int = 5
+    transfer_reps: int = 9
     ready_waits: int = 5
     timeout_s: float = 240.0
     sweep_num_envs: tuple[int, ...] = (16, 32, 64)
@@ -437,6 +437,12 @@ def transfer(rec: Recorder, s: Settings, env_fn: Callable, policy: Any) -> None:
             server = ray.remote(num_cpus=1)(peers.BatchServer).remote(env_fn, policy, 1000)
             nbytes = ray.get(server.nbytes.remote(), timeout=s.timeout_s)
             has_codec = ray.get(server.has_codec.remote(), timeout=s.timeout_s)
+
+            # Warm the object store first: the first few 56 MB results of a fresh Ray pay
+            # page faults, which would otherwise land on whichever encoding runs first.
+            for _ in range(3):
+                for method in ("tensordict", "numpy_dict", "ping"):
+                    ray.get(getattr(server, method).remote(), timeout=60)
 
             def get(method: str, decode: Callable[[Any], Any] = lambda x: x) -> float:
                 call = getattr(server, method).remote

@@ -33,14 +33,17 @@ class WorkerError(RuntimeError):
     Attributes:
         worker_id: the worker that failed.
         remote_traceback: the traceback text from the worker process.
+        role: how the message names the worker (subclasses for other actors change it).
     """
+
+    role = "collector worker"
 
     def __init__(self, worker_id: int, message: str, remote_traceback: str = "") -> None:
         self.worker_id = worker_id
         self.remote_traceback = _ANSI.sub("", remote_traceback)
-        text = f"collector worker {worker_id}: {message}"
+        text = f"{self.role} {worker_id}: {message}"
         if remote_traceback:
-            text += f"\n--- remote traceback (worker {worker_id}) ---\n{self.remote_traceback}"
+            text += f"\n--- remote traceback ({self.role} {worker_id}) ---\n{self.remote_traceback}"
         super().__init__(text)
 
 

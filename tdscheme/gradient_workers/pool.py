@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from tdscheme.collectors import WorkerError
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.gradient_workers.worker import GradientWorker
 
 __all__ = ["DIED", "GradientWorkerError", "GradientWorkerPool"]
 
 logger = logging.getLogger(__name__)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 #: What :meth:`GradientWorkerPool.outcome` returns for a call whose worker died.
 DIED = object()
 
 
-class GradientWorkerError(RuntimeError):
+class GradientWorkerError(WorkerError):
     """An error raised inside a gradient worker (or its death past ``max_restarts``), on the driver.
 
     Attributes:
@@ -39,14 +38,7 @@ class GradientWorkerError(RuntimeError):
         remote_traceback: the traceback text from the worker process.
     """
 
-    def __init__(self, worker_id: int, message: str, remote_traceback: str = "") -> None:
-        self.worker_id = worker_id
-        self.remote_traceback = _ANSI.sub("", remote_traceback)
-        text = f"gradient worker {worker_id}: {message}"
-        if remote_traceback:
-            text += f"\n--- remote traceback (gradient worker {worker_id}) ---\n"
-            text += self.remote_traceback
-        super().__init__(text)
+    role = "gradient worker"
 
 
 @dataclasses.dataclass
