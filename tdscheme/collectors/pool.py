@@ -105,9 +105,7 @@ class WorkerPool:
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
         """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""
-        if self.seed is None:
-            return None
-        return (self.seed + 7919 * worker_id + 104729 * generation) % (2**31 - 1)
+        return incarnation_seed(self.seed, worker_id, generation)
 
     def restart(self, worker_id: int, reason: str) -> None:
         """Replaces a dead worker with a fresh one (current weights, fresh seed).
@@ -338,3 +336,15 @@ class WorkerPool:
 
 def _has_subprocesses(spec: WorkerSpec) -> bool:
     return spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class)
+
+
+def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
+    """A distinct, reproducible seed per worker and per restart (``None`` when unseeded).
+
+    Example:
+        >>> incarnation_seed(7, 0), incarnation_seed(7, 1) != incarnation_seed(7, 0)
+        (7, True)
+    """
+    if seed is None:
+        return None
+    return (seed + 7919 * worker_id + 104729 * generation) % (2**31 - 1)

@@ -19,6 +19,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from tdscheme.collectors import WorkerError
+from tdscheme.collectors.pool import incarnation_seed
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.gradient_workers.worker import GradientWorker
 
@@ -96,9 +97,7 @@ class GradientWorkerPool:
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
         """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""
-        if self.seed is None:
-            return None
-        return (self.seed + 7919 * worker_id + 104729 * generation) % (2**31 - 1)
+        return incarnation_seed(self.seed, worker_id, generation)
 
     def restart(self, worker_id: int, reason: str, *, weights_ref: Any, version: int) -> None:
         """Replaces a dead worker with a fresh one holding the given weights.
