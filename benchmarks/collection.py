@@ -45,28 +45,22 @@ import argparse
 import contextlib
 import functools
 import gc
-import json
 import logging
-import os
-import platform
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-import gymnasium
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
-import tensordict
 import torch
-import torchrl
+from report import Recorder
 
 from tdscheme.testing import make_env, mlp_policy
 
@@ -135,40 +129,6 @@ class Measurement:
     unit: str
     config: str = ""
     note: str = ""
-
-
-class Recorder:
-    """Keeps the measurements and prints each as a JSON line, with the machine, when taken."""
-
-    def __init__(self) -> None:
-        self.machine = machine_info()
-        self.measurements: list[Measurement] = []
-
-    def add(self, m: Measurement) -> None:
-        self.measurements.append(m)
-        print(json.dumps({**asdict(m), **self.machine}), flush=True)
-
-
-def machine_info() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
-            return out.stdout.strip()
-        except OSError:
-            return ""
-
-    commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--short") else "")
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "ray": ray.__version__,
-        "torchrl": torchrl.__version__,
-        "tensordict": tensordict.__version__,
-        "gymnasium": gymnasium.__version__,
-        "tdscheme_commit": commit,
-    }
 
 
 def log(msg: str) -> None:

@@ -28,18 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
 from typing import Any
 
-import gymnasium
-import ray
-import tensordict
 import torch
-import torchrl
+from report import machine_info
 from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
@@ -49,20 +44,6 @@ from tdscheme.presets import Preset, get_preset
 
 QUICK = {"total_frames": 8192, "frames_per_batch": 2048, "target_return": 10_000.0,
          "eval_every_frames": 4096}  # fmt: skip
-
-
-def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    return {
-        "cpus": os.cpu_count(),
-        "load_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchrl": torchrl.__version__,
-        "tensordict": tensordict.__version__,
-        "ray": ray.__version__,
-        "gymnasium": gymnasium.__version__,
-    }
 
 
 def run_tdscheme(preset: Preset) -> dict[str, Any]:
@@ -193,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if name not in runners:
             parser.error(f"argument --runs: unknown run {name!r}; accepted: {sorted(runners)}")
         rows[name] = runners[name](preset)
-        record = {"run": name, **rows[name], "overrides": overrides, "machine": machine()}
+        record = {"run": name, **rows[name], "overrides": overrides, "machine": machine_info()}
         print(json.dumps(record), flush=True)
     text = table(rows)
     print(text)
@@ -201,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write("## PPO CartPole-v1 to 475\n\n")
             f.write(f"Command: `{' '.join([sys.executable, *sys.argv])}`\n\n")
-            f.write(f"Machine: `{json.dumps(machine())}`\n\n{text}\n")
+            f.write(f"Machine: `{json.dumps(machine_info())}`\n\n{text}\n")
     return 0
 
 
