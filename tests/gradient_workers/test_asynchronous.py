@@ -27,6 +27,9 @@ def coordinator(coordinators):
 
 def test_each_gradient_is_applied_on_arrival_and_its_staleness_recorded(coordinator):
     assert coordinator.mode == "asynchronous"
+    # Both actors up first: if one were still starting, the other could deliver all six
+    # gradients of the step on fresh weights and no staleness would show.
+    ray.get([actor.ping.remote() for actor in coordinator.pool.actors()], timeout=120)
     metrics = coordinator.step()
     assert metrics["grads_applied"] == metrics["updates"] == 6
     assert metrics["version"] == 6 and metrics["grads_dropped"] == 0
