@@ -11,11 +11,8 @@ import cloudpickle
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector
-from torchrl.data import OneHot
-from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import A2CLoss, ClipPPOLoss, LossModule
 from torchrl.objectives.value import GAE
 
@@ -24,7 +21,7 @@ import tdscheme.learner.config
 import tdscheme.learner.gradients
 import tdscheme.learner.learner
 from tdscheme.learner import Learner, LearnerConfig, average_gradients
-from tdscheme.testing import make_env
+from tdscheme.testing import cartpole_modules, make_env
 
 # float32 sums over 200 frames in a different order: agreement to a few ulps of the values.
 ATOL, RTOL = 1e-6, 1e-5
@@ -33,22 +30,8 @@ ATOL, RTOL = 1e-6, 1e-5
 def build_cartpole_agent(*, seed: int = 0, num_cells: int = 16) -> tuple[nn.Module, nn.Module]:
     """A CartPole actor (logits -> OneHotCategorical) and critic, seeded."""
     torch.manual_seed(seed)
-    actor = ProbabilisticActor(
-        TensorDictModule(
-            MLP(in_features=4, out_features=2, num_cells=[num_cells]),
-            in_keys=["observation"],
-            out_keys=["logits"],
-        ),
-        in_keys=["logits"],
-        out_keys=["action"],
-        distribution_class=OneHotCategorical,
-        spec=OneHot(2),
-        return_log_prob=True,
-    )
-    critic = ValueOperator(
-        MLP(in_features=4, out_features=1, num_cells=[num_cells]), ["observation"]
-    )
-    return actor, critic
+    modules = cartpole_modules(num_cells=num_cells)
+    return modules["actor"], modules["critic"]
 
 
 def build_ppo_cartpole(
