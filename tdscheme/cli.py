@@ -13,73 +13,32 @@ Every setting of the preset's ``algo`` (:class:`~tdscheme.presets.ActorCriticCon
 for ``frames_per_batch``, ``--sync/--no-sync`` for booleans, ``none`` for an
 unset optional value, ``64,64`` for a tuple of ints and JSON for dicts
 (``--collector-resources '{"num_cpus": 0.5}'``). ``tdscheme train --help`` lists them.
+
+Start-up: this module imports only Ray. For ``train`` (not ``--resume``) it
+starts Ray (with ``--ray-init-config`` when given) in the main thread while a
+second thread imports the commands (torch, torchrl, the presets), and a local
+Ray's worker processes import torch and torchrl as soon as they are spawned
+(:mod:`tdscheme.runtime`): the seconds each of these takes overlap instead of
+adding up. Should the parsed settings ask for another Ray, the early one is
+given back before the run starts its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from tdscheme.cli_options import add_setting_options, setting_error
-from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
-from tdscheme.engine.checkpoint import load_checkpoint
-from tdscheme.engine.plot import plot_learning_curve
-from tdscheme.engine.trainer import CONFIG_FILE
-from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
+__all__ = ["main"]
 
-__all__ = ["build_parser", "main"]
+logger = logging.getLogger(__name__)
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tdscheme`` argument parser with its ``train``, ``eval`` and ``plot`` commands."""
-    parser = argparse.ArgumentParser(
-        prog="tdscheme", description="TensorDict-native distributed RL on Ray and torchrl."
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = commands.add_parser(
-        "train", help="train a preset", description="Train a preset; every setting can be set."
-    )
-    train.add_argument(
-        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
-        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
-    )  # fmt: skip
-    train.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
-    )
-    add_setting_options(train, get_preset(DEFAULT_PRESET), skip=("resume",))
-    train.set_defaults(command_parser=train)
-
-    ev = commands.add_parser(
-        "eval", help="evaluate a checkpoint", description="Evaluate a checkpoint."
-    )
-    ev.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint file or a run directory")
-    ev.add_argument("--episodes", type=_positive_int, default=10, help="episodes (default 10)")
-    ev.add_argument("--seed", type=int, default=0, help="eval env seed (default 0)")
-    ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
-
-    plot = commands.add_parser(
-        "plot", help="plot a run's learning curve", description="Write a PNG."
-    )
-    plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
-    plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")
-    plot.add_argument("--metric", default="eval/return", help="the metric (default eval/return)")
-    return parser
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not an int >= 1")
-    return value
+_COMMANDS_MODULE = "tdscheme.cli_commands"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,172 +48,84 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after ``tdscheme`` (default ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 1 on a runtime error, 130 when interrupted; usage errors
-        exit with status 2 (argparse).
+        0 on success, 1 on a runtime error, 130 when interrupted (Ctrl-C or
+        SIGTERM: the run shuts its workers down first); usage errors exit with
+        status 2 (argparse).
     """
     started = time.time()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        logging.getLogger("torchrl").setLevel(logging.WARNING)
-    command = {"train": _train, "eval": _eval, "plot": _plot}[args.command]
+    argv = list(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # clean shutdown on SIGTERM
+    lease = None
     try:
-        return command(args, parser, started)
+        early, ray_init_config = _early_ray(argv)
+        if early:
+            lease = _start_ray_while_importing(ray_init_config)
+        from tdscheme import cli_commands
+
+        return cli_commands.run(argv, started, ray_lease=lease)
     except KeyboardInterrupt:
         print("tdscheme: interrupted", file=sys.stderr)
         return 130
-    except (CheckpointError, FileNotFoundError) as err:
-        print(f"tdscheme {args.command}: error: {err}", file=sys.stderr)
-        return 1
     finally:
+        if lease is not None:
+            lease.release()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _early_ray(argv: list[str]) -> tuple[bool, Any]:
+    """A look at ``argv`` before parsing: start Ray early? and with which ``ray_init_config``.
+
+    Only for ``train`` without ``--resume`` (whose Ray settings are in its run
+    directory) or help; a ``--ray-init-config`` that is not JSON is left to the
+    parser to report. A guess is safe: the run compares it with what it parsed.
+    """
+    if {"-h", "--help", "--resume"} & set(argv) or any(a.startswith("--resume=") for a in argv):
+        return False, None
+    words = [a for a in argv if not a.startswith("-")]  # the only global option is -v
+    if not words or words[0] != "train":
+        return False, None
+    option = "--ray-init-config"
+    for i, arg in enumerate(argv):
+        if arg == option or arg.startswith(option + "="):
+            text = (
+                arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            )
+            try:
+                config = json.loads(text)
+            except json.JSONDecodeError:
+                return False, None
+            return (True, config) if config is None or isinstance(config, dict) else (False, None)
+    return True, None
+
+
+def _start_ray_while_importing(ray_init_config: Any) -> Any:
+    """Starts (or joins) Ray while a thread imports the commands; returns the lease.
+
+    ``ray.init`` stays in the main thread (Ray expects it there). If Ray fails to
+    start here, the run tries again later and reports the error itself.
+    """
+    from tdscheme.runtime import RayLease
+
+    importer = threading.Thread(target=_import_commands, name="tdscheme-import", daemon=True)
+    importer.start()
+    try:
+        lease = RayLease.acquire(ray_init_config)
+    except Exception as err:  # the run's own RayLease.acquire raises it with context
+        logger.warning("starting Ray early failed (%s); the run starts it", err)
+        lease = None
+    importer.join()
+    return lease
+
+
+def _import_commands() -> None:
+    try:
+        __import__(_COMMANDS_MODULE)
+    except BaseException:  # noqa: BLE001 - the main thread's import raises it again
+        pass
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-# -- train ------------------------------------------------------------------------------
-
-
-def _train(args: argparse.Namespace, parser: argparse.ArgumentParser, started: float) -> int:
-    sub = args.command_parser  # its usage errors show the train usage
-    skip = ("command", "command_parser", "verbose", "preset", "resume")
-    overrides = {k: v for k, v in vars(args).items() if k not in skip}
-    preset = _train_preset(args, overrides, sub)
-    run_dir = Path(preset.trainer.run_dir)
-    print(f"tdscheme train {preset.name}: run directory {run_dir}", flush=True)
-    setup_s = time.time() - _process_start(started)
-    try:
-        trainer = preset.build_trainer()
-    except NotImplementedError as err:
-        sub.error(setting_error(err, overrides))
-    with trainer:
-        summary = trainer.run()
-    _print_summary(summary, setup_s, resumed=preset.trainer.resume)
-    return 0
-
-
-def _train_preset(
-    args: argparse.Namespace, overrides: dict[str, Any], sub: argparse.ArgumentParser
-) -> Preset:
-    try:
-        if args.resume is not None:
-            if args.preset is not None:
-                sub.error("argument PRESET: not allowed with --resume (the run's preset is reused)")
-            config_path = Path(args.resume) / CONFIG_FILE
-            if not config_path.is_file():
-                sub.error(
-                    f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run"
-                )
-            saved = json.loads(config_path.read_text(encoding="utf-8"))
-            overrides = {**overrides, "run_dir": str(args.resume), "resume": True}
-            return preset_from_dict(saved).override(overrides)
-        preset = get_preset(args.preset or DEFAULT_PRESET)
-        if "run_dir" not in overrides:
-            overrides["run_dir"] = str(_new_run_dir(preset.name))
-        return preset.override(overrides)
-    except (ValueError, TypeError) as err:
-        sub.error(setting_error(err, overrides))
-    raise AssertionError("unreachable")
-
-
-def _new_run_dir(name: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path("runs") / f"{name}-{stamp}"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = Path("runs") / f"{name}-{stamp}-{suffix}"
-    return path
-
-
-def _process_start(fallback: float) -> float:
-    try:
-        import psutil
-
-        return psutil.Process().create_time()
-    except Exception:  # psutil missing or the platform hides it: time since main() instead
-        return fallback
-
-
-def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) -> None:
-    line = f"done: {summary['frames']} frames in {summary['elapsed_s']:.1f} s"
-    if summary["eval_return"] is not None:
-        line += f"; eval return {summary['eval_return']:.1f} +/- {summary['eval_return_std']:.1f}"
-    print(line)
-    if summary["target_return"] is not None:
-        if summary["target_reached"]:
-            since_start = (
-                ""
-                if resumed
-                else f", {setup_s + summary['target_elapsed_s']:.1f} s since the command started"
-            )
-            print(
-                f"target return {summary['target_return']:g} reached at {summary['target_frames']} "
-                f"frames, {summary['target_elapsed_s']:.1f} s of training{since_start}"
-            )
-        else:
-            print(f"target return {summary['target_return']:g} not reached")
-    if summary["checkpoint"]:
-        print(f"checkpoint: {summary['checkpoint']}")
-    print(f"logs: {summary['run_dir']}/metrics.csv (plot with: tdscheme plot {summary['run_dir']})")
-    print("summary: " + json.dumps(summary), flush=True)
-
-
-# -- eval and plot ----------------------------------------------------------------------
-
-
-def _eval(args: argparse.Namespace, parser: argparse.ArgumentParser, started: float) -> int:
-    path = Path(args.checkpoint)
-    if path.is_dir():
-        latest = CheckpointManager(
-            path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        ).latest()
-        if latest is None:
-            raise FileNotFoundError(f"no checkpoint (ckpt_*.pt) in {path}")
-        path = latest
-    state = load_checkpoint(path)
-    config = state.get("config") if isinstance(state, dict) else None
-    if not config:
-        raise CheckpointError(
-            f"checkpoint file {path} has no preset config; accepted: a checkpoint written by "
-            f"`tdscheme train` (or a Trainer given run_config=preset.to_dict())"
-        )
-    preset = preset_from_dict(config)
-    learner = preset.learner_factory()(**preset.policy_factory()())
-    learner.load_state_dict(state["scheme"]["learner"])
-    env = preset.eval_env_factory()()
-    try:
-        env.set_seed(args.seed)
-        result = evaluate(
-            env, learner.policy, episodes=args.episodes, deterministic=not args.stochastic,
-            max_steps=preset.trainer.eval_max_steps,
-        )  # fmt: skip
-    finally:
-        env.close()
-    frames = state["scheme"].get("frames")
-    print(
-        f"{preset.name} at {frames} frames ({path}): mean return {result.mean_return:.2f}, "
-        f"std {result.std_return:.2f} over {len(result.returns)} episodes"
-    )
-    print("eval: " + json.dumps({"checkpoint": str(path), "frames": frames, **result.metrics("")}))
-    return 0
-
-
-def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser, started: float) -> int:
-    try:
-        out = plot_learning_curve(args.run_dir, args.out, metric=args.metric)
-    except ValueError as err:
-        print(f"tdscheme plot: error: {err}", file=sys.stderr)
-        return 1
-    print(f"wrote {out}")
-    return 0
 
 
 if __name__ == "__main__":

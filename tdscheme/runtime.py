@@ -2,7 +2,11 @@
 
 tdscheme starts a local Ray (no dashboard, the machine's CPU count) only when
 none is running, joins an existing cluster when given an address, and never
-shuts down a Ray it did not start. Owners of actors (collectors, schemes) hold a
+shuts down a Ray it did not start. The local Ray it starts has its worker
+processes import torch, tensordict and torchrl (:data:`WORKER_PRELOAD_MODULES`)
+as soon as they are spawned, before any actor is placed on them: that import
+is most of a collector actor's start-up (seconds), and this way it overlaps
+with the driver's own imports and set-up instead of following them. Owners of actors (collectors, schemes) hold a
 :class:`RayLease` and release it in their ``shutdown()``; the Ray that tdscheme
 started goes down when the last lease is released.
 """
@@ -44,6 +48,11 @@ _ALLOWED_INIT_KEYS = frozenset(
 )
 
 
+#: Modules a worker process of a tdscheme-started local Ray imports when it starts
+#: (Ray's ``preload_python_modules`` system setting): what a collector actor needs.
+WORKER_PRELOAD_MODULES = ("tdscheme.collectors.worker",)
+
+
 class _StartedRay:
     """Process-wide count of the leases on a Ray that tdscheme started itself."""
 
@@ -57,9 +66,15 @@ def local_ray_config() -> dict[str, Any]:
     Returns:
         A fresh dict: a new local instance (``address="local"``, so that a
         ``ray start`` cluster elsewhere on the machine is not joined by
-        accident), no dashboard, one CPU per core of this machine.
+        accident), no dashboard, one CPU per core of this machine, and worker
+        processes that import :data:`WORKER_PRELOAD_MODULES` when they start.
     """
-    return {"address": "local", "num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+    return {
+        "address": "local",
+        "num_cpus": os.cpu_count() or 1,
+        "include_dashboard": False,
+        "_system_config": {"preload_python_modules": list(WORKER_PRELOAD_MODULES)},
+    }
 
 
 def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -92,9 +107,11 @@ class RayLease:
         >>> lease.release()  # doctest: +SKIP
     """
 
-    def __init__(self, started: bool) -> None:
+    def __init__(self, started: bool, config: Mapping[str, Any] | None = None) -> None:
         #: True when tdscheme called ``ray.init`` (started a local Ray or joined a cluster).
         self.started = started
+        #: The ``ray_init_config`` the lease was acquired with (``None``: the defaults).
+        self.config = config
         self._released = False
 
     @classmethod
@@ -119,14 +136,14 @@ class RayLease:
             if ray.is_initialized():
                 if _StartedRay.leases > 0:
                     _StartedRay.leases += 1
-                    return cls(started=True)
-                return cls(started=False)
+                    return cls(started=True, config=ray_init_config)
+                return cls(started=False, config=ray_init_config)
             logger.info("starting Ray with %s", kwargs)
             ray.init(**kwargs)
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.
             _StartedRay.leases += 1
-            return cls(started=True)
+            return cls(started=True, config=ray_init_config)
 
     def release(self) -> None:
         """Gives the lease back; shuts Ray down if tdscheme started it and this was the last lease.

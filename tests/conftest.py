@@ -7,13 +7,18 @@ import time
 import pytest
 import ray
 
+from tdscheme.runtime import local_ray_config
+
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """Starts Ray once for the whole session; tdscheme joins it and never shuts it down."""
+    """Starts Ray once for the whole session; tdscheme joins it and never shuts it down.
+
+    It is the local Ray tdscheme would start (worker processes preload torchrl), on 2 CPUs.
+    """
     started = not ray.is_initialized()
     if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(**{**local_ray_config(), "num_cpus": 2, "log_to_driver": False})
     yield ray
     if started:
         ray.shutdown()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tdscheme.cli import main
+from tdscheme.cli import _early_ray, main
 from tdscheme.engine import CheckpointManager, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,9 @@ def summary_of(stdout: str) -> dict:
     return json.loads(line.removeprefix("summary: "))
 
 
-# -- usage errors (in-process: no Ray, no subprocess) ------------------------------------
+# -- usage errors (in-process, no subprocess) --------------------------------------------
+# `tdscheme train` starts Ray before it parses (see tdscheme.cli); these tests hold the
+# session's Ray, which the command then uses, so that no test starts one of its own.
 
 
 @pytest.mark.parametrize(
@@ -63,21 +65,21 @@ def summary_of(stdout: str) -> dict:
         (["eval", "x.pt", "--episodes", "0"], "argument --episodes: 0 is not an int >= 1"),
     ],
 )  # fmt: skip
-def test_bad_options_are_usage_errors_naming_the_option(capsys, args, expected):
+def test_bad_options_are_usage_errors_naming_the_option(ray_session, capsys, args, expected):
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
 
 
-def test_resume_needs_a_run_directory(capsys, tmp_path):
+def test_resume_needs_a_run_directory(ray_session, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--resume", str(tmp_path)])
     assert exit_info.value.code == 2
     assert f"argument --resume: {tmp_path} has no config.json" in capsys.readouterr().err
 
 
-def test_conflicting_settings_are_a_usage_error(capsys, tmp_path):
+def test_conflicting_settings_are_a_usage_error(ray_session, capsys, tmp_path):
     # Gradient-worker runs and their other usage errors: tests/test_scheme_grad_workers.py.
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--num-grad-workers", "2", "--decentralized", "--grad-communication",
@@ -86,6 +88,26 @@ def test_conflicting_settings_are_a_usage_error(capsys, tmp_path):
     assert "decentralized=True is invalid with grad_communication='asynchronous'" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train"], (True, None)),
+        (["-v", "train", "a2c-cartpole", "--lr", "1e-3"], (True, None)),
+        (["train", "--ray-init-config", '{"num_cpus": 1}'], (True, {"num_cpus": 1})),
+        (["train", '--ray-init-config={"address": "auto"}'], (True, {"address": "auto"})),
+        (["train", "--ray-init-config", "null"], (True, None)),
+        (["train", "--ray-init-config", "{bad"], (False, None)),  # the parser reports it
+        (["train", "--ray-init-config", "[1]"], (False, None)),
+        (["train", "--help"], (False, None)),
+        (["train", "--resume", "runs/x"], (False, None)),  # its Ray settings are in the run
+        (["eval", "runs/x"], (False, None)),
+        ([], (False, None)),
+    ],
+)  # fmt: skip
+def test_train_starts_ray_before_parsing_only_when_it_will_need_it(argv, expected):
+    assert _early_ray(argv) == expected
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

@@ -125,7 +125,8 @@ def test_frames_per_batch_is_frames_per_update_in_every_mode():
          "argument --num-grad-workers: frames_per_batch=2048 is invalid with num_grad_workers=3"),
     ],
 )  # fmt: skip
-def test_bad_combinations_are_usage_errors(capsys, tmp_path, args, expected):
+def test_bad_combinations_are_usage_errors(ray_session, capsys, tmp_path, args, expected):
+    # ray_session: `train` starts Ray before parsing; it uses the session's (tests/test_cli.py).
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--run-dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2
