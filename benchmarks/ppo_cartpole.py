@@ -1,9 +1,16 @@
 """PPO on CartPole-v1 to an evaluation return of 475: tdscheme against a plain torchrl loop.
 
-Both runs happen in this one process, one after the other, with the same
-hyperparameters (the ``ppo-cartpole`` preset, with any ``--set`` overrides):
+Three runs per seed, one after the other, with the same hyperparameters (the
+``ppo-cartpole`` preset, with any ``--set`` overrides):
 
-* ``tdscheme``: the preset through :class:`tdscheme.engine.Trainer` (a local Ray,
+* ``cli``: the command a user types, ``tdscheme train ppo-cartpole --seed S``, in
+  a new process; its wall time is the command's own "since the command started"
+  (process start to the evaluation that reached the target), and ``exit_s`` the
+  whole process including writing the last checkpoint and shutting Ray down;
+* ``torchrl-script``: the ``torchrl`` loop below as a script of its own, in a new
+  process (``--runs torchrl`` of this file): its wall time counts from the
+  process start, imports included, like ``cli``'s;
+* ``tdscheme``: in this process, the preset through :class:`tdscheme.engine.Trainer` (a local Ray,
   ``num_collectors`` collector actors, the learner in this process), stopping
   at the first evaluation whose mean return reaches the target;
 * ``torchrl``: a plain single-process loop written from torchrl's parts only:
@@ -13,24 +20,32 @@ hyperparameters (the ``ppo-cartpole`` preset, with any ``--set`` overrides):
   evaluated on the same schedule with the same evaluation.
 
 Wall time counts from the start of each run (building envs, networks, Ray
-and its workers included) to the evaluation that reached the target; frames
-are the frames trained on by then. Run from the repository root::
+and its workers included; for ``cli`` the imports too) to the evaluation that
+reached the target; frames are the frames trained on by then. The frames to 475
+vary with the seed, so compare medians over several seeds. Run from the
+repository root::
 
-    .venv/bin/python benchmarks/ppo_cartpole.py                    # both runs
+    .venv/bin/python benchmarks/ppo_cartpole.py                    # all runs, seed 0
+    .venv/bin/python benchmarks/ppo_cartpole.py --seeds 0,1,2,3,4 --out section.md
     .venv/bin/python benchmarks/ppo_cartpole.py --quick            # smoke test
-    .venv/bin/python benchmarks/ppo_cartpole.py --set lr=0.001 --out section.md
+    .venv/bin/python benchmarks/ppo_cartpole.py --set lr=0.001 --runs tdscheme,torchrl
 
-Output: one JSON line per run on stdout (with machine and versions), then a
-table with tdscheme's speedup over the plain loop.
+Output: one JSON line per run and seed on stdout (with machine and versions),
+then a table of every run and the medians, with tdscheme's speedup over the
+plain loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,7 +61,72 @@ QUICK = {"total_frames": 8192, "frames_per_batch": 2048, "target_return": 10_000
          "eval_every_frames": 4096}  # fmt: skip
 
 
-def run_tdscheme(preset: Preset) -> dict[str, Any]:
+def cli_options(overrides: dict[str, Any]) -> list[str]:
+    """``{"lr": 0.001, "sync": False, "hidden_sizes": [32, 32]}`` -> ``tdscheme train`` options.
+
+    A bool becomes ``--x`` / ``--no-x`` (the form of plain bool settings).
+    """
+    args = []
+    for key, value in overrides.items():
+        option = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(option if value else "--no-" + option[2:])
+        elif isinstance(value, (list, tuple)):
+            args += [option, ",".join(map(str, value))]
+        elif isinstance(value, dict):
+            args += [option, json.dumps(value)]
+        else:
+            args += [option, "none" if value is None else str(value)]
+    return args
+
+
+def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``tdscheme train`` in a new process; the wall time is the one the command prints."""
+    tdscheme = Path(sys.executable).with_name("tdscheme")
+    with tempfile.TemporaryDirectory() as run_dir:
+        options = {**overrides, "seed": preset.scheme.seed, "run_dir": run_dir}
+        start = time.perf_counter()
+        out = subprocess.run(
+            [str(tdscheme), "train", preset.name, *cli_options(options), "--progress", "false"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        exit_s = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"tdscheme train failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    summary = json.loads(out.stdout.split("summary: ", 1)[1].splitlines()[0])
+    since = re.search(r"([0-9.]+) s since the command started", out.stdout)
+    return {
+        "frames": summary["target_frames"] or summary["frames"],
+        "wall_s": float(since.group(1)) if since else exit_s,
+        "exit_s": exit_s,
+        "reached": summary["target_reached"],
+        "eval_return": summary["eval_return"],
+    }
+
+
+def run_torchrl_script(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The plain torchrl loop in a new process; wall time from the process start."""
+    sets = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    start = time.time()
+    out = subprocess.run(
+        [sys.executable, __file__, "--runs", "torchrl", "--seeds", str(preset.scheme.seed),
+         *(["--set", *sets] if sets else [])],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    exit_s = time.time() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"the torchrl script failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    row = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    return {
+        "frames": row["frames"],
+        "wall_s": row["done_unix"] - start,
+        "exit_s": exit_s,
+        "reached": row["reached"],
+        "eval_return": row["eval_return"],
+    }
+
+
+def run_tdscheme(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """The preset through the Trainer, to the target; returns frames and seconds."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
@@ -63,7 +143,7 @@ def run_tdscheme(preset: Preset) -> dict[str, Any]:
     }
 
 
-def run_torchrl(preset: Preset) -> dict[str, Any]:
+def run_torchrl(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """A plain single-process torchrl PPO loop with the preset's hyperparameters."""
     start = time.perf_counter()
     a, s, t = preset.algo, preset.scheme, preset.trainer
@@ -124,6 +204,7 @@ def run_torchrl(preset: Preset) -> dict[str, Any]:
     return {
         "frames": frames,
         "wall_s": time.perf_counter() - start,
+        "done_unix": time.time(),
         "reached": bool(reached),
         "eval_return": None if result is None else result.mean_return,
     }
@@ -141,25 +222,51 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def table(rows: dict[str, dict[str, Any]]) -> str:
-    """A markdown table of both runs and tdscheme's speedup over the plain loop."""
-    ours, plain = rows.get("tdscheme"), rows.get("torchrl")
-    lines = ["| run | reached | frames | wall s | frames/s |", "|---|---|---|---|---|"]
-    for name, r in rows.items():
+def table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of every run, the medians per run, and the speedups over the plain loop."""
+    lines = ["| run | seed | reached | frames | wall s | frames/s |", "|---|---|---|---|---|---|"]
+    for r in rows:
         fps = r["frames"] / r["wall_s"] if r["wall_s"] else 0.0
-        lines.append(f"| {name} | {r['reached']} | {r['frames']} | {r['wall_s']:.1f} | {fps:.0f} |")
-    if ours and plain:
         lines.append(
-            f"\ntdscheme vs plain torchrl: {plain['wall_s'] / ours['wall_s']:.2f}x faster in wall "
-            f"time, {plain['frames'] / max(ours['frames'], 1):.2f}x fewer frames"
+            f"| {r['run']} | {r['seed']} | {r['reached']} | {r['frames']:,} | {r['wall_s']:.1f} "
+            f"| {fps:,.0f} |"
         )
+    medians: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == name]
+        walls = [r["wall_s"] for r in mine]
+        medians[name] = {"wall_s": statistics.median(walls), "max_s": max(walls),
+                         "frames": statistics.median(r["frames"] for r in mine),
+                         "reached": sum(r["reached"] for r in mine), "runs": len(mine)}  # fmt: skip
+    lines += [
+        "",
+        "| run | reached | median frames | median wall s | max wall s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in medians.items():
+        lines.append(
+            f"| {name} | {m['reached']}/{m['runs']} | {m['frames']:,.0f} | {m['wall_s']:.1f} "
+            f"| {m['max_s']:.1f} |"
+        )
+    for ours, plain in (("cli", "torchrl-script"), ("tdscheme", "torchrl")):
+        if ours in medians and plain in medians:
+            a, b = medians[ours], medians[plain]
+            lines.append(
+                f"\n{ours} vs {plain} (medians): {b['wall_s'] / a['wall_s']:.2f}x in wall time, "
+                f"{b['frames'] / max(a['frames'], 1):.2f}x in frames"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few thousand frames, no target")
-    parser.add_argument("--runs", default="tdscheme,torchrl", help="which runs, comma-separated")
+    parser.add_argument(
+        "--runs", default="cli,tdscheme,torchrl", help="which runs, comma-separated"
+    )
+    parser.add_argument(
+        "--seeds", default="0", help="comma-separated seeds, each run once per seed"
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="preset overrides, e.g. lr=0.001 num_collectors=2")  # fmt: skip
     parser.add_argument("--out", help="write the results as a markdown section to this file")
@@ -167,15 +274,25 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_overrides(args.set)
     if args.quick:
         overrides = {**QUICK, **overrides}
-    preset = get_preset("ppo-cartpole").override(overrides)
-    rows: dict[str, dict[str, Any]] = {}
-    runners = {"tdscheme": run_tdscheme, "torchrl": run_torchrl}
-    for name in args.runs.split(","):
+    runners = {"cli": run_cli, "torchrl-script": run_torchrl_script, "tdscheme": run_tdscheme,
+               "torchrl": run_torchrl}  # fmt: skip
+    names = args.runs.split(",")
+    for name in names:
         if name not in runners:
             parser.error(f"argument --runs: unknown run {name!r}; accepted: {sorted(runners)}")
-        rows[name] = runners[name](preset)
-        record = {"run": name, **rows[name], "overrides": overrides, "machine": machine_info()}
-        print(json.dumps(record), flush=True)
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"argument --seeds: {args.seeds!r} is invalid; accepted: ints, e.g. 0,1,2")
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        preset = get_preset("ppo-cartpole").override({**overrides, "seed": seed})
+        for name in names:
+            row = {"run": name, "seed": seed, **runners[name](preset, overrides)}
+            rows.append(row)
+            print(
+                json.dumps({**row, "overrides": overrides, "machine": machine_info()}), flush=True
+            )
     text = table(rows)
     print(text)
     if args.out:

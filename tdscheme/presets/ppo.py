@@ -68,7 +68,7 @@ def ppo_cartpole() -> Preset:
         algo=ActorCriticConfig(
             env_id="CartPole-v1",
             num_envs=32,
-            lr=2e-3,
+            lr=3e-3,
             anneal_frames=50_000,
             lr_end_factor=0.1,
             num_epochs=10,
