@@ -20,7 +20,9 @@ second thread imports the commands (torch, torchrl, the presets), and a local
 Ray's worker processes import torch and torchrl as soon as they are spawned
 (:mod:`tdscheme.runtime`): the seconds each of these takes overlap instead of
 adding up. Should the parsed settings ask for another Ray, the early one is
-given back before the run starts its own.
+given back before the run starts its own. The price: a usage error of
+``train`` is reported once that Ray is up, and the command exits once it is down
+again (a few seconds later than it would otherwise).
 """
 
 from __future__ import annotations

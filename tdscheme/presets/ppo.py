@@ -60,7 +60,9 @@ def ppo_cartpole() -> Preset:
     Two collectors step 32 envs each; every learner update trains 10 epochs of
     512-frame minibatches on 2048 fresh, strictly on-policy frames (the workers
     wait for the new weights), and the run stops at the first evaluation whose
-    mean return over 10 episodes reaches 475.
+    mean return over 10 episodes reaches 475. An evaluation (10 episodes at once)
+    costs about as much as two updates, hence one every 8192 frames; with
+    ``lr=3e-3`` the run reaches 475 at 16k-33k frames depending on the seed.
     """
     return Preset(
         name="ppo-cartpole",
@@ -78,7 +80,7 @@ def ppo_cartpole() -> Preset:
         scheme=SchemeConfig(num_collectors=2, frames_per_batch=2048, sync=True, max_policy_lag=0),
         trainer=TrainerConfig(
             total_frames=100_000,
-            eval_every_frames=4096,
+            eval_every_frames=8192,
             eval_episodes=10,
             target_return=475.0,
         ),
