@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few thousand frames, no target")
     parser.add_argument(
-        "--runs", default="cli,tdscheme,torchrl", help="which runs, comma-separated"
+        "--runs", default="cli,torchrl-script,tdscheme,torchrl", help="runs, comma-separated"
     )
     parser.add_argument(
         "--seeds", default="0", help="comma-separated seeds, each run once per seed"
