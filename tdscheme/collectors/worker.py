@@ -247,7 +247,16 @@ class CollectorWorker:
         self._collector.update_policy_weights_(weights)
 
     def set_seed(self, seed: int) -> int:
-        """Seeds the worker's envs and resets them; returns the seed torchrl chains to next."""
+        """Seeds the worker's envs and torch's RNG, and resets the envs.
+
+        torch's RNG drives the policy's exploration (e.g. sampling a categorical
+        action); torchrl's ``set_seed`` seeds the envs only. A worker actor owns its
+        process, so seeding the process-wide RNG makes its batches reproducible.
+
+        Returns:
+            The seed torchrl chains to next.
+        """
+        torch.manual_seed(seed)
         next_seed = self._collector.set_seed(seed)
         self._collector.reset()  # the first frames come from a seeded reset too
         return next_seed

@@ -10,7 +10,7 @@ import torch
 
 from tdscheme import RayCollector, WorkerError
 from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
-from tdscheme.testing import bias_policy, make_env, mlp_policy
+from tdscheme.testing import bias_policy, cartpole_modules, make_env, mlp_policy
 
 SMALL = {"num_cpus": 0.5}
 cartpole = functools.partial(make_env, "CartPole-v1")
@@ -230,17 +230,20 @@ def test_crashing_worker_gives_up_after_max_restarts(ray_clean):
 
 
 def test_same_seed_gives_identical_data_and_workers_differ(ray_clean):
+    # A stochastic policy (a sampled categorical): the seed must reach the workers'
+    # torch RNG as well as their envs for the actions, then the states, to repeat.
     def first_batch(seed):
+        torch.manual_seed(0)  # the same initial weights
         with RayCollector(
-            cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=100,
+            cartpole, cartpole_modules()["actor"], frames_per_batch=100, total_frames=100,
             num_collectors=2, sync=True, seed=seed, remote_configs=SMALL,
         ) as collector:  # fmt: skip
-            torch.manual_seed(0)
+            torch.manual_seed(1234)  # the driver's RNG state must not matter
             return next(iter(collector))
 
-    torch.manual_seed(0)
-    a, b = first_batch(7), first_batch(7)
-    assert torch.equal(a["observation"], b["observation"])
+    a, b, c = first_batch(7), first_batch(7), first_batch(8)
+    assert torch.equal(a["action"], b["action"]) and torch.equal(a["observation"], b["observation"])
+    assert not torch.equal(a["action"], c["action"])
     assert not torch.equal(a["observation"][0], a["observation"][1])
 
 
