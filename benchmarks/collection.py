@@ -41,12 +41,10 @@ writes the tables as a markdown section for ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import gc
 import logging
-import shlex
 import signal
 import statistics
 import sys
@@ -60,7 +58,7 @@ from typing import Any
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
 import torch
-from report import Recorder
+from report import Recorder, parse_section_args, print_tables, write_markdown
 
 from tdscheme.testing import make_env, mlp_policy
 
@@ -613,71 +611,27 @@ def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
     return out
 
 
-def print_tables(ms: list[Measurement]) -> None:
-    for section, table in tables(ms).items():
-        widths = [max(len(r[i][:60]) for r in table) for i in range(len(table[0]))]
-        print(f"\n== {section}")
-        for r in table:
-            print("  ".join(c[:60].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def write_markdown(path: str, rec: Recorder, argv: list[str], seconds: float) -> None:
-    command = shlex.join([".venv/bin/python", "benchmarks/collection.py", *argv])
-    lines = [
-        "## Collection: tdscheme's RayCollector vs torchrl's RayCollector, and the limits",
-        "",
-        f"Command, from the repository root ({seconds:.0f} s): `{command}`",
-        "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in rec.machine.items()),
-        "",
-        'One Ray (`num_cpus=2`) for the whole run, `{"num_cpus": 1}` per collector actor; '
-        "frames/s after one warm-up batch; the first batch includes construction. "
-        "`(1.83x)` after a value is tdscheme's speedup over that row (rates: tdscheme/row, "
-        "times: row/tdscheme; >1 means tdscheme is better); limits with one env are compared "
-        "with tdscheme's same-configuration row (`same`), batched ones with its recommended "
-        "row (`rec.`). "
-        "See the docstring of `benchmarks/collection.py` for what each section measures.",
-    ]
-    for section, table in tables(rec.measurements).items():
-        lines += ["", f"### {section}", ""]
-        lines += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
-        lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+TITLE = "Collection: tdscheme's RayCollector vs torchrl's RayCollector, and the limits"
+INTRO = (
+    'One Ray (`num_cpus=2`) for the whole run, `{"num_cpus": 1}` per collector actor; '
+    "frames/s after one warm-up batch; the first batch includes construction. "
+    "`(1.83x)` after a value is tdscheme's speedup over that row (rates: tdscheme/row, "
+    "times: row/tdscheme; >1 means tdscheme is better); limits with one env are compared "
+    "with tdscheme's same-configuration row (`same`), batched ones with its recommended "
+    "row (`rec.`). "
+    "See the docstring of `benchmarks/collection.py` for what each section measures."
+)
 
 
 # ---------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
-    parser.add_argument(
-        "--sections",
-        default=",".join(SECTIONS),
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
-    )
-    parser.add_argument(
-        "--frames",
-        type=int,
-        default=None,
-        help="frames measured per collector after the warm-up batch "
-        "(default 20000, 2000 with --quick)",
-    )
-    parser.add_argument("--out", default=None, help="also write a markdown section to this path")
-    args = parser.parse_args(argv)
-    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
-    unknown = sorted(set(args.sections) - set(SECTIONS))
-    if unknown or not args.sections:
-        parser.error(f"--sections: unknown {unknown}; accepted: {','.join(SECTIONS)}")
-    if args.frames is not None and args.frames <= 0:
-        parser.error(f"--frames={args.frames}: must be a positive number of frames")
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args = parse_section_args(
+        __doc__.split("\n")[0], SECTIONS, "frames measured per collector after the warm-up "
+        "batch (default 20000, 2000 with --quick)", argv,
+    )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
     torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
     logging.getLogger("torchrl").setLevel(logging.WARNING)  # it logs INFO to stdout
@@ -700,10 +654,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     seconds = time.perf_counter() - started
-    print_tables(rec.measurements)
+    print_tables(tables(rec.measurements))
     print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
     if args.out:
-        write_markdown(args.out, rec, argv, seconds)
+        write_markdown(
+            args.out, title=TITLE, script="collection.py", argv=argv, seconds=seconds,
+            machine=rec.machine, intro=INTRO, tables=tables(rec.measurements),
+        )  # fmt: skip
         log(f"wrote {args.out}")
     return 0
 

@@ -41,11 +41,9 @@ section for ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -55,7 +53,7 @@ from typing import Any
 
 import ray
 import torch
-from report import Recorder
+from report import Recorder, parse_section_args, print_tables, write_markdown
 
 from tdscheme.gradient_workers import (
     GradientWorker,
@@ -278,23 +276,9 @@ def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
     return out
 
 
-def print_tables(ms: list[Measurement]) -> None:
-    for section, table in tables(ms).items():
-        widths = [max(len(r[i][:60]) for r in table) for i in range(len(table[0]))]
-        print(f"\n== {section}")
-        for r in table:
-            print("  ".join(c[:60].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def write_markdown(path: str, rec: Recorder, argv: list[str], s: Settings, seconds: float) -> None:
-    command = shlex.join([".venv/bin/python", "benchmarks/grad_workers.py", *argv])
-    lines = [
-        "## Gradient workers: 1 vs 2 workers in each mode",
-        "",
-        f"Command, from the repository root ({seconds:.0f} s): `{command}`",
-        "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in rec.machine.items()),
-        "",
+def intro(s: Settings) -> str:
+    """The paragraph above the tables: what was run and what the columns mean."""
+    return (
         f'One Ray (`num_cpus=2`), `{{"num_cpus": 1}}` per gradient worker; CartPole-v1 '
         f"({s.num_envs} vector envs per collector), A2C + GAE, {s.frames_per_batch} frames per "
         f"gradient; rates over {s.frames} frames after {s.warmup_steps} warm-up step(s); "
@@ -302,47 +286,19 @@ def write_markdown(path: str, rec: Recorder, argv: list[str], s: Settings, secon
         "the coordinator's mean milliseconds per event, `collect_ms`, `compute_ms`, "
         "`allreduce_ms` the workers' mean per gradient (the all-reduce includes waiting for "
         "the slower peer). `in-process` is the same collector and learner in one "
-        "process without Ray. See the docstring of `benchmarks/grad_workers.py`.",
-    ]
-    for section, table in tables(rec.measurements).items():
-        lines += ["", f"### {section}", ""]
-        lines += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
-        lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        "process without Ray. See the docstring of `benchmarks/grad_workers.py`."
+    )
 
 
 # ---------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
-    parser.add_argument(
-        "--sections",
-        default=",".join(SECTIONS),
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
-    )
-    parser.add_argument(
-        "--frames",
-        type=int,
-        default=None,
-        help="frames measured per row after the warm-up (default 40000, 2048 with --quick)",
-    )
-    parser.add_argument("--out", default=None, help="also write a markdown section to this path")
-    args = parser.parse_args(argv)
-    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
-    unknown = sorted(set(args.sections) - set(SECTIONS))
-    if unknown or not args.sections:
-        parser.error(f"--sections: unknown {unknown}; accepted: {','.join(SECTIONS)}")
-    if args.frames is not None and args.frames <= 0:
-        parser.error(f"--frames={args.frames}: must be a positive number of frames")
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args = parse_section_args(
+        __doc__.split("\n")[0], list(SECTIONS), "frames measured per row after the warm-up "
+        "(default 40000, 2048 with --quick)", argv,
+    )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 40_000)
     torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
     logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -356,10 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     seconds = time.perf_counter() - started
-    print_tables(rec.measurements)
+    print_tables(tables(rec.measurements))
     print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
     if args.out:
-        write_markdown(args.out, rec, argv, s, seconds)
+        write_markdown(
+            args.out, title="Gradient workers: 1 vs 2 workers in each mode",
+            script="grad_workers.py", argv=argv, seconds=seconds, machine=rec.machine,
+            intro=intro(s), tables=tables(rec.measurements),
+        )  # fmt: skip
         log(f"wrote {args.out}")
     return 0
 

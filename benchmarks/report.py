@@ -1,4 +1,4 @@
-"""What every benchmark script shares: the machine it ran on and one JSON line per measurement.
+"""What the benchmark scripts share: the machine, JSON lines, their options and their tables.
 
 The scripts run from the repository root as ``python benchmarks/NAME.py``, so this module
 is importable as ``report``.
@@ -6,10 +6,13 @@ is importable as ``report``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -56,3 +59,69 @@ class Recorder:
         """Keeps ``measurement`` and prints it as one JSON line."""
         self.measurements.append(measurement)
         print(json.dumps({**asdict(measurement), **self.machine}), flush=True)
+
+
+def parse_section_args(
+    description: str, sections: Sequence[str], frames_help: str, argv: list[str]
+) -> argparse.Namespace:
+    """The options of a script measured in sections: ``--quick --sections --frames --out``.
+
+    Returns:
+        The parsed options, ``sections`` as a list of known section names.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
+    parser.add_argument(
+        "--sections",
+        default=",".join(sections),
+        help=f"comma-separated subset of {','.join(sections)} (default: all)",
+    )
+    parser.add_argument("--frames", type=int, default=None, help=frames_help)
+    parser.add_argument("--out", default=None, help="also write a markdown section to this path")
+    args = parser.parse_args(argv)
+    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = sorted(set(args.sections) - set(sections))
+    if unknown or not args.sections:
+        parser.error(f"--sections: unknown {unknown}; accepted: {','.join(sections)}")
+    if args.frames is not None and args.frames <= 0:
+        parser.error(f"--frames={args.frames}: must be a positive number of frames")
+    return args
+
+
+def print_tables(tables: Mapping[str, list[list[str]]]) -> None:
+    """Prints each section's table (header row first) in aligned columns of 60 characters at most."""
+    for section, table in tables.items():
+        widths = [max(len(r[i][:60]) for r in table) for i in range(len(table[0]))]
+        print(f"\n== {section}")
+        for r in table:
+            print("  ".join(c[:60].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def write_markdown(
+    path: str,
+    *,
+    title: str,
+    script: str,
+    argv: list[str],
+    seconds: float,
+    machine: Mapping[str, Any],
+    intro: str,
+    tables: Mapping[str, list[list[str]]],
+) -> None:
+    """Writes a RESULTS.md section: the command that made it, the machine, ``intro``, the tables."""
+    command = shlex.join([".venv/bin/python", f"benchmarks/{script}", *argv])
+    lines = [
+        f"## {title}",
+        "",
+        f"Command, from the repository root ({seconds:.0f} s): `{command}`",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+        "",
+        intro,
+    ]
+    for section, table in tables.items():
+        lines += ["", f"### {section}", ""]
+        lines += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
