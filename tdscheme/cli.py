@@ -27,6 +27,7 @@ again (a few seconds later than it would otherwise).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import signal
@@ -34,7 +35,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tdscheme.runtime import RayLease
 
 __all__ = ["main"]
 
@@ -74,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _early_ray(argv: list[str]) -> tuple[bool, Any]:
+def _early_ray(argv: list[str]) -> tuple[bool, dict[str, Any] | None]:
     """A look at ``argv`` before parsing: start Ray early? and with which ``ray_init_config``.
 
     Only for ``train`` without ``--resume`` (whose Ray settings are in its run
@@ -100,7 +104,7 @@ def _early_ray(argv: list[str]) -> tuple[bool, Any]:
     return True, None
 
 
-def _start_ray_while_importing(ray_init_config: Any) -> Any:
+def _start_ray_while_importing(ray_init_config: dict[str, Any] | None) -> RayLease | None:
     """Starts (or joins) Ray while a thread imports the commands; returns the lease.
 
     ``ray.init`` stays in the main thread (Ray expects it there). If Ray fails to
@@ -121,7 +125,7 @@ def _start_ray_while_importing(ray_init_config: Any) -> Any:
 
 def _import_commands() -> None:
     try:
-        __import__(_COMMANDS_MODULE)
+        importlib.import_module(_COMMANDS_MODULE)
     except BaseException:  # noqa: BLE001 - the main thread's import raises it again
         pass
 
