@@ -54,6 +54,7 @@ from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
+from tdscheme.cli_options import option_name
 from tdscheme.engine import evaluate
 from tdscheme.presets import Preset, get_preset
 
@@ -68,7 +69,7 @@ def cli_options(overrides: dict[str, Any]) -> list[str]:
     """
     args = []
     for key, value in overrides.items():
-        option = "--" + key.replace("_", "-")
+        option = option_name(key)
         if isinstance(value, bool):
             args.append(option if value else "--no-" + option[2:])
         elif isinstance(value, (list, tuple)):
@@ -80,21 +81,31 @@ def cli_options(overrides: dict[str, Any]) -> list[str]:
     return args
 
 
+def run_process(command: list[str], what: str) -> tuple[str, float, float]:
+    """Runs ``command``; returns its stdout, its start (``time.time()``) and its seconds to exit.
+
+    Raises:
+        RuntimeError: it failed, with the end of its stderr.
+    """
+    start = time.time()
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    exit_s = time.time() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return out.stdout, start, exit_s
+
+
 def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """``tdscheme train`` in a new process; the wall time is the one the command prints."""
     tdscheme = Path(sys.executable).with_name("tdscheme")
     with tempfile.TemporaryDirectory() as run_dir:
         options = {**overrides, "seed": preset.scheme.seed, "run_dir": run_dir}
-        start = time.perf_counter()
-        out = subprocess.run(
+        stdout, _, exit_s = run_process(
             [str(tdscheme), "train", preset.name, *cli_options(options), "--progress", "false"],
-            capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-        exit_s = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"tdscheme train failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    summary = json.loads(out.stdout.split("summary: ", 1)[1].splitlines()[0])
-    since = re.search(r"([0-9.]+) s since the command started", out.stdout)
+            "tdscheme train",
+        )
+    summary = json.loads(stdout.split("summary: ", 1)[1].splitlines()[0])
+    since = re.search(r"([0-9.]+) s since the command started", stdout)
     return {
         "frames": summary["target_frames"] or summary["frames"],
         "wall_s": float(since.group(1)) if since else exit_s,
@@ -107,16 +118,12 @@ def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
 def run_torchrl_script(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """The plain torchrl loop in a new process; wall time from the process start."""
     sets = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
-    start = time.time()
-    out = subprocess.run(
+    stdout, start, exit_s = run_process(
         [sys.executable, __file__, "--runs", "torchrl", "--seeds", str(preset.scheme.seed),
          *(["--set", *sets] if sets else [])],
-        capture_output=True, text=True, timeout=600, check=False,
+        "the torchrl script",
     )  # fmt: skip
-    exit_s = time.time() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"the torchrl script failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    row = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    row = json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
     return {
         "frames": row["frames"],
         "wall_s": row["done_unix"] - start,
