@@ -10,7 +10,7 @@ from torch import nn
 
 from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.collectors.worker import WorkerSpec
-from tdscheme.torchrl_adapter import default_exploration_type, resolve_collector_class
+from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.transport import TensorDictCodec
 
 _DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")

@@ -15,7 +15,7 @@ from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
 from tdscheme.runtime import RayLease
-from tdscheme.torchrl_adapter import BaseCollector
+from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
 
 _POLL_S = 1.0

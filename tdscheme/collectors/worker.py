@@ -1,14 +1,13 @@
 """CollectorWorker: one torchrl collector, stepped on request, its batches stamped and encoded.
 
 The worker is a plain Python class. :class:`~tdscheme.collectors.RayCollector`
-wraps it with ``ray.remote`` (see :func:`remote_worker_class`), and tests or a
+wraps it with ``ray.remote`` (see :mod:`tdscheme.runtime.actor_pool`), and tests or a
 debugging session can run it in-process unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.torchrl_adapter import Collector, is_multi_collector
+from tdscheme.runtime.torchrl_names import Collector, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
 
 WORKER_ID_KEY = ("collector", "worker_id")
@@ -282,14 +281,3 @@ def _env_batch_numel(env: Any) -> int:
         return len(env)
     batch_size = getattr(env, "batch_size", torch.Size([]))
     return max(1, torch.Size(batch_size).numel())
-
-
-@functools.cache
-def _remote_worker() -> Any:
-    # Built once per process: every ray.remote(...) call would export the class again.
-    return ray.remote(concurrency_groups={"control": 1})(CollectorWorker)
-
-
-def remote_worker_class(**remote_config: Any) -> Any:
-    """``ray.remote(CollectorWorker)`` with a ``control`` group for preempt/ping and ``remote_config``."""
-    return _remote_worker().options(**remote_config)

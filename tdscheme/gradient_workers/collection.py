@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdscheme.torchrl_adapter import Collector
+from tdscheme.runtime.torchrl_names import Collector
 
 __all__ = ["EpisodeTracker", "LocalCollection"]
 

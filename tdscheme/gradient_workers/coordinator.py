@@ -88,7 +88,7 @@ class GradientCoordinator:
             max_restarts=config.max_restarts,
         )
         try:
-            self.pool.start(self._weights_ref(), learner.version)
+            self.pool.start_all(self._weights_ref(), learner.version)
             self._setup()
         except BaseException:
             self.shutdown()

@@ -10,8 +10,8 @@ from tensordict import TensorDict
 
 from tdscheme.collectors import PreemptionConfig, RayCollectorConfig
 from tdscheme.collectors.preemption import pad_time, stack_rollouts
+from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
-from tdscheme.torchrl_adapter import Collector, MultiSyncCollector, resolve_collector_class
 
 env = functools.partial(make_env, "CartPole-v1")
 

@@ -10,13 +10,13 @@ from torchrl.envs.utils import RandomPolicy
 from torchrl.testing.mocking_classes import ContinuousActionVecMockEnv, CountingEnv
 
 from tdscheme import RayCollector
-from tdscheme.testing import CountingPolicy
-from tdscheme.torchrl_adapter import (
+from tdscheme.runtime.torchrl_names import (
     BaseCollector,
     Collector,
     MultiAsyncCollector,
     MultiSyncCollector,
 )
+from tdscheme.testing import CountingPolicy
 
 REMOTE = {"remote_configs": {"num_cpus": 0.5}}
 

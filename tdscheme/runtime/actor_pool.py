@@ -1,0 +1,309 @@
+"""ActorPool: slots of Ray actors built from small specs, with restarts, bounded calls and errors.
+
+The collector pool (:mod:`tdscheme.collectors.pool`) and the gradient-worker pool
+(:mod:`tdscheme.gradient_workers.pool`) are thin users of this class: each adds
+what its actors need (weight pushes, acknowledgements, graceful shutdown) on top
+of what they share here:
+
+* **slots**: one per worker position, holding the spec the actor is built from,
+  its Ray options, the current actor, its generation and restart count;
+* **restarts** by the pool itself from the small spec (not Ray's
+  ``max_restarts``, which re-runs the constructor with arguments that may have
+  been evicted), each incarnation with its own seed (:func:`incarnation_seed`);
+* **bounded calls**: every ``ray.get`` and ``ray.wait`` has a timeout;
+* **remote errors**: an exception raised inside an actor becomes a
+  :class:`WorkerError` naming the worker, with the remote traceback; a dead actor
+  is reported as :data:`DIED`, for the caller to restart.
+
+Actor classes are plain Python classes; the pool wraps them with ``ray.remote``
+(with a ``control`` concurrency group for calls served while a long call runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+__all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to fetch the value of a call that Ray already reported finished.
+FETCH_TIMEOUT_S = 60.0
+
+#: What :meth:`ActorPool.outcome` returns for a call whose actor died.
+DIED = object()
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class WorkerError(RuntimeError):
+    """An error raised inside a worker actor (or its death past ``max_restarts``), on the driver.
+
+    Attributes:
+        worker_id: the worker that failed.
+        remote_traceback: the traceback text from the worker process.
+        role: how the message names the worker (``"collector worker"`` here;
+            subclasses for other actors change it).
+
+    Example:
+        >>> str(WorkerError(1, "boom"))
+        'collector worker 1: boom'
+    """
+
+    role = "collector worker"
+
+    def __init__(self, worker_id: int, message: str, remote_traceback: str = "") -> None:
+        self.worker_id = worker_id
+        self.remote_traceback = _ANSI.sub("", remote_traceback)
+        text = f"{self.role} {worker_id}: {message}"
+        if remote_traceback:
+            text += f"\n--- remote traceback ({self.role} {worker_id}) ---\n{self.remote_traceback}"
+        super().__init__(text)
+
+
+def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
+    """A distinct, reproducible seed per worker and per restart (``None`` when unseeded).
+
+    Example:
+        >>> incarnation_seed(7, 0), incarnation_seed(7, 1) != incarnation_seed(7, 0)
+        (7, True)
+    """
+    if seed is None:
+        return None
+    return (seed + 7919 * worker_id + 104729 * generation) % (2**31 - 1)
+
+
+@functools.cache
+def remote_class(actor_class: type) -> Any:
+    """``ray.remote(actor_class)`` with a ``control`` concurrency group, built once per process.
+
+    Every ``ray.remote(...)`` call would export the class to the cluster again.
+    """
+    return ray.remote(concurrency_groups={"control": 1})(actor_class)
+
+
+@dataclasses.dataclass
+class ActorSlot:
+    """One worker position: the spec its actors are built from, the current actor, its history."""
+
+    spec: Any
+    options: dict[str, Any]
+    actor: Any = None
+    generation: int = 0
+    restarts: int = 0
+
+
+class ActorPool:
+    """Owns the actors of one kind; subclasses add what their actors need.
+
+    Actor ``i`` is built as ``actor_class(i, spec, seed=..., **start_kwargs)``.
+
+    Args:
+        actor_class: the plain Python class of the actors.
+        max_restarts: rebuilds allowed per worker before an ``error_class`` error.
+        seed: base seed; worker ``i`` of generation ``g`` gets
+            :func:`incarnation_seed` ``(seed, i, g)``.
+    """
+
+    #: The error raised for a worker's failure.
+    error_class: type[WorkerError] = WorkerError
+
+    def __init__(
+        self, actor_class: type, *, max_restarts: int = 3, seed: int | None = None
+    ) -> None:
+        self._remote_class = remote_class(actor_class)
+        self.max_restarts = max_restarts
+        self.seed = seed
+        self._slots: list[ActorSlot] = []
+        self._calls: dict[Any, tuple[int, int, str]] = {}  # ref -> (worker, generation, method)
+        self.last_death: dict[int, str] = {}  # worker id -> why its last actor died
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    # -- actors ----------------------------------------------------------------------------
+
+    def add_slot(self, spec: Any, options: dict[str, Any]) -> int:
+        """Adds a worker position (no actor yet); returns its id."""
+        self._slots.append(ActorSlot(spec=spec, options=dict(options)))
+        return len(self._slots) - 1
+
+    def start(self, worker_id: int, **start_kwargs: Any) -> None:
+        """Starts the actor of ``worker_id`` (does not wait for it to be ready)."""
+        slot = self._slots[worker_id]
+        slot.actor = self._remote_class.options(**slot.options).remote(
+            worker_id,
+            slot.spec,
+            seed=self.worker_seed(worker_id, slot.generation),
+            **start_kwargs,
+        )
+
+    def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
+        """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""
+        return incarnation_seed(self.seed, worker_id, generation)
+
+    def restart(self, worker_id: int, reason: str, **start_kwargs: Any) -> None:
+        """Replaces a dead worker's actor with a fresh one (next generation, fresh seed).
+
+        Raises:
+            WorkerError: (``error_class``) the worker has used up ``max_restarts``.
+        """
+        slot = self._slots[worker_id]
+        if slot.restarts >= self.max_restarts:
+            raise self.error_class(
+                worker_id,
+                f"died {slot.restarts + 1} times (max_restarts={self.max_restarts}); "
+                f"last: {reason}",
+            )
+        logger.warning("restarting %s %d: %s", self.error_class.role, worker_id, reason)
+        self._kill(slot)
+        slot.restarts += 1
+        slot.generation += 1
+        self.start(worker_id, **start_kwargs)
+
+    def actors(self) -> list[Any]:
+        """The current actor handle of every worker (for custom calls; do not kill them)."""
+        return [slot.actor for slot in self._slots]
+
+    def restarts(self) -> list[int]:
+        """Restarts per worker."""
+        return [slot.restarts for slot in self._slots]
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def submit(self, worker_id: int, method: str, *args: Any) -> Any:
+        """Calls ``method(*args)`` on a worker's current actor; returns the future."""
+        slot = self._slots[worker_id]
+        ref = getattr(slot.actor, method).remote(*args)
+        self._calls[ref] = (worker_id, slot.generation, method)
+        return ref
+
+    def owner(self, ref: Any) -> int:
+        """The worker a pending future belongs to."""
+        return self._calls[ref][0]
+
+    def is_current(self, ref: Any) -> bool:
+        """Whether a pending future was sent to its worker's current incarnation."""
+        worker_id, generation, _ = self._calls[ref]
+        return generation == self._slots[worker_id].generation
+
+    def forget(self, refs: Sequence[Any]) -> None:
+        """Drops futures the caller will not read (their values are discarded)."""
+        for ref in refs:
+            self._calls.pop(ref, None)
+
+    def wait(self, refs: Sequence[Any], *, num_returns: int = 1, timeout_s: float) -> list[Any]:
+        """The futures among ``refs`` done within ``timeout_s`` (at most ``num_returns``)."""
+        if not refs:
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=min(num_returns, len(refs)), timeout=timeout_s)
+        return ready
+
+    def outcome(self, ref: Any) -> Any:
+        """The value of a finished future; :data:`DIED` when its actor died.
+
+        The reason of a death is kept in ``last_death[worker_id]``.
+
+        Raises:
+            WorkerError: (``error_class``) the call raised inside the actor, the
+                actor failed in its constructor, or the value could not be fetched
+                within :data:`FETCH_TIMEOUT_S`.
+        """
+        worker_id, _, method = self._calls.pop(ref)
+        try:
+            return ray.get(ref, timeout=FETCH_TIMEOUT_S)
+        except RayTaskError as err:
+            message = f"{method} raised {type(err.cause).__name__}: {err.cause}"
+            raise self.error_class(worker_id, message, str(err)) from None
+        except RayActorError as err:
+            if err.actor_init_failed:
+                raise self.error_class(worker_id, "failed while starting", str(err)) from None
+            self.last_death[worker_id] = f"{type(err).__name__}: {err}"
+            return DIED
+        except GetTimeoutError:
+            raise self.error_class(
+                worker_id,
+                f"the finished {method} result could not be fetched in {FETCH_TIMEOUT_S:g} s",
+            ) from None
+
+    def call_all(self, method: str, args_per_worker: Sequence[tuple], timeout_s: float) -> list:
+        """Calls ``method`` on every worker with its own args; returns the values in order.
+
+        Raises:
+            WorkerError: (``error_class``) a worker raised, died, or did not
+                answer in ``timeout_s``.
+        """
+        refs = [
+            self.submit(worker_id, method, *args)
+            for worker_id, args in zip(range(len(self._slots)), args_per_worker, strict=True)
+        ]
+        return self._values(refs, method, timeout_s)
+
+    def call(self, worker_id: int, method: str, *args: Any, timeout_s: float) -> Any:
+        """Calls ``method(*args)`` on one worker and returns its value.
+
+        Raises:
+            WorkerError: (``error_class``) the worker raised, died, or did not
+                answer in ``timeout_s``.
+        """
+        return self._values([self.submit(worker_id, method, *args)], method, timeout_s)[0]
+
+    def _values(self, refs: list[Any], method: str, timeout_s: float) -> list[Any]:
+        ready = self.wait(refs, num_returns=len(refs), timeout_s=timeout_s)
+        if len(ready) < len(refs):
+            silent = [self.owner(ref) for ref in refs if ref not in ready]
+            self.forget(refs)
+            raise self.error_class(
+                silent[0], f"workers {silent} did not finish {method} in {timeout_s} s"
+            )
+        values = []
+        for ref in refs:
+            worker_id = self.owner(ref)
+            value = self.outcome(ref)
+            if value is DIED:
+                self.forget(refs)
+                raise self.error_class(worker_id, f"died during {method}")
+            values.append(value)
+        return values
+
+    def alive(self, timeout_s: float = 30.0) -> list[bool]:
+        """Pings every worker: whether each is alive.
+
+        Raises:
+            WorkerError: (``error_class``) a worker answers neither a ping nor
+                a death in ``timeout_s``.
+        """
+        refs = [self.submit(worker_id, "ping") for worker_id in range(len(self._slots))]
+        ready = self.wait(refs, num_returns=len(refs), timeout_s=timeout_s)
+        if len(ready) < len(refs):
+            silent = [self.owner(ref) for ref in refs if ref not in ready]
+            self.forget(refs)
+            raise self.error_class(
+                silent[0], f"workers {silent} did not answer a ping in {timeout_s} s"
+            )
+        return [self.outcome(ref) is not DIED for ref in refs]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Kills every actor this pool created. Idempotent."""
+        for slot in self._slots:
+            self._kill(slot)
+        self._calls.clear()
+
+    @staticmethod
+    def _kill(slot: ActorSlot) -> None:
+        if slot.actor is not None:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone is fine
+                pass
+            slot.actor = None
