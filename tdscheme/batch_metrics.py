@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensordict import TensorDictBase
 
-from tdscheme.collectors import MASK_KEY
+from tdscheme.keys import MASK_KEY
 
 __all__ = ["episode_metrics"]
 

@@ -17,12 +17,9 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.runtime.torchrl_names import Collector, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
-
-WORKER_ID_KEY = ("collector", "worker_id")
-POLICY_VERSION_KEY = ("collector", "policy_version")
-MASK_KEY = ("collector", "mask")
 
 
 @dataclasses.dataclass

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tdscheme.collectors.preemption import PreemptionConfig
+from tdscheme.runtime.preemption import PreemptionConfig
 
 __all__ = ["COMMUNICATIONS", "GradientWorkerSpec", "GradientWorkersConfig"]
 

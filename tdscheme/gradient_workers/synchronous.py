@@ -15,12 +15,12 @@ import logging
 import time
 from typing import Any
 
-from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
 from tdscheme.gradient_workers.metrics import Timer, episode_stats, summarize_results
 from tdscheme.gradient_workers.pool import DIED
 from tdscheme.gradient_workers.worker import GradientResult
 from tdscheme.learner import average_gradients
+from tdscheme.runtime.preemption import PreemptionConfig
 
 __all__ = ["SynchronousCoordinator"]
 

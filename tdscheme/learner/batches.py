@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterator
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.keys import MASK_KEY
+
 __all__ = ["MASK_KEY", "minibatches", "prepare_batch"]
 
 #: The boolean validity mask torchrl collectors write into padded (split) trajectories.
-MASK_KEY = ("collector", "mask")
 
 
 def prepare_batch(

@@ -1,0 +1,20 @@
+"""The frame keys every part of tdscheme shares.
+
+Collector workers stamp every frame with where it came from; the learner, the
+scheme's metrics and the replay paths read these keys.
+
+Example:
+    >>> WORKER_ID_KEY, POLICY_VERSION_KEY, MASK_KEY
+    (('collector', 'worker_id'), ('collector', 'policy_version'), ('collector', 'mask'))
+"""
+
+from __future__ import annotations
+
+__all__ = ["MASK_KEY", "POLICY_VERSION_KEY", "WORKER_ID_KEY"]
+
+#: The collector worker that collected a frame.
+WORKER_ID_KEY = ("collector", "worker_id")
+#: The version of the policy weights a frame was collected with (+1 per weight push).
+POLICY_VERSION_KEY = ("collector", "policy_version")
+#: ``True`` for valid frames of a padded (preempted) rollout; absent when all are valid.
+MASK_KEY = ("collector", "mask")
