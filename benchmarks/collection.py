@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import logging
 import signal
 import statistics
 import sys
@@ -58,7 +57,7 @@ from typing import Any
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
 import torch
-from report import Recorder, parse_section_args, print_tables, write_markdown
+from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.testing import make_env, mlp_policy
 
@@ -633,12 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         "batch (default 20000, 2000 with --quick)", argv,
     )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
-    torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # it logs INFO to stdout
-    started = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        rec = Recorder()
+
+    def run(rec: Recorder) -> None:
         best = (s.sweep_num_envs[0], s.sweep_frames_per_batch[0])
         for section in SECTIONS:  # fixed order: limits reuse recommended's choice
             if section not in args.sections:
@@ -651,19 +646,11 @@ def main(argv: list[str] | None = None) -> int:
                 {"same": section_same, "push": section_push, "large": section_large}[section](
                     rec, s
                 )
-    finally:
-        ray.shutdown()
-    seconds = time.perf_counter() - started
-    print_tables(tables(rec.measurements))
-    print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
-    if args.out:
-        write_markdown(
-            args.out, title=TITLE, script="collection.py", argv=argv, seconds=seconds,
-            machine=rec.machine, intro=INTRO, tables=tables(rec.measurements),
-        )  # fmt: skip
-        log(f"wrote {args.out}")
-    return 0
 
+    return run_sections(
+        run, tables=tables, out=args.out, title=TITLE, script="collection.py", argv=argv,
+        intro=INTRO,
+    )  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,7 +42,6 @@ section for ``benchmarks/RESULTS.md``.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sys
 import tempfile
@@ -51,9 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-import torch
-from report import Recorder, parse_section_args, print_tables, write_markdown
+from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.gradient_workers import (
     GradientWorker,
@@ -300,29 +297,15 @@ def main(argv: list[str] | None = None) -> int:
         "(default 40000, 2048 with --quick)", argv,
     )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 40_000)
-    torch.set_num_threads(1)  # Ray gives each actor OMP_NUM_THREADS=1; the driver matches
-    logging.getLogger("torchrl").setLevel(logging.WARNING)
-    started = time.perf_counter()
-    # address="local": a new Ray even while another one (e.g. a `ray start` cluster) runs here
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    rec = Recorder()
-    try:
+
+    def run(rec: Recorder) -> None:
         for section in args.sections:
             SECTIONS[section](rec, s)
-    finally:
-        ray.shutdown()
-    seconds = time.perf_counter() - started
-    print_tables(tables(rec.measurements))
-    print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
-    if args.out:
-        write_markdown(
-            args.out, title="Gradient workers: 1 vs 2 workers in each mode",
-            script="grad_workers.py", argv=argv, seconds=seconds, machine=rec.machine,
-            intro=intro(s), tables=tables(rec.measurements),
-        )  # fmt: skip
-        log(f"wrote {args.out}")
-    return 0
 
+    return run_sections(
+        run, tables=tables, out=args.out, title="Gradient workers: 1 vs 2 workers in each mode",
+        script="grad_workers.py", argv=argv, intro=lambda: intro(s),
+    )  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,7 +54,7 @@ from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from tdscheme.cli_options import option_name
+from tdscheme.cli.options import option_name
 from tdscheme.engine import evaluate
 from tdscheme.presets import Preset, get_preset
 

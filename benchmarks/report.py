@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -125,3 +127,45 @@ def write_markdown(
         lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def run_sections(
+    run: Callable[[Recorder], None],
+    *,
+    tables: Callable[[list[Any]], Mapping[str, list[list[str]]]],
+    out: str | None,
+    title: str,
+    script: str,
+    argv: list[str],
+    intro: Callable[[], str] | str,
+) -> int:
+    """The scaffolding of a section-style script: a new local Ray, the sections, the report.
+
+    Sets the driver to one torch thread (Ray gives each actor ``OMP_NUM_THREADS=1``),
+    keeps torchrl's INFO lines off stdout, starts a new local Ray on 2 CPUs
+    (``address="local"``: even while another Ray runs on the machine), runs
+    ``run(recorder)``, shuts Ray down, prints the tables and, with ``out``, writes
+    the markdown section.
+
+    Returns:
+        The exit status (0).
+    """
+    torch.set_num_threads(1)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rec = Recorder()
+    try:
+        run(rec)
+    finally:
+        ray.shutdown()
+    seconds = time.perf_counter() - started
+    print_tables(tables(rec.measurements))
+    print(f"\n{len(rec.measurements)} measurements in {seconds:.0f} s", flush=True)
+    if out:
+        write_markdown(
+            out, title=title, script=script, argv=argv, seconds=seconds, machine=rec.machine,
+            intro=intro() if callable(intro) else intro, tables=tables(rec.measurements),
+        )  # fmt: skip
+        print(f"wrote {out}", flush=True)
+    return 0

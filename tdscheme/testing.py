@@ -292,3 +292,48 @@ class CountingPolicy(TensorDictModuleBase):
 
     def forward(self, td: Any) -> Any:
         return td.set("action", self.weight.detach().expand(*td.shape, 1).clone())
+
+
+def assert_same(a: Any, b: Any, where: str = "state") -> None:
+    """Asserts that nested dicts, lists and tuples of tensors and plain values are equal.
+
+    Example:
+        >>> assert_same({"w": torch.ones(2), "step": [1, 2]}, {"w": torch.ones(2), "step": [1, 2]})
+        >>> assert_same({"w": torch.ones(2)}, {"w": torch.zeros(2)})
+        Traceback (most recent call last):
+        ...
+        AssertionError: state['w']
+    """
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def alive_actor_ids() -> set[str]:
+    """The ids of the Ray actors that are not dead (needs a connected Ray)."""
+    # ray.util.state needs the dashboard, which a test Ray does not run; the GCS actor
+    # table is the same information (test-only use of a private module).
+    from ray._private.state import state
+
+    return {aid for aid, info in state.actor_table(None).items() if info["State"] != "DEAD"}
+
+
+def assert_no_actors_left(before: set[str], *, timeout_s: float = 10.0, what: str = "test") -> None:
+    """Waits up to ``timeout_s`` (``ray.kill`` is asynchronous) for actors not in ``before`` to die.
+
+    Raises:
+        AssertionError: some actor created since ``before`` is still alive.
+    """
+    deadline = time.monotonic() + timeout_s
+    while (left := alive_actor_ids() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"{what} left {len(left)} Ray actor(s) alive: {sorted(left)}"

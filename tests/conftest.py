@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import ray
 
 from tdscheme.runtime import local_ray_config
+from tdscheme.testing import alive_actor_ids, assert_no_actors_left
 
 
 @pytest.fixture(scope="session")
@@ -27,17 +26,6 @@ def ray_session():
 @pytest.fixture
 def ray_clean(ray_session):
     """Like ``ray_session``, and fails the test if it leaves actors alive."""
-    before = _alive_actor_ids()
+    before = alive_actor_ids()
     yield ray_session
-    deadline = time.monotonic() + 10.0  # ray.kill is asynchronous
-    while (left := _alive_actor_ids() - before) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"test left {len(left)} Ray actor(s) alive: {sorted(left)}"
-
-
-def _alive_actor_ids() -> set[str]:
-    # ray.util.state needs the dashboard, which the test Ray does not run; the GCS
-    # actor table is the same information (test-only use of a private module).
-    from ray._private.state import state
-
-    return {aid for aid, info in state.actor_table(None).items() if info["State"] != "DEAD"}
+    assert_no_actors_left(before)

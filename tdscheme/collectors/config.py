@@ -12,8 +12,34 @@ from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.collectors.worker import WorkerSpec
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.transport import TensorDictCodec
+from tdscheme.validation import check_int, check_positive_number, invalid
 
 _DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
+
+
+def check_sync_rules(
+    *, frames_per_batch: int, num_collectors: int, sync: bool, preemption: PreemptionConfig
+) -> None:
+    """The rules of stacked (``sync=True``) collection, shared by every config that sets them.
+
+    Raises:
+        ValueError: a batch that does not split evenly over the workers, or
+            preemption without ``sync=True``.
+    """
+    if sync and frames_per_batch % num_collectors:
+        raise invalid(
+            "frames_per_batch", frames_per_batch,
+            f"a multiple of num_collectors (each worker collects frames_per_batch / "
+            f"num_collectors); pick a multiple of {num_collectors}",
+            context=f"sync=True and num_collectors={num_collectors}",
+        )  # fmt: skip
+    if preemption.enabled and not sync:
+        raise invalid(
+            "preemption", dataclasses.asdict(preemption),
+            "None, or set sync=True (stragglers are only cut off when a batch waits for "
+            "every worker)",
+            context="sync=False",
+        )  # fmt: skip
 
 
 def default_remote_config() -> dict[str, Any]:
@@ -78,19 +104,14 @@ class RayCollectorConfig:
         env_fns = self._env_fns()
         self.num_collectors = len(env_fns)
         self.create_env_fn = env_fns
-        if self.sync and self.frames_per_batch % self.num_collectors:
-            raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} must divide evenly over "
-                f"num_collectors={self.num_collectors} when sync=True (each worker collects "
-                f"frames_per_batch / num_collectors); pick a multiple of {self.num_collectors}"
-            )
         self.collector_class = resolve_collector_class(self.collector_class)
         self.preemption = PreemptionConfig.from_arg(self.preemption)
-        if self.preemption.enabled and not self.sync:
-            raise ValueError(
-                f"preemption={self.preemption} needs sync=True: stragglers are only cut off "
-                f"when a batch waits for every worker"
-            )
+        check_sync_rules(
+            frames_per_batch=self.frames_per_batch,
+            num_collectors=self.num_collectors,
+            sync=self.sync,
+            preemption=self.preemption,
+        )
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("pass either policy or policy_factory, not both")
         TensorDictCodec(self.compress)  # validates `compress`
@@ -99,53 +120,19 @@ class RayCollectorConfig:
             self.prefetch_batches = 0 if on_policy else 1
 
     def _check_ints(self) -> None:
-        def check(name: str, value: Any, ok: bool, accepted: str) -> None:
-            if isinstance(value, bool) or not ok:
-                raise ValueError(f"{name}={value!r} is invalid; accepted: {accepted}")
-
-        fpb = self.frames_per_batch
-        check("frames_per_batch", fpb, isinstance(fpb, int) and fpb > 0, "an int > 0")
+        check_int("frames_per_batch", self.frames_per_batch, minimum=1)
         tf = self.total_frames
-        check(
-            "total_frames",
-            tf,
-            isinstance(tf, int) and (tf > 0 or tf == -1),
-            "an int > 0, or -1 for no limit",
-        )
-        nc = self.num_collectors
-        check(
-            "num_collectors",
-            nc,
-            nc is None or (isinstance(nc, int) and nc > 0),
-            "None or an int > 0",
-        )
-        lag = self.max_policy_lag
-        check(
-            "max_policy_lag",
-            lag,
-            lag is None or (isinstance(lag, int) and lag >= 0),
-            "None (no bound) or an int >= 0",
-        )
-        pf = self.prefetch_batches
-        check(
-            "prefetch_batches",
-            pf,
-            pf is None or (isinstance(pf, int) and pf >= 0),
-            "None or an int >= 0",
-        )
-        mr = self.max_restarts
-        check("max_restarts", mr, isinstance(mr, int) and mr >= 0, "an int >= 0")
-        nw = self.num_workers_per_collector
-        check("num_workers_per_collector", nw, isinstance(nw, int) and nw > 0, "an int > 0")
+        if isinstance(tf, bool) or not isinstance(tf, int) or not (tf > 0 or tf == -1):
+            raise invalid("total_frames", tf, "an int > 0, or -1 for no limit")
+        check_int("num_collectors", self.num_collectors, minimum=1, optional=True)
+        check_int("max_policy_lag", self.max_policy_lag, minimum=0, optional=True)
+        check_int("prefetch_batches", self.prefetch_batches, minimum=0, optional=True)
+        check_int("max_restarts", self.max_restarts, minimum=0)
+        check_int("num_workers_per_collector", self.num_workers_per_collector, minimum=1)
         mw = self.max_weight_update_interval
-        check(
-            "max_weight_update_interval",
-            mw,
-            isinstance(mw, int) and mw >= -1,
-            "-1 (never forced) or an int >= 0",
-        )
-        bt = self.batch_timeout_s
-        check("batch_timeout_s", bt, isinstance(bt, (int, float)) and bt > 0, "a number > 0")
+        if isinstance(mw, bool) or not isinstance(mw, int) or mw < -1:
+            raise invalid("max_weight_update_interval", mw, "-1 (never forced) or an int >= 0")
+        check_positive_number("batch_timeout_s", self.batch_timeout_s)
 
     def _env_fns(self) -> list[Any]:
         fns = self.create_env_fn

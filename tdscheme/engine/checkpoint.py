@@ -19,7 +19,6 @@ import logging
 import os
 import pickle
 import re
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,14 +28,15 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.engine.atomic import TMP_SUFFIX, atomic_write
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "tdscheme.checkpoint"
 VERSION = 1
 
 _NAME_RE = re.compile(r"^ckpt_(\d+)\.pt$")
-_TMP_PREFIX = ".ckpt_"
-_TMP_SUFFIX = ".tmp"
+_TMP_PREFIX = ".ckpt_"  # atomic_write names its temporary file ".<name>.<random>.tmp"
 
 
 class CheckpointError(ValueError):
@@ -121,7 +121,7 @@ def _mapping_to_safe(obj: Mapping, path: str) -> dict:
 
 
 def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any], *, step: int = 0) -> Path:
-    """Writes ``state`` to ``path`` atomically (temp file, fsync, :func:`os.replace`).
+    """Writes ``state`` to ``path`` atomically (:func:`~tdscheme.engine.atomic.atomic_write`).
 
     Args:
         path: The checkpoint file; its directory must exist.
@@ -152,32 +152,9 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any], *, step: 
         raise FileNotFoundError(
             f"cannot save checkpoint {path}: directory {path.parent} does not exist"
         )
-    fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_write(path, binary=True) as f:
+        torch.save(payload, f)
     return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable; not every platform can open a directory.
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -196,7 +173,6 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
     Example:
         >>> import tempfile
-        >>> from pathlib import Path
         >>> with tempfile.TemporaryDirectory() as d:
         ...     _ = Path(d, "bad.pt").write_bytes(b"garbage")
         ...     load_checkpoint(Path(d, "bad.pt"))
@@ -276,7 +252,7 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+        for stale in self.directory.glob(f"{_TMP_PREFIX}*{TMP_SUFFIX}"):
             logger.warning("removing %s, left by a checkpoint save that did not finish", stale)
             stale.unlink(missing_ok=True)
 

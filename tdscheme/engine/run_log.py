@@ -22,7 +22,6 @@ import io
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +30,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.record.loggers.common import Logger
+
+from tdscheme.engine.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -303,16 +304,8 @@ def _rewrite_rows(path: Path, keep: Callable[[list[str]], bool], *, header: bool
     kept = [row for row in body if row and keep(row)]
     if len(kept) == len(body):
         return 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f, lineterminator="\n").writerows(head + kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        csv.writer(f, lineterminator="\n").writerows(head + kept)
     return len(body) - len(kept)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import torch
 
+from tdscheme.engine.atomic import write_text_atomic
 from tdscheme.engine.checkpoint import CheckpointManager
 from tdscheme.engine.evaluation import EvalResult, evaluate
 from tdscheme.engine.progress import Progress
@@ -343,6 +343,4 @@ def _due(frames: int, last: int, every: int) -> bool:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,5 +1,8 @@
 """A gradient worker's own collection: ``num_collectors`` local torchrl collectors and episode returns.
 
+Episode returns follow :mod:`tdscheme.episodes` (the recorded return wins), as on the
+driver's collector path.
+
 A gradient worker steps its collectors in its own process rather than owning
 nested Ray collector actors: collection still scales with the number of
 gradient workers (each is a process), and a batch never crosses Ray before its
@@ -16,54 +19,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from tdscheme.episodes import EpisodeTracker
 from tdscheme.runtime.torchrl_names import Collector
 
-__all__ = ["EpisodeTracker", "LocalCollection"]
-
-
-class EpisodeTracker:
-    """Sums rewards along time across batches and reports the returns of finished episodes.
-
-    Example:
-        >>> from tensordict import TensorDict
-        >>> tracker = EpisodeTracker()
-        >>> step = lambda r, d: TensorDict(
-        ...     {"next": {"reward": torch.tensor(r).reshape(-1, 1),
-        ...               "done": torch.tensor(d).reshape(-1, 1)}}, [len(r)])
-        >>> tracker.update(step([1.0, 1.0, 1.0], [False, True, False]))
-        [2.0]
-        >>> tracker.update(step([1.0, 1.0], [False, True]))
-        [3.0]
-    """
-
-    def __init__(self) -> None:
-        self._running: torch.Tensor | None = None
-
-    def update(self, batch: TensorDictBase) -> list[float]:
-        """Adds a batch shaped ``[*env_batch, T]`` (time last).
-
-        Args:
-            batch: a collector batch with ``("next", "reward")`` and ``("next", "done")``.
-
-        Returns:
-            The returns of the episodes that ended in this batch, in time order.
-        """
-        steps = batch.batch_size[-1]
-        reward = batch.get(("next", "reward")).reshape(*batch.batch_size, -1).sum(-1)
-        done = batch.get(("next", "done")).reshape(*batch.batch_size, -1).any(-1)
-        reward = reward.reshape(-1, steps).double()
-        done = done.reshape(-1, steps)
-        if self._running is None or self._running.shape[0] != reward.shape[0]:
-            self._running = torch.zeros(reward.shape[0], dtype=torch.float64)
-        finished: list[float] = []
-        running = self._running
-        for t in range(steps):
-            running += reward[:, t]
-            ended = done[:, t]
-            if ended.any():
-                finished.extend(running[ended].tolist())
-                running[ended] = 0.0
-        return finished
+__all__ = ["LocalCollection"]
 
 
 class LocalCollection:

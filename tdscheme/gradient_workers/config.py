@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_number,
+    invalid,
+)
 
-__all__ = ["COMMUNICATIONS", "GradientWorkerSpec", "GradientWorkersConfig"]
+__all__ = ["COMMUNICATIONS", "GradientWorkerSpec", "GradientWorkersConfig", "check_mode_rules"]
 
 #: The accepted values of ``GradientWorkersConfig.communication``.
 COMMUNICATIONS = ("synchronous", "asynchronous")
@@ -66,8 +72,8 @@ class GradientWorkersConfig:
         >>> GradientWorkersConfig(communication="asynchronous", decentralized=True)
         Traceback (most recent call last):
         ...
-        ValueError: decentralized=True needs communication='synchronous' (an all-reduce is a \
-synchronous step), got communication='asynchronous'
+        ValueError: decentralized=True is invalid with communication='asynchronous'; accepted: \
+decentralized=False, or communication='synchronous' (an all-reduce is a synchronous step)
     """
 
     num_grad_workers: int = 2
@@ -86,55 +92,33 @@ synchronous step), got communication='asynchronous'
     collector_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        _check_int("num_grad_workers", self.num_grad_workers, minimum=1)
-        _check_int("num_collectors", self.num_collectors, minimum=1)
-        _check_int("frames_per_batch", self.frames_per_batch, minimum=1)
-        _check_int("max_restarts", self.max_restarts, minimum=0)
-        if self.communication not in COMMUNICATIONS:
-            raise ValueError(
-                f"communication={self.communication!r} is not one of {list(COMMUNICATIONS)}"
-            )
+        check_int("num_grad_workers", self.num_grad_workers, minimum=1)
+        check_int("num_collectors", self.num_collectors, minimum=1)
+        check_int("frames_per_batch", self.frames_per_batch, minimum=1)
+        check_int("max_restarts", self.max_restarts, minimum=0)
+        check_choice("communication", self.communication, COMMUNICATIONS)
+        check_bool("decentralized", self.decentralized)
+        check_bool("compress", self.compress)
         if self.frames_per_batch % self.num_collectors:
-            raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} must be a multiple of "
-                f"num_collectors={self.num_collectors} (each collector gets an equal share)"
+            raise invalid(
+                "frames_per_batch",
+                self.frames_per_batch,
+                "a multiple of num_collectors (each collector gets an equal share)",
+                context=f"num_collectors={self.num_collectors}",
             )
-        if not isinstance(self.timeout_s, (int, float)) or not (
-            math.isfinite(self.timeout_s) and self.timeout_s > 0
-        ):
-            raise ValueError(f"timeout_s={self.timeout_s!r} must be a finite number > 0")
+        check_positive_number("timeout_s", self.timeout_s)
         self.preemption = PreemptionConfig.from_arg(self.preemption)
         for name in ("worker_resources", "collector_kwargs"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
                 raise TypeError(f"{name} must be a dict or None, got {value!r}")
-        self._check_mode_options()
-
-    def _check_mode_options(self) -> None:
-        asynchronous = self.communication == "asynchronous"
-        if self.decentralized and asynchronous:
-            raise ValueError(
-                "decentralized=True needs communication='synchronous' (an all-reduce is a "
-                "synchronous step), got communication='asynchronous'"
-            )
-        if self.grads_per_step is not None:
-            _check_int("grads_per_step", self.grads_per_step, minimum=1)
-        if self.max_grad_staleness is not None:
-            _check_int("max_grad_staleness", self.max_grad_staleness, minimum=0)
-        if not asynchronous:
-            for name in ("grads_per_step", "max_grad_staleness"):
-                if getattr(self, name) is not None:
-                    raise ValueError(
-                        f"{name}={getattr(self, name)!r} applies to communication="
-                        f"'asynchronous' only; leave it None with communication="
-                        f"{self.communication!r}"
-                    )
-        if self.preemption.enabled and (asynchronous or self.decentralized):
-            raise ValueError(
-                f"preemption={dataclasses.asdict(self.preemption)} applies to centralized "
-                f"synchronous workers only (communication='synchronous', decentralized=False); "
-                f"got communication={self.communication!r}, decentralized={self.decentralized}"
-            )
+        check_mode_rules(
+            communication=self.communication,
+            decentralized=self.decentralized,
+            grads_per_step=self.grads_per_step,
+            max_grad_staleness=self.max_grad_staleness,
+            preemption=self.preemption,
+        )
 
     @property
     def mode(self) -> str:
@@ -187,6 +171,43 @@ class GradientWorkerSpec:
         return self.frames_per_batch // self.num_collectors
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+def check_mode_rules(
+    *,
+    communication: str,
+    decentralized: bool,
+    grads_per_step: int | None,
+    max_grad_staleness: int | None,
+    preemption: PreemptionConfig,
+    communication_name: str = "communication",
+) -> None:
+    """The rules of gradient-worker modes, shared by every config that sets them.
+
+    ``communication_name`` is how the caller's config names the communication
+    setting (``SchemeConfig`` calls it ``grad_communication``).
+
+    Raises:
+        ValueError: an option given to a mode that does not use it, naming both.
+    """
+    asynchronous = communication == "asynchronous"
+    setting = f"{communication_name}={communication!r}"
+    if decentralized and asynchronous:
+        raise invalid(
+            "decentralized", True,
+            f"decentralized=False, or {communication_name}='synchronous' (an all-reduce is a "
+            f"synchronous step)",
+            context=setting,
+        )  # fmt: skip
+    check_int("grads_per_step", grads_per_step, minimum=1, optional=True)
+    check_int("max_grad_staleness", max_grad_staleness, minimum=0, optional=True)
+    for name, value in (("grads_per_step", grads_per_step), ("max_grad_staleness", max_grad_staleness)):
+        if value is not None and not asynchronous:
+            raise invalid(
+                name, value, f"None, or {communication_name}='asynchronous'", context=setting
+            )
+    if preemption.enabled and (asynchronous or decentralized):
+        raise invalid(
+            "preemption", dataclasses.asdict(preemption),
+            f"None, or centralized synchronous workers ({communication_name}='synchronous', "
+            f"decentralized=False)",
+            context=f"{setting}, decentralized={decentralized}",
+        )  # fmt: skip

@@ -44,7 +44,7 @@ class ActorCriticConfig:
             vector env); more envs per process means more frames per second.
         eval_num_envs: envs stepped together during evaluation.
         hidden_sizes: hidden layers of the actor and of the (separate) critic.
-        activation: one of ``ACTIVATIONS``.
+        activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
         gamma: discount.
         gae_lambda: GAE's lambda.
         lr: Adam learning rate.
@@ -195,7 +195,7 @@ def actor_critic_modules(
     Args:
         env_id: a gymnasium env id (one env is built to read its specs).
         hidden_sizes: hidden layers of each network.
-        activation: one of ``ACTIVATIONS``.
+        activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
 
     Returns:
         ``{"actor": ProbabilisticActor, "critic": ValueOperator}``.

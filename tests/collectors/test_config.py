@@ -22,14 +22,14 @@ env = functools.partial(make_env, "CartPole-v1")
         (
             {"frames_per_batch": 0},
             ValueError,
-            r"frames_per_batch=0 is invalid; accepted: an int > 0",
+            r"frames_per_batch=0 is invalid; accepted: an int >= 1",
         ),
         ({"frames_per_batch": -5}, ValueError, r"frames_per_batch=-5"),
         ({"frames_per_batch": 2.5}, ValueError, r"frames_per_batch=2.5"),
         (
             {"frames_per_batch": 101, "num_collectors": 2, "sync": True},
             ValueError,
-            r"frames_per_batch=101 must divide evenly over num_collectors=2",
+            r"frames_per_batch=101 is invalid with sync=True and num_collectors=2; accepted: a multiple",
         ),
         (
             {"create_env_fn": [env, env, env], "num_collectors": 2},
@@ -54,7 +54,7 @@ env = functools.partial(make_env, "CartPole-v1")
         (
             {"preemption": {"fraction_workers": 0.5, "fraction_samples": 0.5}},
             ValueError,
-            r"needs sync=True",
+            r"preemption=.* is invalid with sync=False; accepted: None, or set sync=True",
         ),
         (
             {"preemption": {"fraction_workers": 0.5}, "sync": True},

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import doctest
 import math
 
 import pytest
 import torch
 
-import tdscheme.engine.evaluation
-import tdscheme.engine.trainer
-import tdscheme.engine.trainer_config
 from tdscheme.engine import CheckpointError, CheckpointManager, Trainer, TrainerConfig, read_metrics
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.evaluation import evaluate
 from tdscheme.presets import get_preset
-from tdscheme.testing import bias_policy, make_env
+from tdscheme.testing import assert_same, bias_policy, make_env
 
 
 def tiny_ppo(run_dir, **overrides):
@@ -27,15 +23,6 @@ def tiny_ppo(run_dir, **overrides):
         "eval_episodes": 2, "run_dir": str(run_dir), "progress": False, "target_return": None,
     }  # fmt: skip
     return get_preset("ppo-cartpole").override({**values, **overrides})
-
-
-def test_doctests():
-    for module in (
-        tdscheme.engine.trainer,
-        tdscheme.engine.trainer_config,
-        tdscheme.engine.evaluation,
-    ):
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 
 @pytest.mark.parametrize(
@@ -82,22 +69,6 @@ def test_evaluate_runs_whole_episodes_of_every_env_copy():
         evaluate(make_env("Pendulum-v1"), bias_policy(3, 1), episodes=0)
 
 
-def assert_same(a, b, where="state"):
-    """Nested dicts/lists of tensors and numbers are equal."""
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
-
-
 def test_run_logs_evaluates_checkpoints_and_resumes_exactly(ray_clean, tmp_path):
     preset = tiny_ppo(tmp_path, total_frames=2048, eval_every_frames=1024,
                       checkpoint_every_frames=1024, keep_checkpoints=2)  # fmt: skip
@@ -120,7 +91,7 @@ def test_run_logs_evaluates_checkpoints_and_resumes_exactly(ray_clean, tmp_path)
     manager.list()[-1].unlink()
     saved = load_checkpoint(manager.latest())
     resumed = dataclasses.replace(preset.trainer, total_frames=3072, resume=True)
-    with tdscheme.engine.Trainer(preset.build_scheme, config=resumed,
+    with Trainer(preset.build_scheme, config=resumed,
                                  run_config=preset.to_dict()) as trainer:  # fmt: skip
         assert trainer.frames == 1024 and trainer.scheme.collector.collected_frames == 1024
         assert_same(saved["scheme"]["learner"], trainer.scheme.learner.state_dict())

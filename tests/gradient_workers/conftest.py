@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tdscheme.gradient_workers import GradientCoordinator
-
-
-def alive_actor_ids() -> set[str]:
-    from ray._private.state import state  # test-only, as in tests/conftest.py
-
-    return {aid for aid, info in state.actor_table(None).items() if info["State"] != "DEAD"}
+from tdscheme.testing import alive_actor_ids, assert_no_actors_left
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +24,4 @@ def coordinators(ray_session) -> Iterator[Callable[..., GradientCoordinator]]:
     yield build
     for coordinator in built:
         coordinator.shutdown()
-    deadline = time.monotonic() + 10.0
-    while (left := alive_actor_ids() - before) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"gradient worker tests left {len(left)} actor(s) alive"
+    assert_no_actors_left(before, what="gradient worker tests")

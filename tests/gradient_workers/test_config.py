@@ -12,26 +12,26 @@ from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_grad_workers": 0}, "num_grad_workers=0 must be an int >= 1"),
-        ({"communication": "sync"}, "communication='sync' is not one of"),
-        ({"frames_per_batch": 10, "num_collectors": 3}, "multiple of num_collectors=3"),
-        ({"timeout_s": 0}, "timeout_s=0 must be a finite number > 0"),
-        ({"grads_per_step": 4}, "applies to communication='asynchronous' only"),
-        ({"max_grad_staleness": 1}, "applies to communication='asynchronous' only"),
+        ({"num_grad_workers": 0}, "num_grad_workers=0 is invalid; accepted: an int >= 1"),
+        ({"communication": "sync"}, "communication='sync' is invalid; accepted: 'synchronous', 'asynchronous'"),
+        ({"frames_per_batch": 10, "num_collectors": 3}, "frames_per_batch=10 is invalid with num_collectors=3; accepted: a multiple"),
+        ({"timeout_s": 0}, "timeout_s=0 is invalid; accepted: a finite number > 0"),
+        ({"grads_per_step": 4}, "grads_per_step=4 is invalid with communication='synchronous'; accepted: None, or communication='asynchronous'"),
+        ({"max_grad_staleness": 1}, "max_grad_staleness=1 is invalid with communication='synchronous'"),
         (
             {"communication": "asynchronous", "max_grad_staleness": -1},
-            "max_grad_staleness=-1 must be an int >= 0",
+            "max_grad_staleness=-1 is invalid; accepted: None or an int >= 0",
         ),
         (
             {"communication": "asynchronous", "decentralized": True},
-            "decentralized=True needs communication='synchronous'",
+            "decentralized=True is invalid with communication='asynchronous'; accepted: decentralized=False",
         ),
         (
             {
                 "decentralized": True,
                 "preemption": {"fraction_workers": 0.5, "fraction_samples": 0.5},
             },
-            "applies to centralized synchronous workers only",
+            "preemption=.* is invalid with communication='synchronous', decentralized=True; accepted: None, or centralized",
         ),  # fmt: skip
         ({"preemption": {"fraction": 0.5}}, "unknown keys"),
     ],

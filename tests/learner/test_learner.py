@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 import pickle
 from functools import partial
@@ -16,10 +15,6 @@ from torchrl.collectors import Collector
 from torchrl.objectives import A2CLoss, ClipPPOLoss, LossModule
 from torchrl.objectives.value import GAE
 
-import tdscheme.learner.batches
-import tdscheme.learner.config
-import tdscheme.learner.gradients
-import tdscheme.learner.learner
 from tdscheme.learner import Learner, LearnerConfig, average_gradients
 from tdscheme.testing import cartpole_modules, make_env
 
@@ -465,11 +460,3 @@ def test_bad_batches_and_gradients_are_rejected(batch):
     with pytest.raises(ValueError, match="missing"):
         learner.apply_gradients(grads.exclude("critic_network_params"))
     assert learner.version == 0
-
-
-def test_docstring_examples_run():
-    modules = [tdscheme.learner, tdscheme.learner.learner, tdscheme.learner.config]
-    modules += [tdscheme.learner.batches, tdscheme.learner.gradients]
-    for module in modules:
-        result = doctest.testmod(module)
-        assert result.failed == 0 and result.attempted > 0, module.__name__

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 import pickle
 
 import pytest
 import torch
 
-import tdscheme.presets
-import tdscheme.presets.a2c
-import tdscheme.presets.actor_critic
-import tdscheme.presets.ppo
-import tdscheme.presets.preset
 from tdscheme.engine import read_metrics
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, get_preset, preset_from_dict
-
-
-def test_doctests():
-    modules = (tdscheme.presets, tdscheme.presets.a2c, tdscheme.presets.actor_critic,
-               tdscheme.presets.ppo, tdscheme.presets.preset)  # fmt: skip
-    for module in modules:
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, module
 
 
 def test_registry_gives_fresh_presets():

@@ -18,7 +18,7 @@ Start-up: this module imports only Ray. For ``train`` (not ``--resume``) it
 starts Ray (with ``--ray-init-config`` when given) in the main thread while a
 second thread imports the commands (torch, torchrl, the presets), and a local
 Ray's worker processes import torch and torchrl as soon as they are spawned
-(:mod:`tdscheme.runtime`): the seconds each of these takes overlap instead of
+(:mod:`tdscheme.runtime.ray_lease`): the seconds each of these takes overlap instead of
 adding up. Should the parsed settings ask for another Ray, the early one is
 given back before the run starts its own. The price: a usage error of
 ``train`` is reported once that Ray is up, and the command exits once it is down
@@ -44,7 +44,7 @@ __all__ = ["main"]
 
 logger = logging.getLogger(__name__)
 
-_COMMANDS_MODULE = "tdscheme.cli_commands"
+_COMMANDS_MODULE = "tdscheme.cli.commands"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,9 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         early, ray_init_config = _early_ray(argv)
         if early:
             lease = _start_ray_while_importing(ray_init_config)
-        from tdscheme import cli_commands
+        from tdscheme.cli import commands
 
-        return cli_commands.run(argv, started, ray_lease=lease)
+        return commands.run(argv, started, ray_lease=lease)
     except KeyboardInterrupt:
         print("tdscheme: interrupted", file=sys.stderr)
         return 130

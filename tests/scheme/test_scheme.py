@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import pytest
 import torch
 
-import tdscheme.scheme
-import tdscheme.scheme_config
 from tdscheme import Scheme, SchemeConfig
 from tdscheme.presets import get_preset
 
@@ -25,11 +22,6 @@ def tiny_preset(**overrides):
 
 def build(preset) -> Scheme:
     return Scheme(**preset.factories(), config=preset.scheme)
-
-
-def test_doctests():
-    for module in (tdscheme.scheme, tdscheme.scheme_config):
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, module
 
 
 @pytest.mark.parametrize(
@@ -59,7 +51,7 @@ def test_config_cross_checks():
 
 
 def test_decentralized_asynchronous_gradient_workers_are_rejected():
-    # Gradient workers themselves run in tests/test_scheme_grad_workers.py.
+    # Gradient workers themselves run in tests/scheme/test_grad_worker_driver.py.
     with pytest.raises(ValueError, match="decentralized=True is invalid with grad_communication"):
         SchemeConfig(num_grad_workers=2, grad_communication="asynchronous", decentralized=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tdscheme.cli import _early_ray, main
+from tdscheme.cli.main import _early_ray, main
 from tdscheme.engine import CheckpointManager, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_resume_needs_a_run_directory(ray_session, capsys, tmp_path):
 
 
 def test_conflicting_settings_are_a_usage_error(ray_session, capsys, tmp_path):
-    # Gradient-worker runs and their other usage errors: tests/test_scheme_grad_workers.py.
+    # Gradient-worker runs and their other usage errors: tests/scheme/test_grad_worker_driver.py.
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--num-grad-workers", "2", "--decentralized", "--grad-communication",
               "asynchronous", "--run-dir", str(tmp_path / "run")])  # fmt: skip

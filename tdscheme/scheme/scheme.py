@@ -1,13 +1,20 @@
-"""Scheme: a training run composed from factories, iterated as collect -> learn -> push.
+"""Scheme: a training run composed from factories, iterated one driver step at a time.
 
 A :class:`Scheme` builds the :class:`~tdscheme.learner.Learner` on the driver and
-a :class:`~tdscheme.RayCollector` whose workers run the learner's policy. Each
-iteration takes one batch from the collector, trains the learner on it, pushes
-fresh weights every ``weight_push_interval`` updates and returns flat metrics.
-With ``num_grad_workers > 0`` it builds gradient workers instead
-(:mod:`tdscheme.scheme_grad_workers`) and each iteration is one step of their
-coordinator. The :class:`~tdscheme.engine.Trainer` runs a Scheme with logging,
-evaluation and checkpoints; a user can also iterate one in their own loop.
+one *driver*, the way this run trains:
+
+* :class:`~tdscheme.scheme.collector_driver.CollectorDriver` (``num_grad_workers=0``):
+  a :class:`~tdscheme.RayCollector` collects, the driver's Learner learns, weights
+  are pushed every ``weight_push_interval`` updates;
+* :class:`~tdscheme.scheme.grad_worker_driver.GradWorkerDriver`
+  (``num_grad_workers > 0``): gradient workers collect and compute gradients.
+
+Every driver has the same small surface (``step() -> (frames, metrics)``,
+``push_weights()``, ``state_dict()``/``load_state_dict()``, ``set_seed()``,
+``shutdown()`` and a ``state_key``); the Scheme adds what every run shares
+(counters, throughput, the state envelope). The
+:class:`~tdscheme.engine.Trainer` runs a Scheme with logging, evaluation and
+checkpoints; a user can also iterate one in their own loop.
 """
 
 from __future__ import annotations
@@ -15,26 +22,56 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from tensordict import TensorDictBase
 from torch import nn
 
-from tdscheme.batch_metrics import episode_metrics
-from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, RayCollector
+from tdscheme.collectors import RayCollector
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.learner import Learner
-from tdscheme.scheme_config import GRAD_COMMUNICATIONS, SchemeConfig
-from tdscheme.scheme_grad_workers import build_coordinator, scheme_metrics
+from tdscheme.scheme.collector_driver import CollectorDriver
+from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
 
-__all__ = ["GRAD_COMMUNICATIONS", "Scheme", "SchemeConfig", "episode_metrics"]
+__all__ = ["Driver", "Scheme"]
 
 logger = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], Any]
 PolicyFactory = Callable[[], "nn.Module | Mapping[str, nn.Module]"]
 LearnerFactory = Callable[..., Learner]
+
+
+class Driver(Protocol):
+    """One way of training, behind the surface the :class:`Scheme` calls."""
+
+    #: The key of the driver's own part of ``Scheme.state_dict()``.
+    state_key: str
+
+    def step(self) -> tuple[int, dict[str, float]]:
+        """One iteration: ``(frames trained on, metrics)``."""
+        ...
+
+    def push_weights(self) -> None:
+        """Sends the learner's weights to whoever collects."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"learner": ..., state_key: ..., ...}``: everything to resume the driver."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        ...
+
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every worker distinctly from ``seed``."""
+        ...
+
+    def shutdown(self) -> None:
+        """Releases the driver's actors. Idempotent."""
+        ...
 
 
 class Scheme:
@@ -77,7 +114,7 @@ class Scheme:
     ``grads_applied``, ``grads_dropped``, ``frames_dropped``, ``updates``,
     ``version``, ``restarts`` and, per mode, ``preempted``, ``staleness_mean``,
     ``staleness_max``, ``allreduce_ms``, ``mirror_ms`` (see
-    :func:`tdscheme.scheme_grad_workers.scheme_metrics`).
+    :func:`tdscheme.scheme.grad_worker_driver.scheme_metrics`).
 
     Args:
         env_factory: builds one collector worker's (possibly batched) torchrl env.
@@ -129,7 +166,7 @@ class Scheme:
         self.eval_env_factory = eval_env_factory
         self.policy_factory = policy_factory
         self.learner_factory = learner_factory
-        self._closed = True  # until the collector exists
+        self._closed = True  # until the driver exists
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed)
         self.modules = _as_modules(policy_factory())
@@ -141,38 +178,29 @@ class Scheme:
         self.frames = 0
         self.iterations = 0
         self._session_frames = 0
-        self._updates_since_push = 0
-        self._batches: Iterator[TensorDictBase] | None = None
         self._started_at: float | None = None
-        self.collector: RayCollector | None = None
-        self.coordinator: GradientCoordinator | None = None
-        if self.config.num_grad_workers > 0:
-            self.coordinator = build_coordinator(
-                self.config, env_factory=env_factory, policy_factory=policy_factory,
-                learner_factory=learner_factory, learner=self.learner,
+        self.driver: Driver = (
+            GradWorkerDriver(
+                self.config,
+                env_factory=env_factory,
+                policy_factory=policy_factory,
+                learner_factory=learner_factory,
+                learner=self.learner,
             )  # fmt: skip
-        else:
-            self.collector = self._build_collector()
+            if self.config.num_grad_workers > 0
+            else CollectorDriver(self.config, env_factory=env_factory, learner=self.learner)
+        )
         self._closed = False
 
-    def _build_collector(self) -> RayCollector:
-        cfg = self.config
-        return RayCollector(
-            self.env_factory,
-            self.learner.policy,
-            frames_per_batch=cfg.frames_per_batch,
-            total_frames=-1,
-            num_collectors=cfg.num_collectors,
-            sync=cfg.sync,
-            preemption=cfg.preemption,
-            max_policy_lag=cfg.max_policy_lag,
-            prefetch_batches=cfg.prefetch_batches,
-            compress=cfg.compress,
-            remote_configs=cfg.collector_resources,
-            ray_init_config=cfg.ray_init_config,
-            seed=cfg.seed,
-            batch_timeout_s=cfg.batch_timeout_s,
-        )
+    @property
+    def collector(self) -> RayCollector | None:
+        """The driver-side RayCollector (``None`` with gradient workers)."""
+        return getattr(self.driver, "collector", None)
+
+    @property
+    def coordinator(self) -> GradientCoordinator | None:
+        """The gradient workers' coordinator (``None`` without gradient workers)."""
+        return getattr(self.driver, "coordinator", None)
 
     @property
     def policy(self) -> nn.Module:
@@ -180,9 +208,7 @@ class Scheme:
         return self.learner.policy
 
     def step(self) -> dict[str, float]:
-        """Runs one iteration: wait for a batch, train on it, push weights when due.
-
-        With gradient workers: one step of their coordinator.
+        """Runs one iteration of the driver: collect, learn, push (or one gradient-worker step).
 
         Returns:
             The iteration's metrics (see the class docstring).
@@ -192,49 +218,14 @@ class Scheme:
             tdscheme.WorkerError: a collector worker failed for good.
             tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed
                 for good.
-            TimeoutError: no gradient arrived within ``config.batch_timeout_s``.
+            TimeoutError: no batch or gradient arrived within ``config.batch_timeout_s``.
         """
         if self._closed:
             raise RuntimeError("Scheme is shut down")
-        if self.coordinator is not None:
-            return self._gradient_step()
-        if self._batches is None:
-            self._batches = iter(self.collector)
-            self._started_at = time.perf_counter()
-        start = time.perf_counter()
-        batch = next(self._batches)
-        got_batch = time.perf_counter()
-        learner_metrics = self.learner.update(batch)
-        learned = time.perf_counter()
-        self._updates_since_push += 1
-        if self._updates_since_push >= self.config.weight_push_interval:
-            self.collector.update_policy_weights_(self.learner.policy_weights())
-            self._updates_since_push = 0
-        frames = int(learner_metrics["num_frames"].item())
-        self.frames += frames
-        self._session_frames += frames
-        self.iterations += 1
-        now = time.perf_counter()
-        metrics: dict[str, float] = {
-            "frames": float(self.frames),
-            "iteration": float(self.iterations),
-            "fps": self._session_frames / max(now - self._started_at, 1e-9),
-            "time/iteration_s": now - start,
-            "time/wait_s": got_batch - start,
-            "time/learn_s": learned - got_batch,
-        }
-        metrics.update(episode_metrics(batch))
-        metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
-        metrics.update(self._lag_metrics(batch))
-        metrics.update(self._collector_metrics())
-        return metrics
-
-    def _gradient_step(self) -> dict[str, float]:
         if self._started_at is None:
             self._started_at = time.perf_counter()
         start = time.perf_counter()
-        step = self.coordinator.step()
-        frames = int(step["frames"])
+        frames, driver_metrics = self.driver.step()
         self.frames += frames
         self._session_frames += frames
         self.iterations += 1
@@ -245,7 +236,7 @@ class Scheme:
             "fps": self._session_frames / max(now - self._started_at, 1e-9),
             "time/iteration_s": now - start,
         }
-        metrics.update(scheme_metrics(step, mode=self.coordinator.mode, learner=self.learner))
+        metrics.update(driver_metrics)
         return metrics
 
     def __iter__(self) -> Iterator[dict[str, float]]:
@@ -253,53 +244,19 @@ class Scheme:
         while True:
             yield self.step()
 
-    def _lag_metrics(self, batch: TensorDictBase) -> dict[str, float]:
-        versions = batch.get(POLICY_VERSION_KEY, None)
-        if versions is None:
-            return {}
-        mask = batch.get(MASK_KEY, None)
-        if mask is not None:
-            versions = versions[mask.bool()]
-        # The push that followed this update does not count: the batch was used before it.
-        newest = self.collector.policy_version - (1 if self._updates_since_push == 0 else 0)
-        lag = (newest - versions).clamp_min(0).float()
-        return {"policy_lag/mean": lag.mean().item(), "policy_lag/max": lag.max().item()}
-
-    def _collector_metrics(self) -> dict[str, float]:
-        stats = self.collector.stats()
-        return {
-            f"collector/{key}": float(value)
-            for key, value in stats.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        }
-
     # -- state ---------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner's state, the counters and the collector's (or gradient workers') state.
-
-        With gradient workers, ``"learner"`` is the Learner state the workers
-        continue from (in decentralized mode rank 0's, whose optimizer is the one
-        in use) and ``"grad_workers"`` the coordinator's mode and totals.
+        """The counters and the driver's state (its learner and its workers' state).
 
         Returns:
-            Plain data (tensors, numbers, dicts) that a checkpoint holds as is.
+            ``{"learner", "frames", "iterations", ...}``: with collectors also
+            ``"updates_since_push"`` and ``"collector"``; with gradient workers
+            ``"grad_workers"`` (the coordinator's mode and totals; ``"learner"``
+            is the state the workers continue from, in decentralized mode rank
+            0's). Plain data (tensors, numbers, dicts) that a checkpoint holds as is.
         """
-        if self.coordinator is not None:
-            coordinator = self.coordinator.state_dict()
-            return {
-                "learner": coordinator.pop("learner"),
-                "frames": self.frames,
-                "iterations": self.iterations,
-                "grad_workers": coordinator,
-            }
-        return {
-            "learner": self.learner.state_dict(),
-            "frames": self.frames,
-            "iterations": self.iterations,
-            "updates_since_push": self._updates_since_push,
-            "collector": self.collector.state_dict(),
-        }
+        return {"frames": self.frames, "iterations": self.iterations, **self.driver.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` and pushes the restored weights to the workers.
@@ -317,7 +274,7 @@ class Scheme:
                 state comes from a scheme with (or without) gradient workers, or
                 with gradient workers of another mode, unlike this one.
         """
-        part = "collector" if self.coordinator is None else "grad_workers"
+        part = self.driver.state_key
         missing = {"learner", "frames", "iterations", part} - set(state)
         if missing:
             other = "grad_workers" if part == "collector" else "collector"
@@ -331,17 +288,9 @@ class Scheme:
                 f"state is missing {sorted(missing)}{hint}; pass Scheme.state_dict() of a "
                 f"scheme built the same way"
             )
-        if self.coordinator is not None:
-            self.coordinator.load_state_dict({**state["grad_workers"], "learner": state["learner"]})
-            self.frames = int(state["frames"])
-            self.iterations = int(state["iterations"])
-            return
-        self.learner.load_state_dict(state["learner"])
+        self.driver.load_state_dict(state)
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
-        self._updates_since_push = int(state.get("updates_since_push", 0))
-        self.collector.load_state_dict(state["collector"])
-        self.collector.update_policy_weights_(self.learner.policy_weights())
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every worker's envs (and, for gradient workers, their torch) from ``seed``.
@@ -355,21 +304,16 @@ class Scheme:
         Returns:
             ``seed``.
         """
-        if self.coordinator is not None:
-            return self.coordinator.set_seed(seed)
-        return self.collector.set_seed(seed)
+        return self.driver.set_seed(seed)
 
     # -- lifetime ------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stops the collector (or gradient) workers and releases Ray. Idempotent."""
+        """Stops the driver's workers and releases Ray. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self.coordinator is not None:
-            self.coordinator.shutdown()
-        if self.collector is not None:
-            self.collector.shutdown()
+        self.driver.shutdown()
 
     def __enter__(self) -> Scheme:
         return self

@@ -7,22 +7,17 @@ the session's Ray), then resumes it through a new Trainer and checks that the le
 
 from __future__ import annotations
 
-import doctest
 import json
 import math
 
 import pytest
-import torch
 
-import tdscheme.batch_metrics
-import tdscheme.presets.grad_workers
-import tdscheme.scheme_grad_workers
 from tdscheme import SchemeConfig
 from tdscheme.cli import main
 from tdscheme.engine import CheckpointManager, read_metrics
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.presets import get_preset, preset_from_dict
-from tdscheme.scheme_grad_workers import gradient_workers_config
+from tdscheme.testing import assert_same
 
 # Small enough for a loaded 2-core machine: 4 envs, 256 frames per update, half a CPU each.
 TINY = ["--num-collectors", "1", "--num-envs", "4", "--frames-per-batch", "256",
@@ -46,27 +41,6 @@ def summary_of(stdout: str) -> dict:
     return json.loads(line.removeprefix("summary: "))
 
 
-def assert_same(a, b, where="state"):
-    """Nested dicts/lists of tensors and numbers are equal."""
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
-
-
-def test_doctests():
-    modules = (tdscheme.scheme_grad_workers, tdscheme.batch_metrics, tdscheme.presets.grad_workers)
-    for module in modules:
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, module
-
 
 # -- configuration (no Ray) ----------------------------------------------------------------
 
@@ -86,7 +60,7 @@ def test_doctests():
          "grads_per_step=0 is invalid; accepted: None or an int >= 1"),
         ({"num_grad_workers": 2, "decentralized": True,
           "preemption": {"fraction_workers": 0.5, "fraction_samples": 0.5}},
-         "is invalid with decentralized gradient workers"),
+         "is invalid with grad_communication='synchronous', decentralized=True; accepted: None"),
         ({"grad_worker_resources": [{"num_cpus": 1}]}, "grad_worker_resources=[{'num_cpus': 1}]"),
     ],
 )  # fmt: skip
@@ -98,7 +72,7 @@ def test_config_rejects_bad_gradient_worker_settings(values, expected):
 
 def test_frames_per_batch_is_frames_per_update_in_every_mode():
     def mapped(**values):
-        cfg = gradient_workers_config(SchemeConfig(num_grad_workers=2, num_collectors=1, **values))
+        cfg = SchemeConfig(num_grad_workers=2, num_collectors=1, **values).grad_workers_config()
         return cfg.mode, cfg.frames_per_batch
 
     assert mapped(frames_per_batch=512) == ("synchronous", 256)
@@ -107,7 +81,22 @@ def test_frames_per_batch_is_frames_per_update_in_every_mode():
     # Collector-only settings are not used (not rejected) with gradient workers.
     assert SchemeConfig(num_grad_workers=2, sync=True, num_collectors=4, frames_per_batch=8)
     with pytest.raises(ValueError, match="num_grad_workers=0 is invalid here"):
-        gradient_workers_config(SchemeConfig())
+        SchemeConfig().grad_workers_config()
+
+
+def test_max_policy_lag_is_applied_to_gradient_workers():
+    """Asynchronous gradients older than max_policy_lag are dropped as if max_grad_staleness said so."""
+
+    def staleness(communication="asynchronous", **values):
+        config = SchemeConfig(num_grad_workers=2, grad_communication=communication, **values)
+        return config.grad_workers_config().max_grad_staleness
+
+    assert staleness(max_policy_lag=1) == 1
+    assert staleness(max_policy_lag=3, max_grad_staleness=2) == 2
+    assert staleness(max_policy_lag=0, max_grad_staleness=2) == 0
+    assert staleness() is None
+    # Synchronous gradients are computed on the newest weights: any bound already holds.
+    assert staleness("synchronous", max_policy_lag=0) is None
 
 
 @pytest.mark.parametrize(
@@ -126,7 +115,7 @@ def test_frames_per_batch_is_frames_per_update_in_every_mode():
     ],
 )  # fmt: skip
 def test_bad_combinations_are_usage_errors(ray_session, capsys, tmp_path, args, expected):
-    # ray_session: `train` starts Ray before parsing; it uses the session's (tests/test_cli.py).
+    # ray_session: `train` starts Ray before parsing; it uses the session's (tests/cli/test_cli.py).
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--run-dir", str(tmp_path / "run")])
     assert exit_info.value.code == 2

@@ -1,7 +1,7 @@
 """The ``tdscheme`` command's parser and its ``train``, ``eval`` and ``plot`` commands.
 
-:mod:`tdscheme.cli` is the entry point; it imports this module (torch, torchrl)
-while it starts Ray for ``train``. See :mod:`tdscheme.cli` for the usage.
+:mod:`tdscheme.cli.main` is the entry point; it imports this module (torch, torchrl)
+while it starts Ray for ``train``. See :mod:`tdscheme.cli.main` for the usage.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tdscheme.cli_options import add_setting_options, setting_error
+from tdscheme.cli.options import add_setting_options, setting_error
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.plot import plot_learning_curve

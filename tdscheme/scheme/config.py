@@ -1,4 +1,10 @@
-"""SchemeConfig: how a Scheme distributes collection and, optionally, gradient computation."""
+"""SchemeConfig: how a Scheme distributes collection and, optionally, gradient computation.
+
+It is converted once into the lower layers' configs (:meth:`SchemeConfig.collector_config`,
+:meth:`SchemeConfig.grad_workers_config`), and checked with their own rules
+(:func:`~tdscheme.collectors.config.check_sync_rules`,
+:func:`~tdscheme.gradient_workers.config.check_mode_rules`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,16 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tdscheme.collectors import PreemptionConfig
+from tdscheme.collectors.config import RayCollectorConfig, check_sync_rules
+from tdscheme.gradient_workers.config import GradientWorkersConfig, check_mode_rules
+from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_number,
+    invalid,
+)
 
 __all__ = ["GRAD_COMMUNICATIONS", "SchemeConfig"]
 
@@ -22,8 +37,9 @@ class SchemeConfig:
     batches of ``num_collectors`` collector workers. With ``num_grad_workers > 0``
     each gradient worker (a Ray actor) steps its own ``num_collectors`` collectors,
     computes gradients with its own copy of the learner, and the settings of the
-    collector workers (``sync``, ``max_policy_lag``, ``prefetch_batches``,
-    ``weight_push_interval``, ``compress``, ``collector_resources``) are not used.
+    collector workers (``sync``, ``prefetch_batches``, ``weight_push_interval``,
+    ``compress``, ``collector_resources``) are not used; ``max_policy_lag`` is
+    (see :meth:`grad_workers_config`).
 
     Args:
         num_collectors: collector workers (Ray actors), each stepping its own envs;
@@ -43,7 +59,9 @@ class SchemeConfig:
             and counted.
         max_policy_lag: drop batches collected with weights more than this many
             pushes old; 0 is strictly on-policy (no overlap of collection and
-            training); ``None``: no bound.
+            training); ``None``: no bound. With gradient workers: synchronous ones
+            always compute on the newest weights; asynchronous ones drop gradients
+            computed on weights more than this many versions old.
         prefetch_batches: requests each worker keeps in flight while the learner
             trains; ``None``: the collector's default (1, or 0 when
             ``max_policy_lag=0``).
@@ -95,7 +113,8 @@ class SchemeConfig:
         Traceback (most recent call last):
         ...
         ValueError: decentralized=True is invalid with grad_communication='asynchronous'; \
-accepted: decentralized=False, or grad_communication='synchronous'
+accepted: decentralized=False, or grad_communication='synchronous' (an all-reduce is a \
+synchronous step)
     """
 
     num_collectors: int = 2
@@ -121,88 +140,137 @@ accepted: decentralized=False, or grad_communication='synchronous'
     max_grad_staleness: int | None = None
 
     def __post_init__(self) -> None:
-        _check_int("num_collectors", self.num_collectors, 1)
-        _check_int("frames_per_batch", self.frames_per_batch, 1)
-        _check_int("weight_push_interval", self.weight_push_interval, 1)
-        _check_int("num_grad_workers", self.num_grad_workers, 0)
-        _check_int("max_policy_lag", self.max_policy_lag, 0, optional=True)
-        _check_int("prefetch_batches", self.prefetch_batches, 0, optional=True)
-        _check_int("seed", self.seed, 0, optional=True)
-        _check_int("grads_per_step", self.grads_per_step, 1, optional=True)
-        _check_int("max_grad_staleness", self.max_grad_staleness, 0, optional=True)
+        for name in ("num_collectors", "frames_per_batch", "weight_push_interval"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("num_grad_workers", self.num_grad_workers, minimum=0)
+        for name in ("max_policy_lag", "prefetch_batches", "seed"):
+            check_int(name, getattr(self, name), minimum=0, optional=True)
         for name in ("sync", "compress", "decentralized", "grad_compress"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is invalid; accepted: True or False"
-                )
-        if self.grad_communication not in GRAD_COMMUNICATIONS:
-            raise ValueError(
-                f"grad_communication={self.grad_communication!r} is invalid; accepted: "
-                f"{', '.join(map(repr, GRAD_COMMUNICATIONS))}"
-            )
-        if self.preemption is not None:
-            PreemptionConfig.from_arg(self.preemption)  # validates it
-        self._check_gradient_workers()
-        if self.num_grad_workers == 0:
-            self._check_collectors()
-        bt = self.batch_timeout_s
-        if isinstance(bt, bool) or not isinstance(bt, (int, float)) or not bt > 0:
-            raise ValueError(f"batch_timeout_s={bt!r} is invalid; accepted: a number > 0")
+            check_bool(name, getattr(self, name))
+        check_choice("grad_communication", self.grad_communication, GRAD_COMMUNICATIONS)
+        check_positive_number("batch_timeout_s", self.batch_timeout_s)
         for name in ("collector_resources", "ray_init_config", "grad_worker_resources"):
             value = getattr(self, name)
             kinds = (Mapping, list, tuple) if name == "collector_resources" else Mapping
             if value is not None and not isinstance(value, kinds):
-                raise ValueError(
-                    f"{name}={value!r} is invalid; accepted: None or a dict of Ray options"
-                )
-
-    def _check_collectors(self) -> None:
-        if self.sync and self.frames_per_batch % self.num_collectors:
-            raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} is invalid with sync=True and "
-                f"num_collectors={self.num_collectors}; accepted: a multiple of num_collectors"
-            )
-        if self.preemption is not None and not self.sync:
-            raise ValueError(
-                f"preemption={dict(self.preemption)!r} is invalid with sync=False; "
-                f"accepted: None, or set sync=True"
-            )
-
-    def _check_gradient_workers(self) -> None:
-        asynchronous = self.grad_communication == "asynchronous"
-        if self.decentralized and asynchronous:
-            raise ValueError(
-                "decentralized=True is invalid with grad_communication='asynchronous'; "
-                "accepted: decentralized=False, or grad_communication='synchronous'"
-            )
-        for name in ("grads_per_step", "max_grad_staleness"):
-            if getattr(self, name) is not None and not asynchronous:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is invalid with grad_communication="
-                    f"{self.grad_communication!r}; accepted: None, or "
-                    f"grad_communication='asynchronous'"
-                )
+                raise invalid(name, value, "None or a dict of Ray options")
+        preemption = PreemptionConfig.from_arg(self.preemption)
+        check_mode_rules(
+            communication=self.grad_communication,
+            decentralized=self.decentralized,
+            grads_per_step=self.grads_per_step,
+            max_grad_staleness=self.max_grad_staleness,
+            preemption=preemption if self.num_grad_workers else PreemptionConfig(),
+            communication_name="grad_communication",
+        )
         if self.num_grad_workers == 0:
-            return
-        if self.preemption is not None and self.grad_mode != "synchronous":
-            raise ValueError(
-                f"preemption={dict(self.preemption)!r} is invalid with {self.grad_mode} "
-                f"gradient workers; accepted: None, or synchronous centralized gradient "
-                f"workers (grad_communication='synchronous', decentralized=False)"
+            check_sync_rules(
+                frames_per_batch=self.frames_per_batch,
+                num_collectors=self.num_collectors,
+                sync=self.sync,
+                preemption=preemption,
             )
-        if not asynchronous and self.frames_per_batch % self.num_grad_workers:
-            raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} is invalid with "
-                f"num_grad_workers={self.num_grad_workers} and synchronous gradients; "
-                f"accepted: a multiple of num_grad_workers (each worker's share of an update)"
-            )
+        else:
+            self._check_gradient_worker_batches()
+
+    def _check_gradient_worker_batches(self) -> None:
+        if self.frames_per_batch % self._workers_per_update():
+            raise invalid(
+                "frames_per_batch", self.frames_per_batch,
+                "a multiple of num_grad_workers (each worker's share of an update)",
+                context=f"num_grad_workers={self.num_grad_workers} and synchronous gradients",
+            )  # fmt: skip
         if self.frames_per_gradient() % self.num_collectors:
+            raise invalid(
+                "frames_per_batch", self.frames_per_batch,
+                f"a multiple of {self.num_collectors * self._workers_per_update()} (each "
+                f"gradient's {self.frames_per_gradient()} frames split evenly over the "
+                f"collectors)",
+                context=f"num_collectors={self.num_collectors} per gradient worker",
+            )  # fmt: skip
+
+    # -- the lower layers' configs ---------------------------------------------------------
+
+    def collector_config(self, env_factory: Any, policy: Any) -> RayCollectorConfig:
+        """The driver collector's settings (``num_grad_workers == 0``): the one conversion.
+
+        Args:
+            env_factory: builds one collector worker's env.
+            policy: the module the workers run (the learner's policy).
+
+        Example:
+            >>> from tdscheme.testing import make_env
+            >>> cfg = SchemeConfig(num_collectors=2, frames_per_batch=512, sync=True)
+            >>> rc = cfg.collector_config(make_env, None)
+            >>> rc.frames_per_worker, rc.total_frames, rc.num_collectors
+            (256, -1, 2)
+        """
+        return RayCollectorConfig(
+            env_factory,
+            policy,
+            frames_per_batch=self.frames_per_batch,
+            total_frames=-1,
+            num_collectors=self.num_collectors,
+            sync=self.sync,
+            preemption=self.preemption,
+            max_policy_lag=self.max_policy_lag,
+            prefetch_batches=self.prefetch_batches,
+            compress=self.compress,
+            remote_configs=self.collector_resources,
+            ray_init_config=self.ray_init_config,
+            seed=self.seed,
+            batch_timeout_s=self.batch_timeout_s,
+        )
+
+    def grad_workers_config(self) -> GradientWorkersConfig:
+        """The gradient workers' settings (``num_grad_workers > 0``): the one conversion.
+
+        ``frames_per_batch`` stays the frames of one learner update: each worker
+        collects :meth:`frames_per_gradient` frames per gradient.
+        ``batch_timeout_s`` becomes the longest wait for a gradient, ``seed`` the
+        workers' base seed. ``max_policy_lag`` is applied: synchronous and
+        decentralized gradients are always computed on the newest weights (lag
+        0, so any bound holds); asynchronous gradients on weights more than
+        ``max_policy_lag`` versions old are dropped, as with
+        ``max_grad_staleness`` (the smaller of the two applies).
+
+        Raises:
+            ValueError: ``num_grad_workers`` is 0.
+
+        Example:
+            >>> cfg = SchemeConfig(num_grad_workers=2, num_collectors=1, frames_per_batch=512,
+            ...                    decentralized=True).grad_workers_config()
+            >>> cfg.mode, cfg.frames_per_batch, cfg.num_collectors
+            ('decentralized', 256, 1)
+            >>> SchemeConfig(num_grad_workers=2, grad_communication="asynchronous",
+            ...              max_policy_lag=1).grad_workers_config().max_grad_staleness
+            1
+        """
+        if self.num_grad_workers < 1:
             raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} is invalid with "
-                f"num_collectors={self.num_collectors} per gradient worker: each gradient's "
-                f"{self.frames_per_gradient()} frames must split evenly over the collectors; "
-                f"accepted: a multiple of {self.num_collectors * self._workers_per_update()}"
+                f"num_grad_workers={self.num_grad_workers} is invalid here; accepted: an int "
+                f">= 1 (a config without gradient workers has no gradient-worker settings)"
             )
+        return GradientWorkersConfig(
+            num_grad_workers=self.num_grad_workers,
+            communication=self.grad_communication,
+            decentralized=self.decentralized,
+            compress=self.grad_compress,
+            worker_resources=self.grad_worker_resources,
+            num_collectors=self.num_collectors,
+            frames_per_batch=self.frames_per_gradient(),
+            grads_per_step=self.grads_per_step,
+            max_grad_staleness=self._grad_staleness_bound(),
+            preemption=self.preemption,
+            seed=self.seed,
+            timeout_s=float(self.batch_timeout_s),
+        )
+
+    def _grad_staleness_bound(self) -> int | None:
+        if self.grad_communication != "asynchronous":
+            return None
+        bounds = [b for b in (self.max_grad_staleness, self.max_policy_lag) if b is not None]
+        return min(bounds) if bounds else None
 
     @property
     def grad_mode(self) -> str:
@@ -220,13 +288,3 @@ accepted: decentralized=False, or grad_communication='synchronous'
         ones, each an update of its own; ``frames_per_batch`` without gradient workers.
         """
         return self.frames_per_batch // self._workers_per_update()
-
-
-def _check_int(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        accepted = f"an int >= {minimum}"
-        raise ValueError(
-            f"{name}={value!r} is invalid; accepted: {'None or ' if optional else ''}{accepted}"
-        )

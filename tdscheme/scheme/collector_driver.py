@@ -1,0 +1,100 @@
+"""CollectorDriver: the on-policy way to train: collect on Ray workers, learn on the driver, push.
+
+One of the Scheme's drivers (see :mod:`tdscheme.scheme.scheme`): each step takes
+one batch from a :class:`~tdscheme.RayCollector` whose workers run the learner's
+policy, trains the :class:`~tdscheme.learner.Learner` on it and pushes fresh
+weights every ``weight_push_interval`` updates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdscheme.collectors import RayCollector
+from tdscheme.learner import Learner
+from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.metrics import episode_metrics, lag_metrics, numeric_stats
+
+__all__ = ["CollectorDriver"]
+
+
+class CollectorDriver:
+    """Collect -> learn -> push with a driver-side RayCollector.
+
+    Args:
+        config: the Scheme's settings (``num_grad_workers == 0``).
+        env_factory: builds one collector worker's env.
+        learner: the driver's Learner; its ``policy`` runs in the workers.
+    """
+
+    #: The key of this driver's part of ``Scheme.state_dict()``.
+    state_key = "collector"
+
+    def __init__(
+        self, config: SchemeConfig, *, env_factory: Callable[[], Any], learner: Learner
+    ) -> None:
+        self.config = config
+        self.learner = learner
+        self.collector = RayCollector.from_config(
+            config.collector_config(env_factory, learner.policy)
+        )
+        self._batches: Iterator[TensorDictBase] | None = None
+        self._updates_since_push = 0
+
+    def step(self) -> tuple[int, dict[str, float]]:
+        """Waits for a batch, trains on it, pushes weights when due.
+
+        Returns:
+            ``(frames trained on, metrics)``: ``time/wait_s``, ``time/learn_s``,
+            episodes, ``learner/<name>``, ``policy_lag/*`` and ``collector/<name>``.
+        """
+        if self._batches is None:
+            self._batches = iter(self.collector)
+        start = time.perf_counter()
+        batch = next(self._batches)
+        got_batch = time.perf_counter()
+        learner_metrics = self.learner.update(batch)
+        learned = time.perf_counter()
+        self._updates_since_push += 1
+        pushed = self._updates_since_push >= self.config.weight_push_interval
+        if pushed:
+            self.push_weights()
+        metrics = {"time/wait_s": got_batch - start, "time/learn_s": learned - got_batch}
+        metrics.update(episode_metrics(batch))
+        metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
+        # The push that followed this update does not count: the batch was used before it.
+        metrics.update(lag_metrics(batch, self.collector.policy_version - int(pushed)))
+        metrics.update(numeric_stats(self.collector.stats(), "collector"))
+        return int(learner_metrics["num_frames"].item()), metrics
+
+    def push_weights(self) -> None:
+        """Sends the learner's policy weights to every collector worker."""
+        self.collector.update_policy_weights_(self.learner.policy_weights())
+        self._updates_since_push = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"learner", "updates_since_push", "collector"}``."""
+        return {
+            "learner": self.learner.state_dict(),
+            "updates_since_push": self._updates_since_push,
+            "collector": self.collector.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` and pushes the restored weights."""
+        self.learner.load_state_dict(state["learner"])
+        self.collector.load_state_dict(state["collector"])
+        self.push_weights()
+        self._updates_since_push = int(state.get("updates_since_push", 0))
+
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every collector worker distinctly from ``seed``."""
+        return self.collector.set_seed(seed)
+
+    def shutdown(self) -> None:
+        """Stops the collector workers. Idempotent."""
+        self.collector.shutdown()

@@ -1,0 +1,99 @@
+"""The Scheme's metric names: episodes, policy lag and collector stats of an iteration.
+
+Episode returns are computed one way (:mod:`tdscheme.episodes`) for every driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from tdscheme.episodes import finished_episodes
+from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY
+
+__all__ = ["episode_metrics", "episode_return_metrics", "lag_metrics", "numeric_stats"]
+
+
+def episode_return_metrics(returns: list[float], lengths: list[float] | None = None) -> dict:
+    """``train/episodes``, ``train/episode_return`` (and ``train/episode_length``); empty for none.
+
+    Example:
+        >>> episode_return_metrics([2.0, 4.0], [2.0, 6.0])
+        {'train/episodes': 2.0, 'train/episode_return': 3.0, 'train/episode_length': 4.0}
+        >>> episode_return_metrics([])
+        {}
+    """
+    if not returns:
+        return {}
+    out = {"train/episodes": float(len(returns)), "train/episode_return": _mean(returns)}
+    if lengths:
+        out["train/episode_length"] = _mean(lengths)
+    return out
+
+
+def episode_metrics(batch: TensorDictBase) -> dict[str, float]:
+    """Mean return and length of the episodes that finished in ``batch``.
+
+    Args:
+        batch: collected frames with ``("next", "done")`` and, from torchrl's
+            ``RewardSum`` and ``StepCounter`` transforms, ``("next",
+            "episode_reward")`` and ``("next", "step_count")``.
+
+    Returns:
+        ``train/episode_return``, ``train/episode_length`` (when recorded) and
+        ``train/episodes``; empty when no episode finished or nothing is recorded.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"next": TensorDict(
+        ...     done=torch.tensor([[False], [True], [True]]),
+        ...     episode_reward=torch.tensor([[1.0], [2.0], [4.0]]),
+        ...     step_count=torch.tensor([[1], [2], [6]]), batch_size=[3])}, batch_size=[3])
+        >>> episode_metrics(batch)
+        {'train/episodes': 2.0, 'train/episode_return': 3.0, 'train/episode_length': 4.0}
+    """
+    episodes = finished_episodes(batch)
+    if episodes is None:
+        return {}
+    return episode_return_metrics(episodes.returns, episodes.lengths)
+
+
+def lag_metrics(batch: TensorDictBase, newest_version: int) -> dict[str, float]:
+    """``policy_lag/mean`` and ``policy_lag/max``: pushes between a batch's weights and ``newest_version``.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"collector": {"policy_version": torch.tensor([1, 3])}}, [2])
+        >>> lag_metrics(batch, 3)
+        {'policy_lag/mean': 1.0, 'policy_lag/max': 2.0}
+    """
+    versions = batch.get(POLICY_VERSION_KEY, None)
+    if versions is None:
+        return {}
+    mask = batch.get(MASK_KEY, None)
+    if mask is not None:
+        versions = versions[mask.bool()]
+    lag = (newest_version - versions).clamp_min(0).float()
+    return {"policy_lag/mean": lag.mean().item(), "policy_lag/max": lag.max().item()}
+
+
+def numeric_stats(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """The numbers of a stats dict as ``<prefix>/<name>`` floats (lists, strings, bools left out).
+
+    Example:
+        >>> numeric_stats({"frames": 10, "fps": 2.5, "restarts_per_worker": [0], "ok": True}, "c")
+        {'c/frames': 10.0, 'c/fps': 2.5}
+    """
+    return {
+        f"{prefix}/{key}": float(value)
+        for key, value in stats.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return float(sum(values) / len(values))
