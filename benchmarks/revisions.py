@@ -50,7 +50,8 @@ from report import Recorder, print_tables, run_process, train_result, write_mark
 SECTIONS = ("collection", "train")
 COLLECTION_ARGS = ("--sections same --frames 5000", "--quick --sections same")  # normal, quick
 TRAIN_ARGS = ("", "--total-frames 8192 --target-return 10000 --eval-every-frames 4096")
-TRAIN_ENTRY = "import sys; from tdscheme.cli import main; sys.exit(main())"
+# tdscheme/cli.py's main, or tdscheme/cli/main.py's whether or not the package re-exports it
+TRAIN_ENTRY = "import sys; from tdscheme.cli import main; sys.exit(getattr(main, 'main', main)())"
 SITECUSTOMIZE = """import sys  # written by benchmarks/revisions.py: no editable-install finder
 sys.meta_path[:] = [f for f in sys.meta_path
                     if not getattr(f, "__module__", "").startswith("__editable___tdscheme")]
@@ -70,7 +71,7 @@ try:
     worker = ray.get(ray.remote(where).remote(), timeout=300)
 finally:
     ray.shutdown()
-cli = sys.modules[main.__module__].__file__
+cli = sys.modules[getattr(main, "main", main).__module__].__file__
 print(json.dumps({"driver": where(), "worker": worker, "cli": cli}))
 """
 
