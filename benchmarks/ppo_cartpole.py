@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from report import machine_info
+from report import machine_info, run_process, train_result
 from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
@@ -81,20 +79,6 @@ def cli_options(overrides: dict[str, Any]) -> list[str]:
     return args
 
 
-def run_process(command: list[str], what: str) -> tuple[str, float, float]:
-    """Runs ``command``; returns its stdout, its start (``time.time()``) and its seconds to exit.
-
-    Raises:
-        RuntimeError: it failed, with the end of its stderr.
-    """
-    start = time.time()
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    exit_s = time.time() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"{what} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return out.stdout, start, exit_s
-
-
 def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """``tdscheme train`` in a new process; the wall time is the one the command prints."""
     tdscheme = Path(sys.executable).with_name("tdscheme")
@@ -104,15 +88,7 @@ def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
             [str(tdscheme), "train", preset.name, *cli_options(options), "--progress", "false"],
             "tdscheme train",
         )
-    summary = json.loads(stdout.split("summary: ", 1)[1].splitlines()[0])
-    since = re.search(r"([0-9.]+) s since the command started", stdout)
-    return {
-        "frames": summary["target_frames"] or summary["frames"],
-        "wall_s": float(since.group(1)) if since else exit_s,
-        "exit_s": exit_s,
-        "reached": summary["target_reached"],
-        "eval_return": summary["eval_return"],
-    }
+    return train_result(stdout, exit_s)
 
 
 def run_torchrl_script(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
 import subprocess
 import time
@@ -47,6 +48,50 @@ def machine_info() -> dict[str, Any]:
         "tensordict": tensordict.__version__,
         "gymnasium": gymnasium.__version__,
         "tdscheme_commit": commit,
+    }
+
+
+def run_process(
+    command: list[str],
+    what: str,
+    *,
+    timeout_s: float = 600.0,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, float, float]:
+    """Runs ``command``; returns its stdout, its start (``time.time()``) and its seconds to exit.
+
+    Raises:
+        RuntimeError: it failed, with the end of its stderr.
+        subprocess.TimeoutExpired: it ran past ``timeout_s`` (it is killed).
+    """
+    start = time.time()
+    out = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=cwd,
+        env=None if env is None else dict(env),
+    )  # fmt: skip
+    exit_s = time.time() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return out.stdout, start, exit_s
+
+
+def train_result(stdout: str, exit_s: float) -> dict[str, Any]:
+    """What a ``tdscheme train`` run printed, given the seconds its process took to exit.
+
+    Returns:
+        ``frames`` (to the target if reached, else all), ``wall_s`` (the command's own
+        "s since the command started" at the target, else ``exit_s``), ``exit_s``,
+        ``reached`` and ``eval_return``.
+    """
+    summary = json.loads(stdout.split("summary: ", 1)[1].splitlines()[0])
+    since = re.search(r"([0-9.]+) s since the command started", stdout)
+    return {
+        "frames": summary["target_frames"] or summary["frames"],
+        "wall_s": float(since.group(1)) if since else exit_s,
+        "exit_s": exit_s,
+        "reached": summary["target_reached"],
+        "eval_return": summary["eval_return"],
     }
 
 
