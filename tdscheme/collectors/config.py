@@ -210,6 +210,55 @@ class RayCollectorConfig:
             )
         return specs
 
+    def for_added_workers(
+        self,
+        create_env_fn: Any,
+        *,
+        num_envs: int | None = None,
+        policy: Any = None,
+        collector_kwargs: Any = None,
+        remote_configs: Any = None,
+    ) -> RayCollectorConfig:
+        """The settings of workers added to a running collector (``RayCollector.add_collectors``).
+
+        Every setting is this config's, except the new env factories and the
+        arguments given: ``num_envs`` (env copies per collector), ``policy``
+        (replaces ``policy`` and ``policy_factory``), ``collector_kwargs`` and
+        ``remote_configs``. With ``sync=True`` each new worker collects
+        ``frames_per_worker`` frames, as the others do, and each takes the same
+        share of ``init_random_frames`` as each of the others.
+
+        Example:
+            >>> from tdscheme.testing import make_env
+            >>> cfg = RayCollectorConfig(make_env, frames_per_batch=100, num_collectors=2,
+            ...                          sync=True, init_random_frames=40, device="cpu")
+            >>> added = cfg.for_added_workers([make_env])
+            >>> spec = added.worker_specs()[0]
+            >>> spec.frames_per_batch, spec.collector_kwargs["device"]
+            (50, 'cpu')
+            >>> spec.collector_kwargs["init_random_frames"]  # 40 frames over 2 workers: 20 each
+            20
+        """
+        fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn]
+        replaced: dict[str, Any] = {
+            "create_env_fn": fns,
+            "num_collectors": len(fns),
+            "frames_per_batch": self.frames_per_worker * len(fns)
+            if self.sync
+            else self.frames_per_batch,
+            "num_workers_per_collector": num_envs or self.num_workers_per_collector,
+        }
+        if self.init_random_frames > 0:  # each new worker takes the share each worker has
+            share = self.init_random_frames // self.num_collectors
+            replaced["init_random_frames"] = share * len(fns)
+        if policy is not None:
+            replaced.update(policy=policy, policy_factory=None)
+        if collector_kwargs is not None:
+            replaced["collector_kwargs"] = collector_kwargs
+        if remote_configs is not None:
+            replaced["remote_configs"] = remote_configs
+        return dataclasses.replace(self, **replaced)
+
     def policy_module(self) -> nn.Module | None:
         """The driver-side policy module whose weights are pushed by default."""
         return self.policy if isinstance(self.policy, nn.Module) else None

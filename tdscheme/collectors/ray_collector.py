@@ -18,8 +18,6 @@ from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
 
-_POLL_S = 1.0
-
 
 class RayCollector(BaseCollector):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
@@ -172,7 +170,6 @@ class RayCollector(BaseCollector):
         self.config = config
         self.policy = config.policy
         self.frames_per_batch = config.frames_per_batch
-        self.requested_frames_per_batch = config.frames_per_batch
         self.total_frames = config.total_frames
         self.postproc = config.postproc
         self.split_trajs = config.split_trajs
@@ -358,20 +355,13 @@ class RayCollector(BaseCollector):
             The new workers' ids.
         """
         self._check_open()
-        fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn]
-        cfg = self.config
-        extra = RayCollectorConfig(
-            fns, policy if policy is not None else cfg.policy,
-            policy_factory=None if policy is not None else cfg.policy_factory,
-            frames_per_batch=cfg.frames_per_worker * len(fns) if cfg.sync else cfg.frames_per_batch,
-            collector_class=cfg.collector_class,
-            collector_kwargs=collector_kwargs if collector_kwargs is not None else cfg.collector_kwargs,
-            num_workers_per_collector=num_envs or cfg.num_workers_per_collector,
-            sync=cfg.sync, remote_configs=remote_configs if remote_configs is not None
-            else cfg.remote_configs, max_frames_per_traj=cfg.max_frames_per_traj,
-            reset_at_each_iter=cfg.reset_at_each_iter, exploration_type=cfg.exploration_type,
-            preemption=cfg.preemption, compress=cfg.compress,
-        )  # fmt: skip
+        extra = self.config.for_added_workers(
+            create_env_fn,
+            num_envs=num_envs,
+            policy=policy,
+            collector_kwargs=collector_kwargs,
+            remote_configs=remote_configs,
+        )
         ids = []
         for spec, remote in zip(extra.worker_specs(), extra.remote_config_list(), strict=True):
             ids.append(self._pool.add(spec, remote))

@@ -124,3 +124,24 @@ def test_partial_rollouts_are_padded_and_masked():
     assert (batch["obs"][1, :, 1:] == 0).all() and (batch["obs"][1, :, 0] == 2).all()
     with pytest.raises(ValueError, match="more than length=0"):
         pad_time(full, 0)
+
+
+def test_added_workers_keep_every_setting():
+    """add_collectors re-listed 12 of the config's fields: devices and init_random_frames were lost."""
+    cfg = RayCollectorConfig(
+        env, frames_per_batch=90, num_collectors=3, sync=True, init_random_frames=300,
+        device="cpu", storing_device="cpu", env_device="cpu", policy_device="cpu",
+        max_frames_per_traj=50, compress=True, max_policy_lag=2, seed=5,
+    )  # fmt: skip
+    original = cfg.worker_specs()[0]
+    added = cfg.for_added_workers([env, env], collector_kwargs={"reset_at_each_iter": False})
+    specs = added.worker_specs()
+    assert len(specs) == 2
+    for spec in specs:
+        assert spec.frames_per_batch == original.frames_per_batch == 30
+        for key in ("device", "storing_device", "env_device", "policy_device",
+                    "init_random_frames", "max_frames_per_traj", "exploration_type"):  # fmt: skip
+            assert spec.collector_kwargs[key] == original.collector_kwargs[key], key
+        assert spec.compress is True
+    assert original.collector_kwargs["init_random_frames"] == 100
+    assert (added.max_policy_lag, added.seed, added.sync) == (2, 5, True)
