@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch import nn
 from torchrl.collectors.utils import split_trajectories
 
@@ -14,6 +14,7 @@ from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.weights import AutoPushRule, weights_from
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
@@ -175,7 +176,10 @@ class RayCollector(BaseCollector):
         self.split_trajs = config.split_trajs
         self._codec = TensorDictCodec(config.compress)
         self._stats = CollectorStats()
-        self._since_push: list[int] = []
+        self._auto_pushes = AutoPushRule(
+            update_after_each_batch=config.update_after_each_batch,
+            max_weight_update_interval=config.max_weight_update_interval,
+        )
         self._iterator = None
         self._closed = False
         self._lease = RayLease.acquire(config.ray_init_config)
@@ -186,7 +190,7 @@ class RayCollector(BaseCollector):
                 config.worker_specs(), config.remote_config_list(), strict=True
             ):
                 self._pool.add(spec, remote)
-                self._since_push.append(0)
+                self._auto_pushes.add_workers(1)
         except BaseException:
             self.shutdown()
             raise
@@ -261,8 +265,7 @@ class RayCollector(BaseCollector):
         start = time.perf_counter()
         payload = self._codec.encode(self._weights_from(given[0] if given else None))
         self._pool.push_weights(payload, self._pool.version + 1, ids)
-        for i in ids:
-            self._since_push[i] = 0
+        self._auto_pushes.pushed(ids)
         self._stats.weight_pushes += 1
         self._stats.weight_push_s += time.perf_counter() - start
 
@@ -365,7 +368,7 @@ class RayCollector(BaseCollector):
         ids = []
         for spec, remote in zip(extra.worker_specs(), extra.remote_config_list(), strict=True):
             ids.append(self._pool.add(spec, remote))
-            self._since_push.append(0)
+            self._auto_pushes.add_workers(1)
         self.config.num_collectors = len(self._pool)
         return ids
 
@@ -397,18 +400,8 @@ class RayCollector(BaseCollector):
     # -- automatic weight pushes ---------------------------------------------------------
 
     def _auto_push(self, worker_ids: list[int]) -> None:
-        cfg = self.config
-        for i in worker_ids:
-            self._since_push[i] += 1
-        if not self._flow.more_frames(0):
-            return  # no batch will be collected with these weights
-        if cfg.update_after_each_batch:
-            due = worker_ids
-        elif cfg.max_weight_update_interval >= 0:
-            due = [i for i in worker_ids if self._since_push[i] > cfg.max_weight_update_interval]
-        else:
-            return
-        if due:
+        due = self._auto_pushes.due(worker_ids)
+        if due and self._flow.more_frames(0):  # else no batch will be collected with them
             self.update_policy_weights_(worker_ids=due)
 
     # -- helpers -----------------------------------------------------------------------
@@ -432,16 +425,7 @@ class RayCollector(BaseCollector):
                     "update_policy_weights_() has no weights to push: this collector was built "
                     "without an nn.Module policy; pass weights or a module"
                 )
-        if isinstance(source, nn.Module):
-            return TensorDict.from_module(source).data
-        if isinstance(source, TensorDictBase):
-            return source.data if hasattr(source, "data") else source
-        if isinstance(source, dict):
-            return TensorDict(source).unflatten_keys(".") if source else TensorDict()
-        raise TypeError(
-            f"policy_or_weights must be a TensorDict, a dict of tensors or an nn.Module, "
-            f"got {type(source).__name__}"
-        )
+        return weights_from(source)
 
     def _check_open(self) -> None:
         if self._closed:

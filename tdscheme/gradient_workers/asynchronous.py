@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
-from tdscheme.gradient_workers.metrics import Timer, episode_stats, summarize_results
+from tdscheme.gradient_workers.metrics import Timer, step_metrics
 from tdscheme.gradient_workers.pool import DIED
 from tdscheme.gradient_workers.worker import GradientResult
 
@@ -95,18 +95,7 @@ class AsynchronousCoordinator(GradientCoordinator):
         dropped_staleness: list[int],
         grad_norms: list[float],
     ) -> dict[str, float]:
-        metrics = summarize_results(applied)
-        metrics.update(episode_stats(applied + dropped))
-        frames = sum(r.frames for r in applied)
-        frames_dropped = sum(r.frames for r in dropped)
-        metrics.update(
-            frames=float(frames),
-            frames_collected=float(frames + frames_dropped),
-            frames_dropped=float(frames_dropped),
-            grads_applied=float(len(applied)),
-            grads_dropped=float(len(dropped)),
-            updates=float(len(applied)),
-        )
+        metrics = step_metrics(applied, dropped, updates=len(applied))
         if staleness:
             metrics["staleness_mean"] = sum(staleness) / len(staleness)
             metrics["staleness_max"] = float(max(staleness))

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
-from tdscheme.gradient_workers.metrics import Timer, episode_stats, summarize_results
+from tdscheme.gradient_workers.metrics import Timer, step_metrics
 from tdscheme.gradient_workers.pool import DIED, GradientWorkerError
 from tdscheme.gradient_workers.worker import GradientResult
 
@@ -132,18 +132,8 @@ class DecentralizedCoordinator(GradientCoordinator):
         rank0 = results[0]
         self.learner.load_weights(self._codec.decode(rank0.weights))
         self.learner.version = rank0.version
-        metrics = summarize_results(results)
-        metrics.update(episode_stats(results))
-        frames = sum(r.frames for r in results)
-        metrics.update(
-            frames=float(frames),
-            frames_collected=float(frames),
-            frames_dropped=0.0,
-            grads_applied=float(len(results)),
-            grads_dropped=0.0,
-            updates=1.0,
-            mirror_ms=1e3 * (time.perf_counter() - start),
-        )
+        metrics = step_metrics(results, [], updates=1)
+        metrics["mirror_ms"] = 1e3 * (time.perf_counter() - start)
         return metrics
 
     def _recover(self, died: list[int]) -> None:

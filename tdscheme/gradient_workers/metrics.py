@@ -15,7 +15,7 @@ from typing import Any
 
 from tdscheme.gradient_workers.worker import GradientResult
 
-__all__ = ["Timer", "episode_stats", "summarize_results"]
+__all__ = ["Timer", "episode_stats", "step_metrics", "summarize_results"]
 
 
 class Timer:
@@ -105,3 +105,39 @@ def episode_stats(results: Sequence[GradientResult]) -> dict[str, float]:
     if returns:
         out["episode_return_mean"] = sum(returns) / len(returns)
     return out
+
+
+def step_metrics(
+    applied: Sequence[GradientResult], dropped: Sequence[GradientResult], *, updates: int
+) -> dict[str, float]:
+    """What every coordinator step reports about the gradients it received.
+
+    Args:
+        applied: the gradients the step used (applied or all-reduced).
+        dropped: the gradients it received and dropped (stale, preempted).
+        updates: the learner updates the step made.
+
+    Returns:
+        :func:`summarize_results` of ``applied``, :func:`episode_stats` of both,
+        and ``frames`` (trained on), ``frames_collected``, ``frames_dropped``,
+        ``grads_applied``, ``grads_dropped`` and ``updates``.
+
+    Example:
+        >>> r = lambda frames: GradientResult(0, 0, frames, None, {}, [], {})
+        >>> m = step_metrics([r(100)], [r(50)], updates=1)
+        >>> m["frames"], m["frames_collected"], m["frames_dropped"], m["grads_dropped"]
+        (100.0, 150.0, 50.0, 1.0)
+    """
+    metrics = summarize_results(applied)
+    metrics.update(episode_stats([*applied, *dropped]))
+    frames = sum(r.frames for r in applied)
+    frames_dropped = sum(r.frames for r in dropped)
+    metrics.update(
+        frames=float(frames),
+        frames_collected=float(frames + frames_dropped),
+        frames_dropped=float(frames_dropped),
+        grads_applied=float(len(applied)),
+        grads_dropped=float(len(dropped)),
+        updates=float(updates),
+    )
+    return metrics

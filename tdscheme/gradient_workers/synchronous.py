@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
-from tdscheme.gradient_workers.metrics import Timer, episode_stats, summarize_results
+from tdscheme.gradient_workers.metrics import Timer, step_metrics
 from tdscheme.gradient_workers.pool import DIED
 from tdscheme.gradient_workers.worker import GradientResult
 from tdscheme.learner import average_gradients
@@ -108,20 +108,9 @@ class SynchronousCoordinator(GradientCoordinator):
             grads = [self._codec.decode(r.grads) for r in fresh]
             average = average_gradients(grads, weights=[r.frames for r in fresh])
             applied = self.learner.apply_gradients(average)
-        metrics = summarize_results(fresh)
-        metrics.update(episode_stats(fresh + dropped))
+        metrics = step_metrics(fresh, dropped, updates=1)
         metrics["applied_grad_norm"] = float(applied["grad_norm"])
-        frames = sum(r.frames for r in fresh)
-        frames_dropped = sum(r.frames for r in dropped)
-        metrics.update(
-            frames=float(frames),
-            frames_collected=float(frames + frames_dropped),
-            frames_dropped=float(frames_dropped),
-            grads_applied=float(len(fresh)),
-            grads_dropped=float(len(dropped)),
-            updates=1.0,
-            preempted=float(len(self.pool) - len(fresh)),
-        )
+        metrics["preempted"] = float(len(self.pool) - len(fresh))
         return metrics
 
     def _after_load(self) -> None:
