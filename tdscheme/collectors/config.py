@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from tdscheme.collectors.preemption import PreemptionConfig
+from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.collectors.worker import WorkerSpec
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.transport import TensorDictCodec
@@ -98,6 +99,8 @@ class RayCollectorConfig:
     max_restarts: int = 3
     seed: int | None = None
     batch_timeout_s: float = 600.0
+    replay_buffer: Any = None
+    trajs_per_batch: int | None = None
 
     def __post_init__(self) -> None:
         self._check_ints()
@@ -114,6 +117,13 @@ class RayCollectorConfig:
         )
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("pass either policy or policy_factory, not both")
+        if self.replay_buffer is not None and not is_ray_replay_buffer(self.replay_buffer):
+            raise TypeError(
+                f"replay_buffer={type(self.replay_buffer).__name__}(...) is a buffer in this "
+                f"process, which remote workers cannot write into (they would fill copies); "
+                f"accepted: a Ray-held torchrl buffer, RayReplayBuffer(...) or "
+                f"ReplayBuffer(..., service_backend='ray')"
+            )
         TensorDictCodec(self.compress)  # validates `compress`
         if self.prefetch_batches is None:
             on_policy = self.max_policy_lag == 0 or self.update_after_each_batch
@@ -128,6 +138,7 @@ class RayCollectorConfig:
         check_int("max_policy_lag", self.max_policy_lag, minimum=0, optional=True)
         check_int("prefetch_batches", self.prefetch_batches, minimum=0, optional=True)
         check_int("max_restarts", self.max_restarts, minimum=0)
+        check_int("trajs_per_batch", self.trajs_per_batch, minimum=1, optional=True)
         check_int("num_workers_per_collector", self.num_workers_per_collector, minimum=1)
         mw = self.max_weight_update_interval
         if isinstance(mw, bool) or not isinstance(mw, int) or mw < -1:
@@ -184,6 +195,11 @@ class RayCollectorConfig:
         kwargs_list = self._per_collector("collector_kwargs", self.collector_kwargs or {})
         devices = {name: self._per_collector(name, getattr(self, name)) for name in _DEVICE_ARGS}
         factories = self._per_collector("policy_factory", self.policy_factory)
+        clients = (
+            self.replay_buffer.clients(self.num_collectors)
+            if self.replay_buffer is not None
+            else [None] * self.num_collectors
+        )
         specs = []
         for i in range(self.num_collectors):
             kwargs = dict(kwargs_list[i])
@@ -195,6 +211,10 @@ class RayCollectorConfig:
                 exploration_type=self.exploration_type,
                 split_trajs=False,
             )
+            if self.trajs_per_batch is not None:
+                kwargs.setdefault("trajs_per_batch", self.trajs_per_batch)
+                if self.replay_buffer is not None:  # flat whole trajectories, as written
+                    kwargs.setdefault("traj_format", "cat")
             specs.append(
                 WorkerSpec(
                     create_env_fn=self.create_env_fn[i],
@@ -206,6 +226,8 @@ class RayCollectorConfig:
                     num_workers_per_collector=self.num_workers_per_collector,
                     compress=self.compress,
                     preemptible=self.preemption.enabled,
+                    replay_buffer=clients[i],
+                    max_policy_lag=self.max_policy_lag,
                 )
             )
         return specs

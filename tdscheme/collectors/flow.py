@@ -53,15 +53,47 @@ class BatchFlow:
         self.after_batch = after_batch
         #: worker id -> policy version of the last batch it delivered
         self.running_versions: dict[int, int] = {}
+        #: set to stop requesting: the flow drains what is in flight and ends
+        self.stopping = False
         self._next_batch_id = 0
+        self._budget: dict[Any, int | None] = {}  # request ref -> its frame budget
+        self._budget_closed = False
 
     def more_frames(self, in_flight: int) -> bool:
         """Whether frames beyond those yielded and ``in_flight`` are still wanted."""
+        if self.stopping or self._budget_closed:
+            return False
         total = self.config.total_frames
         return total < 0 or self.stats.frames + in_flight < total
 
-    def first_ready(self) -> Iterator[TensorDictBase]:
-        """Yields each worker's batch as soon as it is ready (``sync=False``)."""
+    def request_stop(self) -> None:
+        """Stops requesting: the running iteration drains what is in flight and ends."""
+        self.stopping = True
+
+    def _request(self, worker_id: int, batch_id: int, frames: int) -> Any:
+        """Asks a worker for ``frames``; with a replay buffer, never past ``total_frames``.
+
+        A worker that writes into a replay buffer gets a frame budget: what
+        ``total_frames`` leaves after the frames written and those promised to
+        the requests in flight.
+        """
+        budget = None
+        if self.config.replay_buffer is not None and self.config.total_frames >= 0:
+            left = self.config.total_frames - self.stats.frames - self._in_flight_frames()
+            budget = max(0, min(frames, left))
+        ref = self.pool.collect(worker_id, batch_id, budget)
+        self._budget[ref] = frames if budget is None else budget
+        return ref
+
+    def _in_flight_frames(self) -> int:
+        return sum(b for b in self._budget.values() if b is not None)
+
+    def first_ready(self) -> Iterator[TensorDictBase | None]:
+        """Yields each worker's batch as soon as it is ready (``sync=False``).
+
+        With a replay buffer the workers write their frames into it and each
+        batch is ``None`` (as in torchrl).
+        """
         cfg, pool = self.config, self.pool
         prefetch = cfg.prefetch_batches
         fpb = cfg.frames_per_worker
@@ -70,9 +102,9 @@ class BatchFlow:
         def top_up(worker_id: int, target: int) -> None:
             start = time.perf_counter()
             while sum(1 for w in owner.values() if w == worker_id) < target and self.more_frames(
-                len(owner) * fpb
+                self._in_flight_frames()
             ):
-                owner[pool.collect(worker_id, self._new_batch_id())] = worker_id
+                owner[self._request(worker_id, self._new_batch_id(), fpb)] = worker_id
             self.stats.dispatch_s += time.perf_counter() - start
 
         self.stats.start_clock()
@@ -96,17 +128,20 @@ class BatchFlow:
                         top_up(other, max(1, prefetch))
         finally:
             pool.forget(owner)
+            self._budget.clear()
 
-    def stacked(self) -> Iterator[TensorDictBase]:
+    def stacked(self) -> Iterator[TensorDictBase | None]:
         """Yields one batch stacked from every worker's rollout (``sync=True``)."""
         cfg = self.config
         queue: deque[tuple[int, dict[int, Any]]] = deque()
 
         def top_up(target: int) -> None:
             start = time.perf_counter()
-            while len(queue) < target and self.more_frames(len(queue) * cfg.frames_per_batch):
+            while len(queue) < target and self.more_frames(self._in_flight_frames()):
                 batch_id = self._new_batch_id()
-                refs = {w: self.pool.collect(w, batch_id) for w in range(len(self.pool))}
+                refs = {}
+                for w in range(len(self.pool)):
+                    refs[w] = self._request(w, batch_id, cfg.frames_per_worker)
                 queue.append((batch_id, refs))
             self.stats.dispatch_s += time.perf_counter() - start
 
@@ -117,7 +152,8 @@ class BatchFlow:
                 batch_id, refs = queue.popleft()
                 results = self._gather(batch_id, refs)
                 parts = [self._decode(results[w]) for w in sorted(results)]
-                batch = self._account(list(results.values()), self._stack(parts))
+                stacked = None if parts[0] is None else self._stack(parts)
+                batch = self._account(list(results.values()), stacked)
                 top_up(cfg.prefetch_batches)
                 yield batch
                 self.after_batch(list(range(len(self.pool))))
@@ -125,6 +161,7 @@ class BatchFlow:
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())
+            self._budget.clear()
 
     def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
         """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
@@ -138,7 +175,7 @@ class BatchFlow:
             worker_id = pending.pop(ref)
             result = self._receive(ref, fpw)
             if result is None:
-                pending[pool.collect(worker_id, batch_id)] = worker_id
+                pending[self._request(worker_id, batch_id, fpw)] = worker_id
                 continue
             results[worker_id] = result
             frames_in = sum(r.frames for r in results.values())
@@ -153,10 +190,18 @@ class BatchFlow:
 
     def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
         """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
+        budget = self._budget.pop(ref, expected_frames)
         result = self.pool.result(ref)
         if result is None:
-            self.stats.frames_lost += expected_frames
+            self.stats.frames_lost += budget
             return None
+        self.stats.frames_dropped += result.frames_dropped  # too stale when written
+        if result.frames_discarded:
+            self.stats.frames_discarded += result.frames_discarded
+            if self.config.trajs_per_batch is not None:
+                self._budget_closed = True  # the next whole trajectory did not fit
+        if result.payload is None:
+            return result  # written into the replay buffer: the worker applied the lag bound
         lag = self.pool.version - result.policy_version
         if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
             self.stats.frames_dropped += result.frames
@@ -181,7 +226,9 @@ class BatchFlow:
         finally:
             self.stats.wait_s += time.perf_counter() - start
 
-    def _decode(self, result: WorkerBatch) -> TensorDictBase:
+    def _decode(self, result: WorkerBatch) -> TensorDictBase | None:
+        if result.payload is None:  # written into the replay buffer by the worker
+            return None
         start = time.perf_counter()
         td = self.codec.decode(result.payload)
         self.stats.decode_s += time.perf_counter() - start
@@ -190,7 +237,9 @@ class BatchFlow:
     def _stack(self, parts: list[TensorDictBase]) -> TensorDictBase:
         return stack_rollouts(parts, masked=self.config.preemption.enabled)
 
-    def _account(self, results: list[WorkerBatch], batch: TensorDictBase) -> TensorDictBase:
+    def _account(
+        self, results: list[WorkerBatch], batch: TensorDictBase | None
+    ) -> TensorDictBase | None:
         stats = self.stats
         for r in results:
             stats.frames += r.frames
@@ -200,7 +249,7 @@ class BatchFlow:
             self.running_versions[r.worker_id] = r.policy_version
             stats.collect_s += r.collect_s
             stats.encode_s += r.encode_s
-            stats.bytes_received += r.payload.nbytes
+            stats.bytes_received += r.payload.nbytes if r.payload is not None else 0
         stats.batches += 1
         self.pool.poll_acks()
         return batch

@@ -76,9 +76,10 @@ class WorkerPool(ActorPool):
 
     # -- collecting ----------------------------------------------------------------
 
-    def collect(self, worker_id: int, batch_id: int) -> Any:
-        """Asks a worker for a batch; returns the future to wait on."""
-        return self.submit(worker_id, "collect", batch_id, self._versions[worker_id].pushed)
+    def collect(self, worker_id: int, batch_id: int, max_frames: int | None = None) -> Any:
+        """Asks a worker for a batch (at most ``max_frames`` written); returns the future."""
+        pushed = self._versions[worker_id].pushed
+        return self.submit(worker_id, "collect", batch_id, pushed, max_frames)
 
     def result(self, ref: Any) -> WorkerBatch | None:
         """The batch behind a finished future, or ``None`` when its worker died.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -10,6 +13,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.collectors.utils import split_trajectories
 
+from tdscheme.collectors.background import BackgroundCollection
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
@@ -18,6 +22,8 @@ from tdscheme.collectors.weights import AutoPushRule, weights_from
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
+
+logger = logging.getLogger(__name__)
 
 
 class RayCollector(BaseCollector):
@@ -92,6 +98,18 @@ class RayCollector(BaseCollector):
         seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
         batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
             while every worker still answers pings.
+        replay_buffer: a Ray-held torchrl buffer (``RayReplayBuffer(...)`` or
+            ``ReplayBuffer(..., service_backend="ray")``): each worker writes its
+            stamped frames into it through its own client and iteration yields
+            ``None`` per batch, as in torchrl; :meth:`start` collects in the
+            background. Never a frame past ``total_frames``: each request gets
+            what is left as its budget (frames past it are discarded and counted
+            in ``stats()["frames_discarded"]``). ``max_policy_lag`` is applied by
+            each worker when it writes.
+        trajs_per_batch: each worker's collector assembles whole trajectories
+            (torchrl's argument); with a replay buffer each is written flat
+            (``SliceSampler``-ready) and never cut: a trajectory that does not
+            fit in the frame budget is discarded, and collection ends there.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.
@@ -140,6 +158,8 @@ class RayCollector(BaseCollector):
         max_restarts: int = 3,
         seed: int | None = None,
         batch_timeout_s: float = 600.0,
+        replay_buffer: Any = None,
+        trajs_per_batch: int | None = None,
     ) -> None:
         extra = {} if exploration_type is None else {"exploration_type": exploration_type}
         config = RayCollectorConfig(
@@ -155,7 +175,8 @@ class RayCollector(BaseCollector):
             max_weight_update_interval=max_weight_update_interval,
             max_policy_lag=max_policy_lag, preemption=preemption, compress=compress,
             prefetch_batches=prefetch_batches, max_restarts=max_restarts, seed=seed,
-            batch_timeout_s=batch_timeout_s, **extra,
+            batch_timeout_s=batch_timeout_s, replay_buffer=replay_buffer,
+            trajs_per_batch=trajs_per_batch, **extra,
         )  # fmt: skip
         self._setup(config)
 
@@ -171,9 +192,12 @@ class RayCollector(BaseCollector):
         self.config = config
         self.policy = config.policy
         self.frames_per_batch = config.frames_per_batch
+        # torchrl's BaseCollector.__len__ reads it: len(collector) is the number of batches
+        self.requested_frames_per_batch = config.frames_per_batch
         self.total_frames = config.total_frames
         self.postproc = config.postproc
         self.split_trajs = config.split_trajs
+        self.replay_buffer = config.replay_buffer
         self._codec = TensorDictCodec(config.compress)
         self._stats = CollectorStats()
         self._auto_pushes = AutoPushRule(
@@ -185,6 +209,7 @@ class RayCollector(BaseCollector):
         self._lease = RayLease.acquire(config.ray_init_config)
         self._pool = WorkerPool(max_restarts=config.max_restarts, seed=config.seed)
         self._flow = BatchFlow(self._pool, config, self._stats, self._codec, self._auto_push)
+        self._background = BackgroundCollection(self._batches, self._flow.request_stop)
         try:
             for spec, remote in zip(
                 config.worker_specs(), config.remote_config_list(), strict=True
@@ -217,18 +242,75 @@ class RayCollector(BaseCollector):
         """Frames yielded so far."""
         return self._stats.frames
 
-    def iterator(self) -> Iterator[TensorDictBase]:
-        """Yields batches (see the class docstring) until ``total_frames``."""
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """Yields batches (see the class docstring) until ``total_frames``.
+
+        With a replay buffer each batch is ``None`` (its frames are in the buffer).
+        Iterating to the end shuts the workers down, as torchrl's does, except in
+        background collection (:meth:`start`), which leaves them for the owner.
+        """
+        yield from self._batches()
+        if not self._flow.stopping:
+            self.shutdown()
+
+    def _batches(self) -> Iterator[TensorDictBase | None]:
         self._check_open()
         flow = self._flow
+        flow.stopping = False
         batches = flow.stacked() if self.config.sync else flow.first_ready()
         for batch in batches:
-            if self.split_trajs:
+            if batch is not None and self.split_trajs:
                 batch = split_trajectories(batch)
-            if self.postproc is not None:
+            if batch is not None and self.postproc is not None:
                 batch = self.postproc(batch)
             yield batch
-        self.shutdown()
+
+    # -- background collection into a replay buffer --------------------------------
+
+    def start(self) -> None:
+        """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
+
+        Returns at once; :meth:`pause` holds it, :meth:`shutdown` (or
+        :meth:`async_shutdown`) stops it. An error in the background re-raises
+        on the next :meth:`start`, :meth:`stats` or :meth:`shutdown`.
+
+        Raises:
+            RuntimeError: the collector has no ``replay_buffer``, or is shut down.
+        """
+        if self.config.replay_buffer is None:
+            raise RuntimeError(
+                "start() collects into a replay buffer in the background, and this collector "
+                "has replay_buffer=None; pass replay_buffer=RayReplayBuffer(...) (or "
+                "ReplayBuffer(..., service_backend='ray')), or iterate the collector instead"
+            )
+        self._check_open()
+        self._background.start()
+
+    @property
+    def is_running(self) -> bool:
+        """Whether background collection (:meth:`start`) is running."""
+        return self._background.running
+
+    @contextlib.contextmanager
+    def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
+        """Drains the writes in flight and holds background collection inside the block.
+
+        The buffer's write count is frozen inside (a point to checkpoint at);
+        collection resumes when the block exits unless ``resume=False``.
+
+        Args:
+            timeout: seconds to wait for the requests in flight to finish.
+            resume: start again after the block (if it was running).
+
+        Raises:
+            TimeoutError: the requests in flight did not finish within ``timeout``.
+        """
+        with self._background.pause(timeout, resume=resume):
+            yield
+
+    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
+        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
+        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)
 
     def update_policy_weights_(
         self,
@@ -281,14 +363,50 @@ class RayCollector(BaseCollector):
         self._check_open()
         return self._pool.wait_for_weights(timeout_s)
 
-    def stats(self) -> dict[str, Any]:
-        """Counters and timers: frames, fps, per-worker frames, policy lag, frames
-        preempted/lost/dropped, restarts, wait/dispatch/decode/weight-push ms,
-        bytes received, and the policy version each worker acknowledged."""
+    def stats(
+        self,
+        workers: str = "aggregate",
+        *,
+        timeout: float | None = 10.0,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
+
+        torchrl's keys: ``frames``, ``requested_frames_per_batch``,
+        ``total_frames`` and ``completed`` (with a frame limit), ``workers``,
+        ``workers_alive`` (workers that answered a ping within the timeout: a
+        dead or hung worker never blocks the call) and ``worker_frames``; with
+        ``workers="per_worker"`` (or ``"both"``), ``worker_<i>/frames`` instead.
+        tdscheme's: fps, per-worker frames, policy lag, frames
+        preempted/lost/dropped/discarded, restarts, wait/dispatch/decode/
+        weight-push ms, bytes received, and the policy version each worker
+        acknowledged (``worker_policy_versions``) and runs.
+
+        Args:
+            workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
+            timeout: seconds to wait for the workers' pings (``None``: 10).
+            timeout_s: the same, in tdscheme's naming (wins when given).
+
+        Raises:
+            ValueError: an unknown ``workers``.
+            RuntimeError: background collection stopped on an error.
+        """
+        if workers not in ("aggregate", "per_worker", "both"):
+            raise ValueError(
+                f"workers={workers!r} is invalid; accepted: 'aggregate', 'per_worker', 'both'"
+            )
+        self._background.raise_error()
+        wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
+        out = self._stats.as_dict()
+        alive = 0
         if not self._closed:
             self._pool.poll_acks()
-        out = self._stats.as_dict()
+            alive = sum(self._pool.answering(wait_s))
+        per_worker = [self._stats.frames_per_worker.get(i, 0) for i in range(self.num_collectors)]
         out.update(
+            requested_frames_per_batch=self.frames_per_batch,
+            workers=self.num_collectors,
+            workers_alive=alive,
             policy_version=self._pool.version,
             worker_policy_versions=self._pool.acked_versions(),
             worker_running_versions=[
@@ -298,6 +416,12 @@ class RayCollector(BaseCollector):
             restarts_per_worker=self._pool.restarts(),
             num_collectors=self.num_collectors,
         )
+        if self.total_frames >= 0:
+            out.update(total_frames=self.total_frames, completed=out["frames"] >= self.total_frames)
+        if workers in ("aggregate", "both"):
+            out["worker_frames"] = sum(per_worker)
+        if workers in ("per_worker", "both"):
+            out.update({f"worker_{i}/frames": frames for i, frames in enumerate(per_worker)})
         return out
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
@@ -377,13 +501,28 @@ class RayCollector(BaseCollector):
         self._check_open()
         return self._pool.nodes(timeout_s)
 
-    def shutdown(self, timeout: float | None = None, **kwargs: Any) -> None:
-        """Kills every worker this collector created and releases Ray. Idempotent."""
+    def shutdown(
+        self, timeout: float | None = None, *, shutdown_ray: bool = False, **kwargs: Any
+    ) -> None:
+        """Stops background collection, kills every worker this collector created, releases Ray.
+
+        Idempotent. Background collection drains its requests in flight first
+        (for up to ``timeout`` seconds, 30 by default).
+
+        Args:
+            timeout: seconds to let background collection drain.
+            shutdown_ray: also shut Ray down, even a Ray tdscheme did not start
+                (torchrl's argument; it ends every actor, replay buffers included).
+        """
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        try:
+            self._background.stop(30.0 if timeout is None else timeout)
+        except TimeoutError as err:
+            logger.warning("%s; killing the workers anyway", err)
         self._pool.shutdown()
-        self._lease.release()
+        self._lease.release(shutdown_ray=shutdown_ray)
 
     def __enter__(self) -> RayCollector:
         return self

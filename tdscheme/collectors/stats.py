@@ -20,6 +20,8 @@ class CollectorStats:
         frames_preempted: frames a preempted (cut-off) worker did not collect.
         frames_lost: frames in flight on a worker that died.
         frames_dropped: frames collected but discarded as too stale (``max_policy_lag``).
+        frames_discarded: frames collected but not written to the replay buffer:
+            past ``total_frames``, or a whole trajectory that did not fit in it.
         lag_counts: yielded batches (or worker parts of a sync batch) per policy lag.
         wait_s, dispatch_s, decode_s, weight_push_s: driver-side time blocked waiting for
             batches, submitting requests, decoding payloads, pushing weights.
@@ -34,6 +36,7 @@ class CollectorStats:
     frames_preempted: int = 0
     frames_lost: int = 0
     frames_dropped: int = 0
+    frames_discarded: int = 0
     lag_counts: Counter = dataclasses.field(default_factory=Counter)
     wait_s: float = 0.0
     dispatch_s: float = 0.0
@@ -64,6 +67,7 @@ class CollectorStats:
             "frames_preempted": self.frames_preempted,
             "frames_lost": self.frames_lost,
             "frames_dropped": self.frames_dropped,
+            "frames_discarded": self.frames_discarded,
             "policy_lag_max": max(lags) if lags else 0,
             "policy_lag_mean": sum(k * v for k, v in lags.items()) / seen if seen else 0.0,
             "policy_lag_counts": dict(sorted(lags.items())),

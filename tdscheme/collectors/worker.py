@@ -17,6 +17,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.collectors.replay import frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.runtime.torchrl_names import Collector, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
@@ -38,6 +39,11 @@ class WorkerSpec:
         compress: the transport codec's ``compress`` argument.
         preemptible: step the collector one env step at a time so that a
             ``preempt`` request cuts a batch short at the next step boundary.
+        replay_buffer: a client of a Ray-held torchrl replay buffer: the worker
+            writes its stamped frames into it and returns only counts.
+        max_policy_lag: with a replay buffer, frames collected with weights more
+            than this many versions older than the newest the worker received
+            are not written (they are dropped and counted).
     """
 
     create_env_fn: Any
@@ -49,6 +55,13 @@ class WorkerSpec:
     num_workers_per_collector: int = 1
     compress: bool | list[Any] = False
     preemptible: bool = False
+    replay_buffer: Any = None
+    max_policy_lag: int | None = None
+
+    @property
+    def whole_trajectories(self) -> bool:
+        """Whether the collector yields whole trajectories (torchrl's ``trajs_per_batch``)."""
+        return self.collector_kwargs.get("trajs_per_batch") is not None
 
 
 @dataclasses.dataclass
@@ -59,11 +72,15 @@ class WorkerBatch:
         worker_id: the worker that collected it.
         batch_id: the request it answers.
         policy_version: weights version the frames were collected with.
-        frames: number of valid frames.
+        frames: number of valid frames (with a replay buffer: frames written).
         preempted: the batch was cut short by a preemption request.
-        payload: the encoded TensorDict.
+        payload: the encoded TensorDict (``None`` when written to a replay buffer).
         collect_s: seconds spent stepping.
-        encode_s: seconds spent encoding.
+        encode_s: seconds spent encoding (or writing to the replay buffer).
+        frames_discarded: frames collected but not written: past the request's
+            frame budget, or a trajectory that did not fit in it.
+        frames_dropped: frames not written because they were collected with
+            weights more than ``max_policy_lag`` versions older than the newest.
     """
 
     worker_id: int
@@ -71,9 +88,11 @@ class WorkerBatch:
     policy_version: int
     frames: int
     preempted: bool
-    payload: Payload
+    payload: Payload | None
     collect_s: float
     encode_s: float
+    frames_discarded: int = 0
+    frames_dropped: int = 0
 
 
 class CollectorWorker:
@@ -139,7 +158,9 @@ class CollectorWorker:
             env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
         )
 
-    def collect(self, batch_id: int, min_policy_version: int = 0) -> WorkerBatch:
+    def collect(
+        self, batch_id: int, min_policy_version: int = 0, max_frames: int | None = None
+    ) -> WorkerBatch:
         """Collects one batch of ``spec.frames_per_batch`` frames.
 
         Args:
@@ -148,9 +169,12 @@ class CollectorWorker:
             min_policy_version: the newest version pushed to this worker before
                 the request; the batch waits (up to 60 s) for those weights, so a
                 request made after a push never runs older weights.
+            max_frames: with a replay buffer, the most frames to write (the
+                driver's budget, so that none is written past ``total_frames``).
 
         Returns:
-            The encoded batch with its provenance.
+            The encoded batch with its provenance (with a replay buffer: the
+            counts of what was written).
         """
         start = time.perf_counter()
         self._apply_staged_weights(min_policy_version)
@@ -163,7 +187,18 @@ class CollectorWorker:
         td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
         td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
         collected = time.perf_counter()
-        payload = self._codec.encode(td)
+        payload, discarded, dropped = None, 0, 0
+        if self.spec.replay_buffer is not None:
+            td, discarded = frames_to_write(
+                td, max_frames, whole_trajectories=self.spec.whole_trajectories
+            )
+            frames = td.shape[0]
+            if self._too_stale(version):
+                frames, dropped = 0, frames
+            elif frames:
+                self.spec.replay_buffer.extend(td)
+        else:
+            payload = self._codec.encode(td)
         return WorkerBatch(
             worker_id=self.worker_id,
             batch_id=batch_id,
@@ -173,7 +208,17 @@ class CollectorWorker:
             payload=payload,
             collect_s=collected - start,
             encode_s=time.perf_counter() - collected,
+            frames_discarded=discarded,
+            frames_dropped=dropped,
         )
+
+    def _too_stale(self, version: int) -> bool:
+        """Whether frames of ``version`` lag the newest weights received by more than the bound."""
+        if self.spec.max_policy_lag is None:
+            return False
+        with self._staged_cond:
+            newest = max(self.policy_version, self._staged[1] if self._staged else 0)
+        return newest - version > self.spec.max_policy_lag
 
     def _collect_steps(self, batch_id: int) -> tuple[TensorDictBase, bool]:
         steps: list[TensorDictBase] = []

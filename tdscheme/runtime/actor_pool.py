@@ -291,6 +291,25 @@ class ActorPool:
             )
         return [self.outcome(ref) is not DIED for ref in refs]
 
+    def answering(self, timeout_s: float) -> list[bool]:
+        """Pings every worker: whether each answered within ``timeout_s`` (never raises).
+
+        For monitoring: a dead, hung or failing worker is simply ``False``.
+        """
+        refs = [self.submit(worker_id, "ping") for worker_id in range(len(self._slots))]
+        ready = set(self.wait(refs, num_returns=len(refs), timeout_s=timeout_s))
+        answers = []
+        for ref in refs:
+            if ref not in ready:
+                self.forget([ref])
+                answers.append(False)
+                continue
+            try:
+                answers.append(self.outcome(ref) is not DIED)
+            except WorkerError:
+                answers.append(False)
+        return answers
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def shutdown(self) -> None:

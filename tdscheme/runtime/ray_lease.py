@@ -145,18 +145,23 @@ class RayLease:
             _StartedRay.leases += 1
             return cls(started=True, config=ray_init_config)
 
-    def release(self) -> None:
+    def release(self, *, shutdown_ray: bool = False) -> None:
         """Gives the lease back; shuts Ray down if tdscheme started it and this was the last lease.
 
         Idempotent.
+
+        Args:
+            shutdown_ray: shut Ray down now, even one tdscheme did not start or
+                that other leases hold (torchrl's ``shutdown(shutdown_ray=True)``).
         """
         if self._released:
             return
         self._released = True
-        if not self.started:
-            return
         with _StartedRay.lock:
-            _StartedRay.leases -= 1
-            if _StartedRay.leases == 0 and ray.is_initialized():
-                logger.info("shutting down the Ray that tdscheme started")
+            if self.started:
+                _StartedRay.leases = max(0, _StartedRay.leases - 1)
+            last = self.started and _StartedRay.leases == 0
+            if (last or shutdown_ray) and ray.is_initialized():
+                logger.info("shutting down Ray (%s)", "asked to" if shutdown_ray else "last lease")
+                _StartedRay.leases = 0
                 ray.shutdown()

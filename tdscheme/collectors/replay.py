@@ -1,0 +1,81 @@
+"""What a collector worker writes into a replay buffer: flat frames, within a frame budget.
+
+With a replay buffer, each worker writes its stamped batch into the buffer itself
+(torchrl's Ray-held buffers give every worker a client) and returns only counts.
+The driver hands each request a frame budget so that no frame is written past
+``total_frames``: a plain batch is cut to the budget; with ``trajs_per_batch``
+only whole trajectories are written, and a trajectory that does not fit is
+discarded (and counted), never cut.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+__all__ = ["frames_to_write", "is_ray_replay_buffer", "trajectory_lengths"]
+
+
+def is_ray_replay_buffer(buffer: object) -> bool:
+    """Whether ``buffer`` is a Ray-held torchrl buffer that remote workers can write into.
+
+    torchrl's rule: ``RayReplayBuffer`` or ``ReplayBuffer(..., service_backend="ray")``,
+    which hand out clients.
+    """
+    return getattr(buffer, "service_backend", None) == "ray" and callable(
+        getattr(buffer, "client", None)
+    )
+
+
+def trajectory_lengths(td: TensorDictBase) -> list[int]:
+    """The lengths of the trajectories of a flat batch of whole trajectories (``done`` ends each).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> done = torch.tensor([False, True, False, False, True]).unsqueeze(-1)
+        >>> trajectory_lengths(TensorDict({"next": {"done": done}}, [5]))
+        [2, 3]
+    """
+    done = td.get(("next", "done")).reshape(td.shape[0], -1).any(-1)
+    ends = (torch.nonzero(done).flatten() + 1).tolist()
+    return [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def frames_to_write(
+    td: TensorDictBase, max_frames: int | None, *, whole_trajectories: bool
+) -> tuple[TensorDictBase, int]:
+    """The frames of a batch to write, flat, within ``max_frames``; and how many are discarded.
+
+    Args:
+        td: a stamped batch (``[*env_batch, time]``, or flat whole trajectories).
+        max_frames: the request's budget (``None``: no budget).
+        whole_trajectories: ``td`` is a flat batch of whole trajectories
+            (``trajs_per_batch``): keep the longest prefix of whole trajectories
+            that fits, never part of one.
+
+    Returns:
+        ``(frames, discarded)``: the flat frames to write and the count left out.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> done = torch.tensor([False, True, False, False, True]).unsqueeze(-1)
+        >>> td = TensorDict({"next": {"done": done}}, [5])
+        >>> kept, discarded = frames_to_write(td, 4, whole_trajectories=True)
+        >>> kept.shape, discarded
+        (torch.Size([2]), 3)
+        >>> frames_to_write(td, 4, whole_trajectories=False)[0].shape
+        torch.Size([4])
+    """
+    flat = td.reshape(-1)
+    total = flat.shape[0]
+    if max_frames is None or max_frames >= total:
+        return flat, 0
+    keep = max(0, max_frames)
+    if whole_trajectories:
+        kept = 0
+        for length in trajectory_lengths(flat):
+            if kept + length > keep:
+                break
+            kept += length
+        keep = kept
+    return flat[:keep], total - keep

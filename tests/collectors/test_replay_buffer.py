@@ -1,0 +1,142 @@
+"""RayCollector with a Ray-held torchrl replay buffer: workers write, the driver counts.
+
+Real Ray (the session's), real CartPole envs, torchrl's own RayReplayBuffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+import pytest
+import torch
+from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
+from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+from tdscheme import RayCollector
+from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
+from tdscheme.testing import make_env, mlp_policy
+
+SMALL = {"remote_configs": {"num_cpus": 0.5}}
+env = functools.partial(make_env, "CartPole-v1")
+
+
+@pytest.fixture
+def buffer(ray_clean):
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000),
+        batch_size=32,
+        remote_config={"num_cpus": 0},
+    )
+    yield rb
+    rb.shutdown()
+
+
+def written(rb) -> int:
+    return rb.write_count
+
+
+def test_iteration_yields_none_and_writes_exactly_total_frames(buffer):
+    """700 frames asked, 300 per batch: the last request's budget is 100, never more."""
+    with RayCollector(
+        env, mlp_policy(4, 2), frames_per_batch=300, total_frames=700, num_collectors=2,
+        replay_buffer=buffer, **SMALL,
+    ) as collector:  # fmt: skip
+        batches = list(collector)
+        assert collector._closed  # iterating to the end shuts the workers down, as torchrl's
+    assert all(batch is None for batch in batches)
+    assert written(buffer) == len(buffer) == 700
+    data = buffer[:]
+    assert set(data[WORKER_ID_KEY].unique().tolist()) <= {0, 1}
+    assert (data[POLICY_VERSION_KEY] == 0).all()
+
+
+def test_start_collects_in_the_background_and_pause_drains(buffer):
+    collector = RayCollector(
+        env, mlp_policy(4, 2), frames_per_batch=100, total_frames=-1, num_collectors=2,
+        replay_buffer=buffer, **SMALL,
+    )  # fmt: skip
+    try:
+        collector.start()
+        assert collector.is_running
+        _wait_for(lambda: written(buffer) >= 400)
+        with collector.pause():
+            frozen = written(buffer)
+            assert not collector.is_running
+            assert collector.stats()["frames"] == frozen  # every in-flight write is counted
+            time.sleep(1.0)  # time passes inside the block: nothing is written
+            assert written(buffer) == frozen
+        _wait_for(lambda: written(buffer) > frozen)  # collection resumed
+        collector.update_policy_weights_()  # pushes reach background workers too
+        _wait_for(lambda: (buffer[-50:][POLICY_VERSION_KEY] == 1).all().item())
+    finally:
+        asyncio.run(collector.async_shutdown())
+    assert not collector.is_running
+
+
+def test_background_collection_stops_at_total_frames(buffer):
+    with RayCollector(
+        env, mlp_policy(4, 2), frames_per_batch=128, total_frames=1000, num_collectors=2,
+        replay_buffer=buffer, **SMALL,
+    ) as collector:  # fmt: skip
+        collector.start()
+        _wait_for(lambda: not collector.is_running)
+        stats = collector.stats(timeout=5)
+        assert stats["frames"] == written(buffer) == 1000
+        assert stats["completed"] and stats["total_frames"] == 1000
+        assert stats["workers_alive"] == 2 and stats["worker_frames"] == 1000
+
+
+def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000),
+        sampler=functools.partial(SliceSampler, slice_len=8, end_key=("next", "done")),
+        batch_size=32,
+        remote_config={"num_cpus": 0},
+    )
+    try:
+        with RayCollector(
+            env, mlp_policy(4, 2), frames_per_batch=64, total_frames=600, num_collectors=2,
+            replay_buffer=rb, trajs_per_batch=2, **SMALL,
+        ) as collector:  # fmt: skip
+            for _ in collector:
+                pass
+            stats = collector.stats()
+        data = rb[:]
+        assert 0 < len(data) <= 600
+        assert data["next", "done"][-1].item()  # the last written frame ends a trajectory
+        # Every trajectory is whole and contiguous: one done, at its last frame.
+        keys = torch.stack([data[WORKER_ID_KEY], data["collector", "traj_ids"]], -1)
+        for key in keys.unique(dim=0):
+            where = (keys == key).all(-1).nonzero().flatten()
+            assert (where.diff() == 1).all()
+            done = data["next", "done"][where].flatten()
+            assert done[-1] and done.sum().item() == 1
+        assert stats["frames"] == len(data)
+        assert stats["frames"] + stats["frames_discarded"] >= 600 or stats["frames_discarded"] == 0
+        sample = rb.sample()
+        assert sample.shape == torch.Size([32])
+    finally:
+        rb.shutdown()
+
+
+def test_bad_buffer_arguments_are_clear_errors(ray_session):
+    plain = ReplayBuffer(storage=LazyTensorStorage(100))
+    with pytest.raises(TypeError, match="replay_buffer=ReplayBuffer.* service_backend='ray'"):
+        RayCollector(env, frames_per_batch=10, replay_buffer=plain, trajs_per_batch=2)
+    with pytest.raises(ValueError, match="trajs_per_batch=0 is invalid"):
+        RayCollector(env, frames_per_batch=10, trajs_per_batch=0)
+
+
+def test_start_without_a_buffer_names_the_argument(ray_clean):
+    with RayCollector(env, mlp_policy(4, 2), frames_per_batch=10, **SMALL) as collector:
+        with pytest.raises(RuntimeError, match="replay_buffer=None"):
+            collector.start()
+
+
+def _wait_for(condition, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
