@@ -26,7 +26,7 @@ from torchrl.data import Bounded, OneHot
 from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
-from tdscheme.testing import make_env
+from tdscheme.envs import make_env
 
 __all__ = ["ACTIVATIONS", "ActorCriticConfig", "actor_critic_modules", "eval_env", "train_env"]
 
