@@ -18,7 +18,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.torchrl_adapter import Collector, is_multi_collector
+from tdscheme.torchrl_adapter import Collector, default_collector_kwargs, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
 
 WORKER_ID_KEY = ("collector", "worker_id")
@@ -36,7 +36,9 @@ class WorkerSpec:
             or for a random policy).
         policy_factory: builds the policy inside the worker instead.
         collector_class: the torchrl collector class the worker wraps.
-        collector_kwargs: extra keyword arguments for ``collector_class``.
+        collector_kwargs: extra keyword arguments for ``collector_class``; they
+            override tdscheme's defaults
+            (:func:`~tdscheme.torchrl_adapter.default_collector_kwargs`).
         frames_per_batch: frames the worker returns per ``collect`` call.
         num_workers_per_collector: env copies handed to ``collector_class``.
         compress: the transport codec's ``compress`` argument.
@@ -132,7 +134,8 @@ class CollectorWorker:
             env = [spec.create_env_fn] * spec.num_workers_per_collector
         elif callable(env) and not isinstance(env, torch.nn.Module):
             env = env()
-        kwargs = dict(spec.collector_kwargs)
+        kwargs = default_collector_kwargs(spec.collector_class)
+        kwargs.update(spec.collector_kwargs)  # the user's values win
         if spec.policy_factory is not None:
             kwargs["policy_factory"] = spec.policy_factory
         frames = spec.frames_per_batch

@@ -8,7 +8,6 @@ gradient is computed, which on a few cores costs less than extra actors.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdscheme.torchrl_adapter import Collector
+from tdscheme.torchrl_adapter import Collector, default_collector_kwargs
 
 __all__ = ["EpisodeTracker", "LocalCollection"]
 
@@ -98,7 +97,7 @@ class LocalCollection:
         seed: int | None = None,
         collector_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        kwargs = _default_collector_kwargs()
+        kwargs = default_collector_kwargs(Collector)
         kwargs.update(collector_kwargs or {})
         self._collectors = [
             Collector(
@@ -145,11 +144,3 @@ class LocalCollection:
         self._iterators = []
         for collector in collectors:
             collector.shutdown()
-
-
-def _default_collector_kwargs() -> dict[str, Any]:
-    # torchrl 0.14 warns unless told whether to append the policy's env transforms;
-    # tdscheme leaves the user's env as it is (older torchrl has no such argument).
-    if "auto_register_policy_transforms" in inspect.signature(Collector.__init__).parameters:
-        return {"auto_register_policy_transforms": False}
-    return {}
