@@ -1,9 +1,9 @@
 """The env factory of the presets and the command line: gymnasium ids as torchrl envs.
 
 One env is torchrl's ``GymEnv``; several are one gymnasium synchronous vector
-env (stepped in this process, auto-reset in the same step) wrapped by torchrl's
-``GymWrapper``, with batch size ``[num_envs]``. Fault-injecting variants for
-tests live in :mod:`tdscheme.testing`.
+env (stepped in this process) wrapped by torchrl's ``GymWrapper``, with batch
+size ``[num_envs]``. Fault-injecting variants for tests live in
+:mod:`tdscheme.testing`.
 
 Example:
     >>> env = make_env("CartPole-v1", num_envs=4)
@@ -26,11 +26,17 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
     """Builds a torchrl env from a gymnasium id; ``num_envs > 1`` steps that many copies together.
 
     Several copies are a gymnasium ``SyncVectorEnv`` (one process, no
-    subprocesses) with ``AutoresetMode.SAME_STEP``, which is what torchrl's
-    ``GymWrapper`` turns into a batched env whose ``("next", "observation")`` is
-    the true last observation of an episode. Stepping many envs per call
-    amortizes the Python overhead of a torchrl step, which dominates a single
-    small env.
+    subprocesses) with ``AutoresetMode.DISABLED``, the mode torchrl's
+    ``GymWrapper`` prefers: gymnasium never resets an env by itself, torchrl
+    resets the envs whose episode ended (``reset_mask``) as it does for any
+    batched env, so ``("next", "observation")`` is an episode's true last
+    observation and each copy steps and resets as a single env would. (With
+    ``SAME_STEP`` auto-reset, torchrl must read the last observation from the
+    info dict: at every construction it infers that reader's specs from a
+    dummy rollout and runs ``check_env_specs``, logging both at INFO, and it
+    reads the info dict at every step, which makes it slower.) Stepping many envs
+    per call amortizes the Python overhead of a torchrl step, which dominates a
+    single small env.
 
     Args:
         env_id: a registered gymnasium env id, e.g. ``"CartPole-v1"``.
@@ -38,8 +44,7 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
             is ``[]`` for 1 and ``[num_envs]`` otherwise.
 
     Returns:
-        A torchrl ``EnvBase`` (a ``TransformedEnv`` around the ``GymWrapper``
-        when ``num_envs > 1``).
+        A torchrl ``GymEnv`` or ``GymWrapper``.
 
     Raises:
         ValueError: ``num_envs`` is not an int ``>= 1``.
@@ -60,6 +65,6 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
         env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
     )
     return GymWrapper(vector_env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import logging
 import subprocess
 import sys
 
@@ -31,7 +32,8 @@ def test_keys_batch_size_and_a_short_rollout(env_id, num_envs):
         assert env.observation_spec["observation"].shape == (*batch, sizes["obs"])
         assert env.action_spec.shape == (*batch, sizes["action"])
         env.set_seed(0)
-        td = env.rollout(10)
+        torch.manual_seed(0)  # random actions
+        td = env.rollout(10, break_when_any_done=False)
         assert td.batch_size == (*batch, 10)
         expected = {"action", "observation", "done", "terminated", "truncated"}
         assert expected <= set(td.keys())
@@ -40,18 +42,21 @@ def test_keys_batch_size_and_a_short_rollout(env_id, num_envs):
         )
         assert td["next", "observation"].shape == (*batch, 10, sizes["obs"])
         assert td["next", "reward"].shape == (*batch, 10, 1)
-        # the next observation of one step is the observation of the following one
-        assert torch.equal(td["next", "observation"][..., :-1, :], td["observation"][..., 1:, :])
+        # within an episode, the next observation of a step is the following step's one
+        going_on = ~td["next", "done"][..., :-1, 0]
+        following = td["observation"][..., 1:, :][going_on]
+        assert torch.equal(td["next", "observation"][..., :-1, :][going_on], following)
     finally:
         env.close()
 
 
 def test_a_batched_env_keeps_the_true_last_observation_of_an_episode():
-    # gymnasium's SAME_STEP autoreset returns the reset observation; torchrl puts the
-    # episode's last one in ("next", "observation") and the reset one in the next step.
+    # torchrl resets the envs whose episode ended: ("next", "observation") is an
+    # episode's last observation, "observation" of the following step the reset one.
     env = make_env("CartPole-v1", num_envs=4)
     try:
         env.set_seed(0)
+        torch.manual_seed(0)
         td = env.rollout(100, break_when_any_done=False)
     finally:
         env.close()
@@ -63,6 +68,45 @@ def test_a_batched_env_keeps_the_true_last_observation_of_an_episode():
     env_index, step = terminated[:, :-1].nonzero(as_tuple=True)
     reset = td["observation"][env_index, step + 1]
     assert (reset.abs() <= 0.05).all()  # CartPole resets every value to U(-0.05, 0.05)
+
+
+def test_each_copy_of_a_batched_env_is_the_single_env_with_its_seed():
+    # Pendulum truncates every copy at step 200 at once, then each is reset as alone.
+    def constant(td):
+        return td.set("action", torch.full((*td.batch_size, 1), 0.3))
+
+    batched = make_env("Pendulum-v1", num_envs=3)
+    batched.set_seed(0)  # copy i is seeded with 0 + i
+    together = batched.rollout(230, constant, break_when_any_done=False)
+    batched.close()
+    assert together["next", "truncated"][:, 199].all()
+    for i in range(3):
+        single = make_env("Pendulum-v1")
+        single.set_seed(i)
+        alone = single.rollout(230, constant, break_when_any_done=False)
+        single.close()
+        for key in ("observation", ("next", "observation"), ("next", "reward")):
+            assert torch.allclose(together[key][i], alone[key]), (i, key)
+
+
+def test_building_a_batched_env_logs_nothing_and_needs_no_info_reader():
+    records = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    torchrl_logger = logging.getLogger("torchrl")  # its own handler; does not propagate
+    level = torchrl_logger.level
+    torchrl_logger.addHandler(handler)
+    torchrl_logger.setLevel(logging.DEBUG)
+    try:
+        env = make_env("CartPole-v1", num_envs=4)
+    finally:
+        torchrl_logger.removeHandler(handler)
+        torchrl_logger.setLevel(level)
+    try:
+        assert [r.getMessage() for r in records] == []
+        assert type(env).__name__ == "GymWrapper" and not env.info_dict_reader
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("num_envs", [0, -2, 1.5, True, "4"])
