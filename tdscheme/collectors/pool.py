@@ -21,6 +21,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from tdscheme.collectors.worker import WorkerBatch, WorkerSpec, remote_worker_class
+from tdscheme.log_levels import driver_log_level
 from tdscheme.torchrl_adapter import is_multi_collector
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class WorkerPool:
             seed=self.worker_seed(worker_id, slot.generation),
             weights=self._weights_ref,
             policy_version=self._version,
+            log_level=driver_log_level(),
         )
         slot.acked_version = slot.pushed_version = self._version
         slot.pending_ack = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -18,12 +19,15 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.log_levels import configure_worker_logging
 from tdscheme.torchrl_adapter import Collector, default_collector_kwargs, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
 
 WORKER_ID_KEY = ("collector", "worker_id")
 POLICY_VERSION_KEY = ("collector", "policy_version")
 MASK_KEY = ("collector", "mask")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -91,6 +95,10 @@ class CollectorWorker:
         seed: seeds the envs when given.
         weights: initial policy weights (a TensorDict or an encoded payload).
         policy_version: the version of ``weights``.
+        log_level: sets this process's tdscheme, torchrl and Ray loggers to it
+            first (:func:`~tdscheme.log_levels.configure_worker_logging`); the
+            pool of a RayCollector passes its driver's level. ``None``
+            (in-process use) leaves logging alone.
 
     Example:
         >>> from tdscheme.testing import make_env, bias_policy
@@ -111,7 +119,10 @@ class CollectorWorker:
         seed: int | None = None,
         weights: TensorDictBase | Payload | None = None,
         policy_version: int = 0,
+        log_level: int | None = None,
     ) -> None:
+        if log_level is not None:
+            configure_worker_logging(log_level)
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version
@@ -126,6 +137,10 @@ class CollectorWorker:
             self._load_weights(weights)
         self._iterator = iter(self._collector)
         self._steps_per_batch: int | None = None
+        logger.info(
+            "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
+            worker_id, type(self._collector).__name__, spec.frames_per_batch, seed, policy_version,
+        )  # fmt: skip
 
     @staticmethod
     def _build_collector(spec: WorkerSpec) -> Any:

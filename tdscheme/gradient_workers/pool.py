@@ -22,6 +22,7 @@ from tdscheme.collectors import WorkerError
 from tdscheme.collectors.pool import incarnation_seed
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.gradient_workers.worker import GradientWorker
+from tdscheme.log_levels import driver_log_level
 
 __all__ = ["DIED", "GradientWorkerError", "GradientWorkerPool"]
 
@@ -93,6 +94,7 @@ class GradientWorkerPool:
             seed=self.worker_seed(worker_id, slot.generation),
             weights=weights_ref,
             version=version,
+            log_level=driver_log_level(),
         )
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
