@@ -84,7 +84,8 @@ class MinimalCollectorWorker:
     Args:
         env_id: a gymnasium id with a discrete action space (CartPole-v1).
         num_envs: ``1`` for one ``gym.make`` env, more for a synchronous
-            vector env (same-step autoreset, as ``tdscheme.testing.make_env``).
+            vector env (same-step autoreset, the cheapest without torchrl;
+            ``tdscheme.envs.make_env`` lets torchrl reset instead).
         frames_per_batch: frames per returned batch (a multiple of ``num_envs``).
         seed: env and policy seed.
     """

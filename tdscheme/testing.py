@@ -22,7 +22,9 @@ import gymnasium as gym
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
-from torchrl.envs import EnvBase, GymEnv, GymWrapper
+from torchrl.envs import EnvBase, GymWrapper
+
+from tdscheme import envs
 
 
 class FaultyEnv(gym.Wrapper):
@@ -71,6 +73,8 @@ def make_env(
 ) -> EnvBase:
     """Builds a torchrl env from a gymnasium id, optionally batched or faulty.
 
+    Without faults or ``obs_shape`` this is :func:`tdscheme.envs.make_env`.
+
     Args:
         env_id: a gymnasium env id.
         num_envs: ``> 1`` steps that many copies in one process (gymnasium's
@@ -81,19 +85,15 @@ def make_env(
 
     Returns:
         A torchrl ``EnvBase``.
+
+    Raises:
+        ValueError: faults or ``obs_shape`` with ``num_envs > 1``, or ``num_envs < 1``.
     """
+    faulty = bool(sleep_s or raise_at_step or exit_at_step or obs_shape)
+    if not faulty:
+        return envs.make_env(env_id, num_envs=num_envs)
     if num_envs > 1:
-        if sleep_s or raise_at_step or exit_at_step or obs_shape:
-            raise ValueError("make_env: faults and obs_shape need num_envs=1")
-        vec = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-        )
-        return GymWrapper(vec)
-    if not (sleep_s or raise_at_step or exit_at_step or obs_shape):
-        return GymEnv(env_id)
+        raise ValueError("make_env: faults and obs_shape need num_envs=1")
     env: gym.Env = gym.make(env_id)
     if obs_shape is not None:
         env = PixelsLikeObs(env, obs_shape)

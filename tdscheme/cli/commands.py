@@ -20,6 +20,7 @@ from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.plot import plot_learning_curve
 from tdscheme.engine.trainer import CONFIG_FILE
+from tdscheme.log_levels import configure_driver_logging
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
 from tdscheme.runtime import RayLease
 
@@ -31,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tdscheme", description="TensorDict-native distributed RL on Ray and torchrl."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log progress details, and INFO records of Ray, torchrl and the workers",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser(
@@ -86,12 +90,7 @@ def run(argv: Sequence[str], started: float, ray_lease: RayLease | None = None) 
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        logging.getLogger("torchrl").setLevel(logging.WARNING)
+    configure_driver_logging(logging.INFO if args.verbose else logging.WARNING)
     try:
         if args.command == "train":
             return _train(args, started, ray_lease)

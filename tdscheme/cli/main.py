@@ -23,6 +23,10 @@ adding up. Should the parsed settings ask for another Ray, the early one is
 given back before the run starts its own. The price: a usage error of
 ``train`` is reported once that Ray is up, and the command exits once it is down
 again (a few seconds later than it would otherwise).
+
+Logging: WARNING, or INFO with ``-v``, for tdscheme, torchrl and Ray, on the
+driver and in every worker actor (:mod:`tdscheme.log_levels`). It is set up
+before Ray starts, from a look at ``argv``, and again once ``argv`` is parsed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from tdscheme.log_levels import configure_driver_logging
 
 if TYPE_CHECKING:
     from tdscheme.runtime import RayLease
@@ -63,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # clean shutdown on SIGTERM
     lease = None
     try:
+        configure_driver_logging(logging.INFO if _verbose(argv) else logging.WARNING)
         early, ray_init_config = _early_ray(argv)
         if early:
             lease = _start_ray_while_importing(ray_init_config)
@@ -76,6 +83,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if lease is not None:
             lease.release()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _verbose(argv: list[str]) -> bool:
+    """A look at ``argv`` before parsing: is the global ``-v``/``--verbose`` given?
+
+    Global options come before the command word; argparse accepts any prefix of
+    ``--verbose`` (it is the only global long option besides ``--help``).
+    """
+    for arg in argv:
+        if not arg.startswith("-"):
+            return False
+        if arg == "-v" or (len(arg) >= 3 and "--verbose".startswith(arg)):
+            return True
+    return False
 
 
 def _early_ray(argv: list[str]) -> tuple[bool, dict[str, Any] | None]:

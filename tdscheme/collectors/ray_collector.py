@@ -73,7 +73,9 @@ class RayCollector(BaseCollector):
         split_trajs: split yielded batches into trajectories on the driver.
         collector_class: ``Collector`` (default), ``MultiSyncCollector``, ... or
             ``"single"``, ``"sync"``, ``"async"``.
-        collector_kwargs: extra collector arguments (one dict or one per collector).
+        collector_kwargs: extra collector arguments (one dict or one per collector);
+            a value given here overrides tdscheme's default
+            ``auto_register_policy_transforms=False`` (the env is left as built).
         num_workers_per_collector: env copies per collector.
         sync: stacked (``True``) or first-ready (``False``) order.
         ray_init_config: ``ray.init`` arguments, used only if Ray is not running;

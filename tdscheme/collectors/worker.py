@@ -8,6 +8,7 @@ debugging session can run it in-process unchanged.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +20,11 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.replay import frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
-from tdscheme.runtime.torchrl_names import Collector, is_multi_collector
+from tdscheme.log_levels import configure_worker_logging
+from tdscheme.runtime.torchrl_names import Collector, default_collector_kwargs, is_multi_collector
 from tdscheme.transport import Payload, TensorDictCodec
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -33,7 +37,9 @@ class WorkerSpec:
             or for a random policy).
         policy_factory: builds the policy inside the worker instead.
         collector_class: the torchrl collector class the worker wraps.
-        collector_kwargs: extra keyword arguments for ``collector_class``.
+        collector_kwargs: extra keyword arguments for ``collector_class``; they
+            override tdscheme's defaults
+            (:func:`~tdscheme.runtime.torchrl_names.default_collector_kwargs`).
         frames_per_batch: frames the worker returns per ``collect`` call.
         num_workers_per_collector: env copies handed to ``collector_class``.
         compress: the transport codec's ``compress`` argument.
@@ -104,6 +110,10 @@ class CollectorWorker:
         seed: seeds the envs when given.
         weights: initial policy weights (a TensorDict or an encoded payload).
         policy_version: the version of ``weights``.
+        log_level: sets this process's tdscheme, torchrl and Ray loggers to it
+            first (:func:`~tdscheme.log_levels.configure_worker_logging`); the
+            pool of a RayCollector passes its driver's level. ``None``
+            (in-process use) leaves logging alone.
 
     Example:
         >>> from tdscheme.testing import make_env, bias_policy
@@ -124,7 +134,10 @@ class CollectorWorker:
         seed: int | None = None,
         weights: TensorDictBase | Payload | None = None,
         policy_version: int = 0,
+        log_level: int | None = None,
     ) -> None:
+        if log_level is not None:
+            configure_worker_logging(log_level)
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version
@@ -139,6 +152,10 @@ class CollectorWorker:
             self._load_weights(weights)
         self._iterator = iter(self._collector)
         self._steps_per_batch: int | None = None
+        logger.info(
+            "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
+            worker_id, type(self._collector).__name__, spec.frames_per_batch, seed, policy_version,
+        )  # fmt: skip
 
     @staticmethod
     def _build_collector(spec: WorkerSpec) -> Any:
@@ -147,7 +164,8 @@ class CollectorWorker:
             env = [spec.create_env_fn] * spec.num_workers_per_collector
         elif callable(env) and not isinstance(env, torch.nn.Module):
             env = env()
-        kwargs = dict(spec.collector_kwargs)
+        kwargs = default_collector_kwargs(spec.collector_class)
+        kwargs.update(spec.collector_kwargs)  # the user's values win
         if spec.policy_factory is not None:
             kwargs["policy_factory"] = spec.policy_factory
         frames = spec.frames_per_batch

@@ -11,7 +11,6 @@ gradient is computed, which on a few cores costs less than extra actors.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.episodes import EpisodeTracker
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.runtime.torchrl_names import Collector, default_collector_kwargs
 
 __all__ = ["LocalCollection"]
 
@@ -57,7 +56,7 @@ class LocalCollection:
         seed: int | None = None,
         collector_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        kwargs = _default_collector_kwargs()
+        kwargs = default_collector_kwargs(Collector)
         kwargs.update(collector_kwargs or {})
         self._collectors = [
             Collector(
@@ -104,11 +103,3 @@ class LocalCollection:
         self._iterators = []
         for collector in collectors:
             collector.shutdown()
-
-
-def _default_collector_kwargs() -> dict[str, Any]:
-    # torchrl 0.14 warns unless told whether to append the policy's env transforms;
-    # tdscheme leaves the user's env as it is (older torchrl has no such argument).
-    if "auto_register_policy_transforms" in inspect.signature(Collector.__init__).parameters:
-        return {"auto_register_policy_transforms": False}
-    return {}

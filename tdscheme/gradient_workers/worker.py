@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 from tdscheme.gradient_workers import allreduce
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.gradient_workers.config import GradientWorkerSpec
+from tdscheme.log_levels import configure_worker_logging
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = ["GradientResult", "GradientWorker"]
@@ -70,6 +71,10 @@ class GradientWorker:
             ``seed + i``); in-process this reseeds torch's global generator.
         weights: initial loss-module weights (a TensorDict or an encoded payload).
         version: the learner version of ``weights``.
+        log_level: sets this process's tdscheme, torchrl and Ray loggers to it
+            first (:func:`~tdscheme.log_levels.configure_worker_logging`); the
+            gradient worker pool passes its driver's level. ``None`` (in-process
+            use) leaves logging alone.
 
     Example:
         >>> from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
@@ -92,7 +97,10 @@ class GradientWorker:
         seed: int | None = None,
         weights: TensorDictBase | Payload | None = None,
         version: int = 0,
+        log_level: int | None = None,
     ) -> None:
+        if log_level is not None:
+            configure_worker_logging(log_level)
         self.worker_id = worker_id
         self.spec = spec
         self._codec = TensorDictCodec(spec.compress)
@@ -117,6 +125,10 @@ class GradientWorker:
         self._rank: int | None = None
         self.frames = 0
         self.episodes = 0
+        logger.info(
+            "gradient worker %d ready: %d collectors of %d frames, seed %s, version %d",
+            worker_id, spec.num_collectors, spec.frames_per_collector, seed, version,
+        )  # fmt: skip
 
     # -- centralized: compute here, apply on the driver ---------------------------------
 

@@ -26,7 +26,7 @@ from torchrl.data import Bounded, OneHot
 from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
-from tdscheme.testing import make_env
+from tdscheme.envs import make_env
 
 __all__ = ["ACTIVATIONS", "ActorCriticConfig", "actor_critic_modules", "eval_env", "train_env"]
 
@@ -160,12 +160,7 @@ def train_env(env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0) -> E
     transforms = [RewardSum(), StepCounter()]
     if reward_scale != 1.0:
         transforms.append(RewardScaling(loc=0.0, scale=reward_scale))
-    env = make_env(env_id, num_envs=num_envs)
-    if isinstance(env, TransformedEnv):  # torchrl wraps gymnasium vector envs in one already
-        for transform in transforms:
-            env.append_transform(transform)
-        return env
-    return TransformedEnv(env, Compose(*transforms))
+    return TransformedEnv(make_env(env_id, num_envs=num_envs), Compose(*transforms))
 
 
 def eval_env(env_id: str, *, num_envs: int = 1) -> EnvBase:

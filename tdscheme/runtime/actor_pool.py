@@ -31,6 +31,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from tdscheme.log_levels import driver_log_level
+
 __all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
 
 logger = logging.getLogger(__name__)
@@ -104,7 +106,8 @@ class ActorSlot:
 class ActorPool:
     """Owns the actors of one kind; subclasses add what their actors need.
 
-    Actor ``i`` is built as ``actor_class(i, spec, seed=..., **start_kwargs)``.
+    Actor ``i`` is built as ``actor_class(i, spec, seed=..., log_level=..., **start_kwargs)``
+    (``log_level``: the driver's, see :mod:`tdscheme.log_levels`).
 
     Args:
         actor_class: the plain Python class of the actors.
@@ -143,6 +146,7 @@ class ActorPool:
             worker_id,
             slot.spec,
             seed=self.worker_seed(worker_id, slot.generation),
+            log_level=driver_log_level(),
             **start_kwargs,
         )
 

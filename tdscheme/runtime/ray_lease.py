@@ -9,6 +9,12 @@ is most of a collector actor's start-up (seconds), and this way it overlaps
 with the driver's own imports and set-up instead of following them. Owners of actors (collectors, schemes) hold a
 :class:`RayLease` and release it in their ``shutdown()``; the Ray that tdscheme
 started goes down when the last lease is released.
+
+Ray's records on the driver are logged at :func:`tdscheme.log_levels.driver_log_level`
+(WARNING by default) unless ``ray_init_config`` sets ``logging_level``. A local Ray
+that tdscheme starts uses token authentication, as Ray (>= 2.52) does by default
+for a new local instance; tdscheme selects it explicitly (see
+:func:`select_token_auth`), which is what keeps Ray from warning that it chose it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import ray
+
+from tdscheme.log_levels import driver_log_level
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +74,51 @@ def local_ray_config() -> dict[str, Any]:
     Returns:
         A fresh dict: a new local instance (``address="local"``, so that a
         ``ray start`` cluster elsewhere on the machine is not joined by
-        accident), no dashboard, one CPU per core of this machine, and worker
+        accident), no dashboard, one CPU per core of this machine, Ray's driver
+        logs at :func:`~tdscheme.log_levels.driver_log_level`, and worker
         processes that import :data:`WORKER_PRELOAD_MODULES` when they start.
     """
     return {
         "address": "local",
         "num_cpus": os.cpu_count() or 1,
         "include_dashboard": False,
+        "logging_level": driver_log_level(),
         "_system_config": {"preload_python_modules": list(WORKER_PRELOAD_MODULES)},
     }
+
+
+def select_token_auth() -> bool:
+    """Selects Ray's token authentication for the new local Ray this process is about to start.
+
+    Ray >= 2.52 turns token authentication on for a new local instance when
+    ``RAY_AUTH_MODE`` is unset, and warns that it did ("Token authentication is
+    enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out").
+    Selecting the same mode explicitly (Ray's own step: ``RAY_AUTH_MODE=token``
+    in this process's environment, inherited by the Ray processes it starts, and
+    Ray's cached config refreshed) gives the same cluster without the warning.
+    Security is unchanged: the mode is the one Ray would pick. A ``RAY_AUTH_MODE``
+    the user set is kept. :meth:`RayLease.acquire` calls this only before it
+    starts a new local Ray, never when it joins a cluster.
+
+    Returns:
+        True when token authentication was selected here; False when
+        ``RAY_AUTH_MODE`` is already set or this Ray has no token authentication
+        (Ray then decides, and may warn).
+
+    Example:
+        >>> select_token_auth()  # doctest: +SKIP
+        True
+        >>> os.environ["RAY_AUTH_MODE"]  # doctest: +SKIP
+        'token'
+    """
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return False
+    try:  # Ray's own function for this step (sets the variable, refreshes its config)
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:
+        return False
+    _enable_token_auth()
+    return True
 
 
 def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -96,6 +140,7 @@ def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
         defaults = local_ray_config()
         defaults.update(kwargs)
         kwargs = defaults
+    kwargs.setdefault("logging_level", driver_log_level())
     return kwargs
 
 
@@ -139,6 +184,8 @@ class RayLease:
                     return cls(started=True, config=ray_init_config)
                 return cls(started=False, config=ray_init_config)
             logger.info("starting Ray with %s", kwargs)
+            if kwargs.get("address") == "local":
+                select_token_auth()
             ray.init(**kwargs)
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.

@@ -7,6 +7,7 @@ asks this module for the classes it needs.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torchrl.collectors as _collectors
@@ -71,6 +72,36 @@ def resolve_collector_class(collector_class: Any) -> type:
 def is_multi_collector(collector_class: type) -> bool:
     """Whether ``collector_class`` runs several env processes (takes a list of env fns)."""
     return issubclass(collector_class, (MultiSyncCollector, MultiAsyncCollector))
+
+
+def default_collector_kwargs(collector_class: type) -> dict[str, Any]:
+    """Keyword arguments tdscheme gives every torchrl collector it builds, before the user's own.
+
+    torchrl 0.14 collectors take ``auto_register_policy_transforms``: ``None``
+    (their default) leaves the env as it is but emits a ``FutureWarning`` for any
+    ``nn.Module`` policy whose env lacks an ``InitTracker`` (0.15 will append one,
+    adding ``"is_init"`` to every frame). tdscheme passes ``False``: the env stays
+    as the user built it, so collected data are what they were and no warning is
+    emitted. A user's ``collector_kwargs`` entry overrides it. Collector classes
+    without the argument (older torchrl, custom collectors) get nothing.
+
+    Args:
+        collector_class: the torchrl collector class about to be built.
+
+    Returns:
+        A fresh dict.
+
+    Example:
+        >>> default_collector_kwargs(Collector)
+        {'auto_register_policy_transforms': False}
+    """
+    try:
+        parameters = inspect.signature(collector_class.__init__).parameters
+    except (TypeError, ValueError):  # no introspectable signature: pass nothing extra
+        return {}
+    if "auto_register_policy_transforms" in parameters:
+        return {"auto_register_policy_transforms": False}
+    return {}
 
 
 def default_exploration_type() -> Any:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tdscheme.cli.main import _early_ray, main
+from tdscheme.cli.main import _early_ray, _verbose, main
 from tdscheme.engine import CheckpointManager, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,12 +26,23 @@ TINY = ["--num-collectors", "1", "--num-envs", "4", "--frames-per-batch", "512",
         "--progress", "false"]  # fmt: skip
 
 
-def run(args, *, console=False, timeout=240):
+# What a user's terminal showed before any progress line (Ray's token-authentication
+# warning and INFO line, torchrl's INFO lines and FutureWarning from every worker).
+NOISE = ("Token authentication", "Started a local Ray instance", "INFO", "info_dict_reader",
+         "check_env_specs", "FutureWarning", "auto_register_policy_transforms")  # fmt: skip
+
+
+def run(args, *, console=False, timeout=240, env=None):
     """Runs the command in a new process: ``python -m tdscheme.cli`` or the console script."""
     command = [str(Path(sys.executable).with_name("tdscheme"))] if console else TDSCHEME
     return subprocess.run(
-        [*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+def user_shell_env() -> dict[str, str]:
+    """This environment without the ``RAY_AUTH_MODE`` that starting the session's Ray set."""
+    return {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
 
 
 def join_session(ray_session) -> list[str]:
@@ -110,6 +121,22 @@ def test_train_starts_ray_before_parsing_only_when_it_will_need_it(argv, expecte
     assert _early_ray(argv) == expected
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-v", "train"], True),
+        (["--verbose", "train"], True),
+        (["--verb", "eval", "runs/x"], True),  # argparse takes a prefix of a long option
+        (["train", "-v"], False),  # not a global option there: the parser reports it
+        (["train", "--lr", "-1"], False),
+        (["--help"], False),
+        ([], False),
+    ],
+)  # fmt: skip
+def test_verbosity_is_known_before_parsing(argv, expected):
+    assert _verbose(argv) is expected
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_eval_of_a_damaged_checkpoint_names_the_file(capsys, tmp_path, damage):
     path = CheckpointManager(tmp_path).save({"config": {"preset": "ppo-cartpole"}}, 0)
@@ -135,9 +162,11 @@ def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, cap
         result = run(console=True, args=[
             "train", "ppo-cartpole", *TINY, "--total-frames", "1024", "--eval-every-frames", "512",
             "--run-dir", str(run_dir), "--ray-init-config", json.dumps({"_temp_dir": temp_dir}),
-        ])  # fmt: skip
+        ], env=user_shell_env())  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert f"run directory {run_dir}" in result.stdout
+        output = result.stdout + result.stderr
+        assert [noise for noise in NOISE if noise in output] == [], output
         summary = summary_of(result.stdout)
         assert summary["frames"] == 1024 and summary["checkpoint"]
         assert {"config.json", "metrics.csv", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
@@ -160,6 +189,20 @@ def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, cap
     )
     assert main(["plot", str(tmp_path)]) == 1  # no metrics.csv: an error naming the directory
     assert "has no metrics.csv" in capsys.readouterr().err
+
+
+def test_verbose_shows_ray_and_worker_info_lines(ray_clean, tmp_path):
+    # Joins the session's Ray (cheaper than starting one): Ray says it connected.
+    result = run([
+        "-v", "train", "ppo-cartpole", *TINY, "--total-frames", "512", "--eval-episodes", "1",
+        "--run-dir", str(tmp_path / "run"), *join_session(ray_clean),
+    ])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert "INFO worker.py" in output and "Connected to Ray cluster" in output  # Ray's
+    assert "INFO tdscheme.runtime" in output  # the driver's own
+    assert "(CollectorWorker pid=" in output  # a worker's, streamed by Ray
+    assert "INFO tdscheme.collectors.worker: collector worker 0 ready" in output
 
 
 def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import pytest
 import ray
@@ -276,3 +277,24 @@ def test_shutdown_leaves_the_ray_it_did_not_start(ray_clean):
     assert ray.is_initialized()
     with pytest.raises(RuntimeError, match="shut down"):
         collector.update_policy_weights_()
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.INFO])
+def test_workers_log_at_the_drivers_level(ray_clean, level):
+    # torchrl's own default is INFO: WARNING in a worker is the driver's, not torchrl's.
+    def levels_in_worker(worker):  # a local function: Ray sends it by value
+        return {n: logging.getLogger(n).getEffectiveLevel() for n in ("tdscheme", "torchrl", "ray")}
+
+    tdscheme_logger = logging.getLogger("tdscheme")
+    previous = tdscheme_logger.level
+    tdscheme_logger.setLevel(level)
+    try:
+        with RayCollector(
+            cartpole, mlp_policy(4, 2), frames_per_batch=20, num_collectors=1,
+            remote_configs=SMALL,
+        ) as collector:  # fmt: skip
+            actor = collector.workers[0]
+            got = ray.get(actor.__ray_call__.remote(levels_in_worker), timeout=120)
+    finally:
+        tdscheme_logger.setLevel(previous)
+    assert got == {"tdscheme": level, "torchrl": level, "ray": level}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from tensordict import TensorDict
 
 from tdscheme.collectors import POLICY_VERSION_KEY, WORKER_ID_KEY, CollectorWorker, WorkerSpec
+from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, default_collector_kwargs
 from tdscheme.testing import bias_policy, make_env
 from tdscheme.transport import TensorDictCodec
 
@@ -66,3 +68,46 @@ def test_seeded_workers_reproduce_and_state_round_trips():
     (a, state), (b, _), (c, _) = observations(5), observations(5), observations(6)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert state["policy_version"] == 0 and "collector" in state
+
+
+def test_a_module_policy_collects_without_torchrl_future_warning_nor_new_keys():
+    # torchrl 0.14 warns that 0.15 will append InitTracker to the env of any nn.Module
+    # policy unless told; the worker opts out, so the env and its frames stay as built.
+    spec = WorkerSpec(pendulum, bias_policy(3, 1, bias=0.5), frames_per_batch=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        worker = CollectorWorker(0, spec)
+        try:
+            td = decode(worker.collect(0))
+        finally:
+            worker.shutdown()
+    assert not [w for w in caught if "auto_register_policy_transforms" in str(w.message)]
+    assert "is_init" not in td.keys()
+
+
+def test_a_users_collector_kwargs_win_over_the_workers_defaults():
+    spec = WorkerSpec(
+        pendulum, bias_policy(3, 1, bias=0.5), frames_per_batch=10,
+        collector_kwargs={"auto_register_policy_transforms": True},
+    )  # fmt: skip
+    worker = CollectorWorker(0, spec)
+    try:
+        td = decode(worker.collect(0))
+    finally:
+        worker.shutdown()
+    assert "is_init" in td.keys()  # torchrl appended InitTracker, as asked
+
+
+def test_default_collector_kwargs_only_for_collectors_that_take_them():
+    assert default_collector_kwargs(Collector) == {"auto_register_policy_transforms": False}
+    assert default_collector_kwargs(MultiSyncCollector) == {
+        "auto_register_policy_transforms": False
+    }
+
+    class OwnCollector(Collector):
+        def __init__(self, env, policy, **kwargs):
+            super().__init__(env, policy, **kwargs)
+
+    assert default_collector_kwargs(OwnCollector) == {}
+    default_collector_kwargs(Collector)["auto_register_policy_transforms"] = True
+    assert default_collector_kwargs(Collector)["auto_register_policy_transforms"] is False

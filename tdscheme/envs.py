@@ -1,0 +1,70 @@
+"""The env factory of the presets and the command line: gymnasium ids as torchrl envs.
+
+One env is torchrl's ``GymEnv``; several are one gymnasium synchronous vector
+env (stepped in this process) wrapped by torchrl's ``GymWrapper``, with batch
+size ``[num_envs]``. Fault-injecting variants for tests live in
+:mod:`tdscheme.testing`.
+
+Example:
+    >>> env = make_env("CartPole-v1", num_envs=4)
+    >>> env.batch_size
+    torch.Size([4])
+    >>> env.rollout(3)["next", "observation"].shape
+    torch.Size([4, 3, 4])
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+from torchrl.envs import EnvBase, GymEnv, GymWrapper
+
+__all__ = ["make_env"]
+
+
+def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
+    """Builds a torchrl env from a gymnasium id; ``num_envs > 1`` steps that many copies together.
+
+    Several copies are a gymnasium ``SyncVectorEnv`` (one process, no
+    subprocesses) with ``AutoresetMode.DISABLED``, the mode torchrl's
+    ``GymWrapper`` prefers: gymnasium never resets an env by itself, torchrl
+    resets the envs whose episode ended (``reset_mask``) as it does for any
+    batched env, so ``("next", "observation")`` is an episode's true last
+    observation and each copy steps and resets as a single env would. (With
+    ``SAME_STEP`` auto-reset, torchrl must read the last observation from the
+    info dict: at every construction it infers that reader's specs from a
+    dummy rollout and runs ``check_env_specs``, logging both at INFO, and it
+    reads the info dict at every step, which makes it slower.) Stepping many envs
+    per call amortizes the Python overhead of a torchrl step, which dominates a
+    single small env.
+
+    Args:
+        env_id: a registered gymnasium env id, e.g. ``"CartPole-v1"``.
+        num_envs: copies stepped together, an int ``>= 1``; the env's batch size
+            is ``[]`` for 1 and ``[num_envs]`` otherwise.
+
+    Returns:
+        A torchrl ``GymEnv`` or ``GymWrapper``.
+
+    Raises:
+        ValueError: ``num_envs`` is not an int ``>= 1``.
+
+    Example:
+        >>> env = make_env("Pendulum-v1")
+        >>> env.batch_size, env.action_spec.shape
+        (torch.Size([]), torch.Size([1]))
+        >>> env.rollout(5)["next", "reward"].shape
+        torch.Size([5, 1])
+        >>> env.close()
+    """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs={num_envs!r} is invalid; accepted: an int >= 1")
+    if num_envs == 1:
+        return GymEnv(env_id)
+    vector_env = gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+    )
+    return GymWrapper(vector_env)

@@ -1,0 +1,105 @@
+"""Imports point one way through the package's layers (docs/ARCHITECTURE.md).
+
+Read from the source with ``ast`` (nothing is imported): a module may import its
+own room and the rooms of lower floors; the peers of one floor (collectors,
+gradient workers) do not import each other; collectors do not import the learner
+(collection never needs it; gradient workers do, each owns a learner copy);
+nothing in the package but the test kit itself imports ``tdscheme.testing``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
+
+#: Floors, lowest first: a room may import rooms on its own floor only where noted.
+FLOORS: list[set[str]] = [
+    {"keys", "validation", "log_levels", "episodes", "envs", "transport", "runtime"},
+    {"learner"},
+    {"collectors", "gradient_workers"},
+    {"scheme"},
+    {"engine"},
+    {"presets"},
+    {"cli"},
+]
+#: Rooms of the ground floor that other ground-floor rooms may import (leaves).
+GROUND_LEAVES = {"keys", "validation", "log_levels"}
+#: Downward imports that are still wrong: (importer's room, imported room).
+FORBIDDEN = {("collectors", "learner")}
+
+
+def room_of(module: str) -> str:
+    """``tdscheme.collectors.pool`` -> ``collectors``; ``tdscheme.keys`` -> ``keys``."""
+    return module.split(".")[1]
+
+
+def floor_of(room: str) -> int:
+    for floor, rooms in enumerate(FLOORS):
+        if room in rooms:
+            return floor
+    raise AssertionError(f"room {room!r} is on no floor; add it to FLOORS and the docs")
+
+
+def package_modules() -> dict[str, Path]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def tdscheme_imports(path: Path) -> set[str]:
+    """Every ``tdscheme.*`` module a file imports (anywhere in it, lazily too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("tdscheme."))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "tdscheme":
+                found.update(f"tdscheme.{a.name}" for a in node.names)
+            elif node.module.startswith("tdscheme."):
+                found.add(node.module)
+    return found
+
+
+MODULES = package_modules()
+CHECKED = sorted(m for m in MODULES if m not in ("tdscheme", "tdscheme.testing"))
+
+
+@pytest.mark.parametrize("module", CHECKED)
+def test_imports_point_down(module):
+    room = room_of(module)
+    floor = floor_of(room)
+    wrong = []
+    for target in sorted(tdscheme_imports(MODULES[module])):
+        target_room = room_of(target)
+        if target_room == "testing":
+            wrong.append(f"{target} (the test kit; production code must not import it)")
+            continue
+        if target_room == room:
+            continue
+        target_floor = floor_of(target_room)
+        same_floor_ok = floor == 0 and target_room in GROUND_LEAVES
+        upward = target_floor > floor or (target_floor == floor and not same_floor_ok)
+        if upward or (room, target_room) in FORBIDDEN:
+            wrong.append(f"{target} (floor {target_floor}, {target_room})")
+    assert not wrong, f"{module} (floor {floor}, {room}) imports against the layers: {wrong}"
+
+
+def test_every_room_is_on_a_floor():
+    rooms = {room_of(m) for m in MODULES if m not in ("tdscheme", "tdscheme.testing")}
+    for room in rooms:
+        floor_of(room)
+
+
+def test_the_checker_sees_a_wrong_import(tmp_path):
+    """The negative control: an upward import is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from tdscheme.scheme import Scheme\nimport tdscheme.testing\n")
+    assert tdscheme_imports(bad) == {"tdscheme.scheme", "tdscheme.testing"}
