@@ -10,13 +10,14 @@ kept and re-raised on the driver at the next call, never lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["BackgroundCollection"]
+__all__ = ["BackgroundCollection", "BackgroundCollectionMixin"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,3 +99,61 @@ class BackgroundCollection:
         finally:
             if resume and was_running:
                 self.start()
+
+
+class BackgroundCollectionMixin:
+    """torchrl's background surface of a RayCollector: ``start``, ``pause``, ``async_shutdown``.
+
+    The host class has ``config`` (with ``replay_buffer``), ``_background`` (a
+    :class:`BackgroundCollection`), ``_check_open()`` and ``shutdown()``.
+    """
+
+    config: Any
+    _background: BackgroundCollection
+    _check_open: Callable[[], None]
+    shutdown: Callable[..., None]
+
+    def start(self) -> None:
+        """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
+
+        Returns at once; :meth:`pause` holds it, :meth:`shutdown` (or
+        :meth:`async_shutdown`) stops it. An error in the background re-raises
+        on the next :meth:`start`, :meth:`stats` or :meth:`shutdown`.
+
+        Raises:
+            RuntimeError: the collector has no ``replay_buffer``, or is shut down.
+        """
+        if self.config.replay_buffer is None:
+            raise RuntimeError(
+                "start() collects into a replay buffer in the background, and this collector "
+                "has replay_buffer=None; pass replay_buffer=RayReplayBuffer(...) (or "
+                "ReplayBuffer(..., service_backend='ray')), or iterate the collector instead"
+            )
+        self._check_open()
+        self._background.start()
+
+    @property
+    def is_running(self) -> bool:
+        """Whether background collection (:meth:`start`) is running."""
+        return self._background.running
+
+    @contextlib.contextmanager
+    def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
+        """Drains the writes in flight and holds background collection inside the block.
+
+        The buffer's write count is frozen inside (a point to checkpoint at);
+        collection resumes when the block exits unless ``resume=False``.
+
+        Args:
+            timeout: seconds to wait for the requests in flight to finish.
+            resume: start again after the block (if it was running).
+
+        Raises:
+            TimeoutError: the requests in flight did not finish within ``timeout``.
+        """
+        with self._background.pause(timeout, resume=resume):
+            yield
+
+    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
+        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
+        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tensordict import TensorDictBase
-from torch import nn
 from torchrl.collectors.utils import split_trajectories
 
-from tdscheme.collectors.background import BackgroundCollection
+from tdscheme.collectors.background import BackgroundCollection, BackgroundCollectionMixin
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
-from tdscheme.collectors.weights import AutoPushRule, weights_from
+from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
@@ -26,7 +22,7 @@ from tdscheme.transport import TensorDictCodec
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(BaseCollector):
+class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -267,104 +263,6 @@ class RayCollector(BaseCollector):
                 batch = self.postproc(batch)
             yield batch
 
-    # -- background collection into a replay buffer --------------------------------
-
-    def start(self) -> None:
-        """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
-
-        Returns at once; :meth:`pause` holds it, :meth:`shutdown` (or
-        :meth:`async_shutdown`) stops it. An error in the background re-raises
-        on the next :meth:`start`, :meth:`stats` or :meth:`shutdown`.
-
-        Raises:
-            RuntimeError: the collector has no ``replay_buffer``, or is shut down.
-        """
-        if self.config.replay_buffer is None:
-            raise RuntimeError(
-                "start() collects into a replay buffer in the background, and this collector "
-                "has replay_buffer=None; pass replay_buffer=RayReplayBuffer(...) (or "
-                "ReplayBuffer(..., service_backend='ray')), or iterate the collector instead"
-            )
-        self._check_open()
-        self._background.start()
-
-    @property
-    def is_running(self) -> bool:
-        """Whether background collection (:meth:`start`) is running."""
-        return self._background.running
-
-    @contextlib.contextmanager
-    def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
-        """Drains the writes in flight and holds background collection inside the block.
-
-        The buffer's write count is frozen inside (a point to checkpoint at);
-        collection resumes when the block exits unless ``resume=False``.
-
-        Args:
-            timeout: seconds to wait for the requests in flight to finish.
-            resume: start again after the block (if it was running).
-
-        Raises:
-            TimeoutError: the requests in flight did not finish within ``timeout``.
-        """
-        with self._background.pause(timeout, resume=resume):
-            yield
-
-    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
-        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
-        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)
-
-    def update_policy_weights_(
-        self,
-        policy_or_weights: TensorDictBase | nn.Module | dict | None = None,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        weights: TensorDictBase | dict | None = None,
-        policy: nn.Module | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Pushes new policy weights (one ``ray.put``) and bumps ``policy_version``.
-
-        Does not wait for the workers: each acknowledges the new version when the
-        weights arrive (even while it collects a batch), and runs them and stamps
-        its frames with the new version from the next batch it starts.
-        :meth:`wait_for_weights` blocks until all acknowledged.
-
-        Args:
-            policy_or_weights: a TensorDict or dict of weights, or a module to take
-                them from. ``None``: the ``policy`` given at construction.
-            worker_ids: push to these workers only (default: all).
-            weights, policy: keyword forms of ``policy_or_weights`` (torchrl's).
-
-        Raises:
-            ValueError: conflicting arguments, unknown worker ids, or no weights to push.
-        """
-        if kwargs:
-            raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
-        given = [x for x in (policy_or_weights, weights, policy) if x is not None]
-        if len(given) > 1:
-            raise ValueError("pass only one of policy_or_weights, weights and policy")
-        self._check_open()
-        ids = self._worker_ids(worker_ids)
-        start = time.perf_counter()
-        payload = self._codec.encode(self._weights_from(given[0] if given else None))
-        self._pool.push_weights(payload, self._pool.version + 1, ids)
-        self._auto_pushes.pushed(ids)
-        self._stats.weight_pushes += 1
-        self._stats.weight_push_s += time.perf_counter() - start
-
-    def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
-        """Blocks until every worker acknowledged its latest push.
-
-        Returns:
-            The policy version each worker runs.
-
-        Raises:
-            TimeoutError: not all acknowledged within ``timeout_s``.
-        """
-        self._check_open()
-        return self._pool.wait_for_weights(timeout_s)
-
     def stats(
         self,
         workers: str = "aggregate",
@@ -393,22 +291,18 @@ class RayCollector(BaseCollector):
             ValueError: an unknown ``workers``.
             RuntimeError: background collection stopped on an error.
         """
-        if workers not in ("aggregate", "per_worker", "both"):
-            raise ValueError(
-                f"workers={workers!r} is invalid; accepted: 'aggregate', 'per_worker', 'both'"
-            )
         self._background.raise_error()
         wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
-        out = self._stats.as_dict()
         alive = 0
         if not self._closed:
             self._pool.poll_acks()
             alive = sum(self._pool.answering(wait_s))
-        per_worker = [self._stats.frames_per_worker.get(i, 0) for i in range(self.num_collectors)]
-        out.update(
-            requested_frames_per_batch=self.frames_per_batch,
-            workers=self.num_collectors,
+        return self._stats.report(
+            workers,
+            num_workers=self.num_collectors,
             workers_alive=alive,
+            total_frames=self.total_frames,
+            requested_frames_per_batch=self.frames_per_batch,
             policy_version=self._pool.version,
             worker_policy_versions=self._pool.acked_versions(),
             worker_running_versions=[
@@ -418,13 +312,6 @@ class RayCollector(BaseCollector):
             restarts_per_worker=self._pool.restarts(),
             num_collectors=self.num_collectors,
         )
-        if self.total_frames >= 0:
-            out.update(total_frames=self.total_frames, completed=out["frames"] >= self.total_frames)
-        if workers in ("aggregate", "both"):
-            out["worker_frames"] = sum(per_worker)
-        if workers in ("per_worker", "both"):
-            out.update({f"worker_{i}/frames": frames for i, frames in enumerate(per_worker)})
-        return out
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds every worker distinctly and reproducibly from ``seed``; returns ``seed``."""
@@ -537,36 +424,6 @@ class RayCollector(BaseCollector):
             f"{type(self).__name__}(num_collectors={self.num_collectors}, frames_per_batch="
             f"{self.frames_per_batch}, sync={self.config.sync}, frames={self._stats.frames})"
         )
-
-    # -- automatic weight pushes ---------------------------------------------------------
-
-    def _auto_push(self, worker_ids: list[int]) -> None:
-        due = self._auto_pushes.due(worker_ids)
-        if due and self._flow.more_frames(0):  # else no batch will be collected with them
-            self.update_policy_weights_(worker_ids=due)
-
-    # -- helpers -----------------------------------------------------------------------
-
-    def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
-        if worker_ids is None:
-            return list(range(self.num_collectors))
-        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
-        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.num_collectors]
-        if bad:
-            raise ValueError(
-                f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{self.num_collectors - 1}"
-            )
-        return ids
-
-    def _weights_from(self, source: Any) -> TensorDictBase:
-        if source is None:
-            source = self.config.policy_module()
-            if source is None:
-                raise ValueError(
-                    "update_policy_weights_() has no weights to push: this collector was built "
-                    "without an nn.Module policy; pass weights or a module"
-                )
-        return weights_from(source)
 
     def _check_open(self) -> None:
         if self._closed:

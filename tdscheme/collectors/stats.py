@@ -80,3 +80,53 @@ class CollectorStats:
             "bytes_received": self.bytes_received,
             "weight_pushes": self.weight_pushes,
         }
+
+    def report(
+        self,
+        workers: str,
+        *,
+        num_workers: int,
+        workers_alive: int,
+        total_frames: int,
+        requested_frames_per_batch: int,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """``RayCollector.stats()``: :meth:`as_dict`, torchrl's keys, then ``extra``.
+
+        Args:
+            workers: torchrl's view: ``"aggregate"`` (``worker_frames``, the sum),
+                ``"per_worker"`` (``worker_<i>/frames``) or ``"both"``.
+            num_workers, workers_alive: ``workers`` and ``workers_alive``.
+            total_frames: the frame limit (``-1``: none, so no ``completed``).
+            requested_frames_per_batch: torchrl's key of the same name.
+            extra: tdscheme's keys the collector adds (versions, restarts, ...).
+
+        Raises:
+            ValueError: an unknown ``workers``.
+
+        Example:
+            >>> stats = CollectorStats(frames=10)
+            >>> out = stats.report("aggregate", num_workers=2, workers_alive=2, total_frames=10,
+            ...                    requested_frames_per_batch=5)
+            >>> out["completed"], out["worker_frames"], out["workers_alive"]
+            (True, 0, 2)
+        """
+        if workers not in ("aggregate", "per_worker", "both"):
+            raise ValueError(
+                f"workers={workers!r} is invalid; accepted: 'aggregate', 'per_worker', 'both'"
+            )
+        out = self.as_dict()
+        per_worker = [self.frames_per_worker.get(i, 0) for i in range(num_workers)]
+        out.update(
+            requested_frames_per_batch=requested_frames_per_batch,
+            workers=num_workers,
+            workers_alive=workers_alive,
+        )
+        if total_frames >= 0:
+            out.update(total_frames=total_frames, completed=self.frames >= total_frames)
+        if workers in ("aggregate", "both"):
+            out["worker_frames"] = sum(per_worker)
+        if workers in ("per_worker", "both"):
+            out.update({f"worker_{i}/frames": frames for i, frames in enumerate(per_worker)})
+        out.update(extra)
+        return out

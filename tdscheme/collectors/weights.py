@@ -1,14 +1,15 @@
-"""What a RayCollector pushes and when: weights from any source, torchrl's automatic pushes."""
+"""A RayCollector's weight pushes: from any source, on request or by torchrl's automatic rule."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-__all__ = ["AutoPushRule", "weights_from"]
+__all__ = ["AutoPushRule", "WeightPushMixin", "weights_from"]
 
 
 def weights_from(source: Any) -> TensorDictBase:
@@ -77,3 +78,98 @@ class AutoPushRule:
         """Records a push to ``worker_ids`` (explicit pushes reset the count too)."""
         for i in worker_ids:
             self._since_push[i] = 0
+
+
+class WeightPushMixin:
+    """The weight surface of a RayCollector: ``update_policy_weights_``, ``wait_for_weights``.
+
+    The host class has ``config``, ``num_collectors``, ``_pool`` (a
+    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_codec``, ``_stats``,
+    ``_flow``, ``_auto_pushes`` (an :class:`AutoPushRule`) and ``_check_open()``.
+    """
+
+    config: Any
+    num_collectors: int
+    _pool: Any
+    _codec: Any
+    _stats: Any
+    _flow: Any
+    _auto_pushes: AutoPushRule
+    _check_open: Callable[[], None]
+
+    def update_policy_weights_(
+        self,
+        policy_or_weights: TensorDictBase | nn.Module | dict | None = None,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        weights: TensorDictBase | dict | None = None,
+        policy: nn.Module | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Pushes new policy weights (one ``ray.put``) and bumps ``policy_version``.
+
+        Does not wait for the workers: each acknowledges the new version when the
+        weights arrive (even while it collects a batch), and runs them and stamps
+        its frames with the new version from the next batch it starts.
+        :meth:`wait_for_weights` blocks until all acknowledged.
+
+        Args:
+            policy_or_weights: a TensorDict or dict of weights, or a module to take
+                them from. ``None``: the ``policy`` given at construction.
+            worker_ids: push to these workers only (default: all).
+            weights, policy: keyword forms of ``policy_or_weights`` (torchrl's).
+
+        Raises:
+            ValueError: conflicting arguments, unknown worker ids, or no weights to push.
+        """
+        if kwargs:
+            raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
+        given = [x for x in (policy_or_weights, weights, policy) if x is not None]
+        if len(given) > 1:
+            raise ValueError("pass only one of policy_or_weights, weights and policy")
+        self._check_open()
+        ids = self._worker_ids(worker_ids)
+        start = time.perf_counter()
+        payload = self._codec.encode(self._weights_from(given[0] if given else None))
+        self._pool.push_weights(payload, self._pool.version + 1, ids)
+        self._auto_pushes.pushed(ids)
+        self._stats.weight_pushes += 1
+        self._stats.weight_push_s += time.perf_counter() - start
+
+    def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
+        """Blocks until every worker acknowledged its latest push.
+
+        Returns:
+            The policy version each worker runs.
+
+        Raises:
+            TimeoutError: not all acknowledged within ``timeout_s``.
+        """
+        self._check_open()
+        return self._pool.wait_for_weights(timeout_s)
+
+    def _auto_push(self, worker_ids: list[int]) -> None:
+        due = self._auto_pushes.due(worker_ids)
+        if due and self._flow.more_frames(0):  # else no batch will be collected with them
+            self.update_policy_weights_(worker_ids=due)
+
+    def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
+        if worker_ids is None:
+            return list(range(self.num_collectors))
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.num_collectors]
+        if bad:
+            raise ValueError(
+                f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{self.num_collectors - 1}"
+            )
+        return ids
+
+    def _weights_from(self, source: Any) -> TensorDictBase:
+        if source is None:
+            source = self.config.policy_module()
+            if source is None:
+                raise ValueError(
+                    "update_policy_weights_() has no weights to push: this collector was built "
+                    "without an nn.Module policy; pass weights or a module"
+                )
+        return weights_from(source)
