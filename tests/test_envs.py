@@ -140,8 +140,8 @@ def test_the_test_kit_delegates_the_plain_case_and_keeps_its_faults():
 def test_the_production_path_does_not_import_the_test_kit():
     program = (
         "import sys\n"
-        "import tdscheme.cli, tdscheme.cli_commands, tdscheme.collectors, tdscheme.engine\n"
-        "import tdscheme.gradient_workers, tdscheme.scheme_grad_workers\n"
+        "import tdscheme.cli.main, tdscheme.cli.commands, tdscheme.collectors, tdscheme.engine\n"
+        "import tdscheme.gradient_workers, tdscheme.scheme, tdscheme.scheme.grad_worker_driver\n"
         "from tdscheme.presets import PRESETS, get_preset\n"
         "for name in PRESETS:\n"
         "    preset = get_preset(name).override({'num_envs': 2, 'eval_num_envs': 2})\n"
