@@ -7,7 +7,7 @@ and 2 collectors of half a CPU each; each runs ``RayCollector(replay_buffer=...)
 
 Sections:
 
-* ``background``: frames written per second (the buffer's ``write_count``) over a
+* ``background``: frames written per second (the buffer's ``write_count`` in frames) over a
   window after warm-up, and the consumer's samples per second meanwhile;
 * ``overshoot``: ``total_frames`` that is not a multiple of ``frames_per_batch``,
   collected to the end: frames written past ``total_frames``;
@@ -79,6 +79,16 @@ def ray_buffer(capacity: int) -> RayReplayBuffer:
     )
 
 
+def frames_written(buffer: Any) -> int:
+    """Frames in the buffer's writes: rows written times the frames in a row.
+
+    Both collectors write a batched env's batch as ``[num_envs, time]``, so a row
+    (what ``write_count`` counts) holds ``time`` frames.
+    """
+    rows = buffer.write_count
+    return rows * buffer[:1].numel() if rows else 0
+
+
 def build(impl: str, buffer: Any, s: Settings, total_frames: int) -> Any:
     env = functools.partial(make_env, "CartPole-v1", num_envs=s.num_envs)
     kwargs = dict(
@@ -109,16 +119,16 @@ def section_background(rec: Recorder, s: Settings) -> None:
         try:
             collector.start()
             deadline = time.monotonic() + 120.0
-            while buffer.write_count < s.frames_per_batch and time.monotonic() < deadline:
+            while frames_written(buffer) < s.frames_per_batch and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(s.warmup_s)
-            start_frames, start = buffer.write_count, time.perf_counter()
+            start_frames, start = frames_written(buffer), time.perf_counter()
             samples = 0
             while time.perf_counter() - start < s.window_s:
                 buffer.sample(s.sample_batch)
                 samples += 1
             elapsed = time.perf_counter() - start
-            fps = (buffer.write_count - start_frames) / elapsed
+            fps = (frames_written(buffer) - start_frames) / elapsed
             rec.add(Measurement("background", impl, "frames_written_per_s", fps, "frames/s", config))
             rec.add(Measurement("background", impl, "samples_per_s", samples / elapsed, "1/s",
                                 config, f"batches of {s.sample_batch}"))  # fmt: skip
@@ -138,7 +148,7 @@ def section_overshoot(rec: Recorder, s: Settings) -> None:
                     pass
                 time.sleep(1.0)  # let any write still in flight land
                 rec.add(Measurement("overshoot", impl, "frames_past_total",
-                                    float(buffer.write_count - total), "frames", config))  # fmt: skip
+                                    float(frames_written(buffer) - total), "frames", config))  # fmt: skip
             finally:
                 stop(impl, collector)
                 buffer.shutdown()

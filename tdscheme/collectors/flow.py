@@ -196,10 +196,9 @@ class BatchFlow:
             self.stats.frames_lost += budget
             return None
         self.stats.frames_dropped += result.frames_dropped  # too stale when written
-        if result.frames_discarded:
+        if result.frames_discarded:  # the budget bound: what is left fits no step or trajectory
             self.stats.frames_discarded += result.frames_discarded
-            if self.config.trajs_per_batch is not None:
-                self._budget_closed = True  # the next whole trajectory did not fit
+            self._budget_closed = True
         if result.payload is None:
             return result  # written into the replay buffer: the worker applied the lag bound
         lag = self.pool.version - result.policy_version

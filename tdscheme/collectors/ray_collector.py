@@ -100,10 +100,13 @@ class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
             ``ReplayBuffer(..., service_backend="ray")``): each worker writes its
             stamped frames into it through its own client and iteration yields
             ``None`` per batch, as in torchrl; :meth:`start` collects in the
-            background. Never a frame past ``total_frames``: each request gets
-            what is left as its budget (frames past it are discarded and counted
-            in ``stats()["frames_discarded"]``). ``max_policy_lag`` is applied by
-            each worker when it writes.
+            background. Batches keep torchrl's layout (``[*env_batch, time]``).
+            Never a frame past ``total_frames``: each request gets what is left
+            as its budget and is cut along time to the steps that fit (frames
+            past it are discarded and counted in ``stats()["frames_discarded"]``;
+            with a batched env, ``total_frames`` may end up to one step of the
+            batch short). ``max_policy_lag`` is applied by each worker when it
+            writes.
         trajs_per_batch: each worker's collector assembles whole trajectories
             (torchrl's argument); with a replay buffer each is written flat
             (``SliceSampler``-ready) and never cut: a trajectory that does not

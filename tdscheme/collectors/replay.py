@@ -44,17 +44,22 @@ def trajectory_lengths(td: TensorDictBase) -> list[int]:
 def frames_to_write(
     td: TensorDictBase, max_frames: int | None, *, whole_trajectories: bool
 ) -> tuple[TensorDictBase, int]:
-    """The frames of a batch to write, flat, within ``max_frames``; and how many are discarded.
+    """The frames of a batch to write within ``max_frames``; and how many are discarded.
+
+    The batch keeps torchrl's layout (what torchrl's collectors write: ``[*env_batch,
+    time]``, or flat whole trajectories), so a buffer configured for torchrl's
+    ``RayCollector`` fills the same way.
 
     Args:
-        td: a stamped batch (``[*env_batch, time]``, or flat whole trajectories).
+        td: a stamped batch.
         max_frames: the request's budget (``None``: no budget).
         whole_trajectories: ``td`` is a flat batch of whole trajectories
             (``trajs_per_batch``): keep the longest prefix of whole trajectories
-            that fits, never part of one.
+            that fits, never part of one. Otherwise the batch is cut along time
+            to the steps that fit for every env of the batch.
 
     Returns:
-        ``(frames, discarded)``: the flat frames to write and the count left out.
+        ``(frames, discarded)``: the frames to write and the count left out.
 
     Example:
         >>> from tensordict import TensorDict
@@ -63,19 +68,22 @@ def frames_to_write(
         >>> kept, discarded = frames_to_write(td, 4, whole_trajectories=True)
         >>> kept.shape, discarded
         (torch.Size([2]), 3)
-        >>> frames_to_write(td, 4, whole_trajectories=False)[0].shape
-        torch.Size([4])
+        >>> batched = TensorDict({"x": torch.zeros(3, 10)}, [3, 10])  # 3 envs, 10 steps
+        >>> kept, discarded = frames_to_write(batched, 20, whole_trajectories=False)
+        >>> kept.shape, discarded
+        (torch.Size([3, 6]), 12)
     """
-    flat = td.reshape(-1)
-    total = flat.shape[0]
+    total = td.batch_size.numel()
     if max_frames is None or max_frames >= total:
-        return flat, 0
+        return td, 0
     keep = max(0, max_frames)
     if whole_trajectories:
         kept = 0
-        for length in trajectory_lengths(flat):
+        for length in trajectory_lengths(td):
             if kept + length > keep:
                 break
             kept += length
-        keep = kept
-    return flat[:keep], total - keep
+        return td[:kept], total - kept
+    per_step = total // td.shape[-1]  # frames per time step: the env batch
+    out = td[..., : keep // per_step]
+    return out, total - out.batch_size.numel()

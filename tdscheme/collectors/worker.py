@@ -210,7 +210,7 @@ class CollectorWorker:
             td, discarded = frames_to_write(
                 td, max_frames, whole_trajectories=self.spec.whole_trajectories
             )
-            frames = td.shape[0]
+            frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
             if self._too_stale(version):
                 frames, dropped = 0, frames
             elif frames:
