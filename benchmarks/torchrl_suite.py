@@ -27,8 +27,11 @@ Exit status 0 whatever the outcomes (1 only when a pytest run produced no result
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -78,7 +81,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--timeout-s", type=float, default=240.0, help="per-test limit (pytest-timeout)"
     )
     parser.add_argument(
-        "--run-timeout-s", type=float, default=5400.0, help="limit for each pytest run"
+        "--run-timeout-s", type=float, default=5400.0, help="limit for all the tests of a class"
+    )
+    parser.add_argument(
+        "--ray-num-cpus",
+        type=int,
+        default=None,
+        help="CPUs the test file's Ray declares (default: the machine's); its tests ask "
+        "for up to 5 one-CPU actors at once",
     )
     parser.add_argument("--log-dir", default=None, help="keep each pytest run's output here")
     parser.add_argument("--out", default=None, help="also write a markdown section here")
@@ -100,37 +110,79 @@ def missing_reason(path: str | None) -> str | None:
 def run_suite(
     collector: str, tests: Path, args: argparse.Namespace, log_dir: Path
 ) -> list[TestOutcome]:
-    """One pytest process over ``tests`` with ``collector``'s class; its outcomes."""
+    """The tests with ``collector``'s class; their outcomes.
+
+    A test that passes ``--timeout-s`` (often one blocked in a ``ray.get`` with no
+    timeout, which no signal interrupts) stops its pytest process (pytest-timeout's
+    ``thread`` method); it is recorded as ``timeout`` and a new pytest process runs the
+    tests left. Each pytest process runs in its own process group, killed when it ends,
+    so nothing it started (Ray's processes among them) outlives it.
+    """
     results = log_dir / f"{collector}.jsonl"
     built = log_dir / f"{collector}.built"
-    log = log_dir / f"{collector}.log"
-    for path in (results, built):
+    current = Path(f"{results}.current")  # the running test (the plugin writes it)
+    for path in (results, built, current):
         path.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "pytest", str(tests), "-p", "torchrl_suite_plugin",
         f"--suite-collector={collector}", f"--suite-select={args.select}",
-        f"--suite-results={results}", f"--timeout={args.timeout_s}",
+        f"--suite-results={results}", f"--timeout={args.timeout_s}", "--timeout-method=thread",
         f"--rootdir={tests.parent}", "-p", "no:cacheprovider", "-q", "-rfE",
     ]  # fmt: skip
+    if args.ray_num_cpus is not None:
+        command.append(f"--suite-ray-num-cpus={args.ray_num_cpus}")
     if args.keyword:
         command += ["-k", args.keyword]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCHMARKS), env.get("PYTHONPATH")]))
     env["TORCHRL_SUITE_BUILT_LOG"] = str(built)
-    print(f"# {collector}: pytest running, output in {log}", file=sys.stderr, flush=True)
+    timeouts: list[TestOutcome] = []
+    deadline = time.monotonic() + args.run_timeout_s
+    for attempt in itertools.count():
+        finished = [o.test for o in read_outcomes(collector, results)] + [o.test for o in timeouts]
+        log = log_dir / f"{collector}.{attempt}.log"
+        print(f"# {collector}: pytest running, output in {log}", file=sys.stderr, flush=True)
+        deselect = [f"--deselect={test}" for test in finished]
+        run_pytest(command + deselect, log, cwd=tests.parent, env=env, deadline=deadline)
+        hung = current.read_text().strip() if current.exists() else ""
+        current.unlink(missing_ok=True)
+        if not hung or hung in finished or time.monotonic() >= deadline:
+            break
+        built_count = built.read_text().splitlines().count(hung) if built.exists() else 0
+        timeouts.append(
+            TestOutcome(
+                collector=collector, test=hung, outcome="timeout", seconds=args.timeout_s,
+                built=built_count, message=f"no result in --timeout-s={args.timeout_s}; see {log}",
+            )
+        )  # fmt: skip
+    return read_outcomes(collector, results) + timeouts
+
+
+def run_pytest(
+    command: list[str], log: Path, *, cwd: Path, env: dict[str, str], deadline: float
+) -> None:
+    """Runs ``command`` in a new process group until it exits or ``deadline``; kills the group."""
     with open(log, "w") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+            start_new_session=True,
+        )  # fmt: skip
         try:
-            subprocess.run(
-                command, stdout=out, stderr=subprocess.STDOUT, cwd=tests.parent, env=env,
-                timeout=args.run_timeout_s, check=False,
-            )  # fmt: skip
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            print(f"# {collector}: pytest ran past {args.run_timeout_s} s", file=sys.stderr)
+            print(f"# pytest ran past --run-timeout-s; stopped ({log})", file=sys.stderr)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def read_outcomes(collector: str, results: Path) -> list[TestOutcome]:
+    """The outcomes the plugin wrote to ``results`` so far."""
     if not results.exists():
         return []
     with open(results) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [TestOutcome(collector=collector, **row) for row in rows]
+        return [TestOutcome(collector=collector, **json.loads(line)) for line in f if line.strip()]
 
 
 def short_name(test: str) -> str:
@@ -151,12 +203,11 @@ def tables(outcomes: list[TestOutcome], collectors: list[str]) -> dict[str, list
         cells = [per[c].outcome if c in per else "-" for c in collectors]
         built = "/".join(str(per[c].built) if c in per else "-" for c in collectors)
         rows.append([test, *cells, built, failure])
-    totals = [["class", "passed", "failed", "error", "skipped", "tests"]]
+    kinds = ("passed", "failed", "error", "timeout", "skipped")
+    totals = [["class", *kinds, "tests"]]
     for c in collectors:
         mine = [o for o in outcomes if o.collector == c]
-        counts = [
-            sum(o.outcome == k for o in mine) for k in ("passed", "failed", "error", "skipped")
-        ]
+        counts = [sum(o.outcome == k for o in mine) for k in kinds]
         totals.append([c, *map(str, counts), str(len(mine))])
     return {"torchrl's RayCollector tests": rows, "totals": totals}
 
@@ -179,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         for collector in collectors:
             outcomes = run_suite(collector, tests, args, log_dir)
             if not outcomes:
-                print(f"# {collector}: no results; see {log_dir / f'{collector}.log'}")
-                tail = (log_dir / f"{collector}.log").read_text()[-3000:]
-                print(tail, file=sys.stderr)
+                log = log_dir / f"{collector}.0.log"
+                print(f"# {collector}: no results; the end of {log}:", file=sys.stderr)
+                print(log.read_text()[-3000:], file=sys.stderr)
                 status = 1
             for outcome in outcomes:
                 rec.add(outcome)

@@ -19,7 +19,10 @@
   error, skipped), ``seconds``, ``message`` (the failure's first line, or the skip reason),
   ``cause`` (the innermost exception line, for a test that re-raises a child process's
   error) and ``built`` (how many RayCollectors of the class under test the test built,
-  child processes included).
+  child processes included). ``PATH.current`` names the running test, so that a test that
+  never finishes (its pytest process killed) is known.
+* ``--suite-ray-num-cpus N``: the CPUs the Ray started by the test file's fixtures declares
+  (they start it with torchrl's ``DEFAULT_RAY_INIT_CONFIG``, which leaves it to the machine).
 
 Nothing of torchrl's test code is copied here: the plugin only selects, substitutes and
 records.
@@ -68,11 +71,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="collector: the tests that build a RayCollector; all: every test of their classes",
     )
     group.addoption("--suite-results", default=None, help="write one JSON line per test here")
+    group.addoption(
+        "--suite-ray-num-cpus",
+        type=int,
+        default=None,
+        help="num_cpus of the Ray the test file starts (its DEFAULT_RAY_INIT_CONFIG)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     collector = config.getoption("--suite-collector")
     original, replacement = install(collector)
+    num_cpus = config.getoption("--suite-ray-num-cpus")
+    if num_cpus is not None:
+        import torchrl.collectors.distributed.ray as torchrl_ray
+
+        # the test classes' fixtures start Ray with dict(DEFAULT_RAY_INIT_CONFIG)
+        torchrl_ray.DEFAULT_RAY_INIT_CONFIG["num_cpus"] = num_cpus
     # Processes that multiprocessing spawns from the tests run ``torchrl_suite_site``'s
     # sitecustomize, which calls install() too (see there).
     os.environ.update(
@@ -154,6 +169,10 @@ class SuiteRun:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.results_path:  # a test that never finishes is named in this file
+            Path(self.results_path + ".current").write_text(nodeid)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         row = self._rows.setdefault(report.nodeid, {"test": report.nodeid, "outcome": "passed"})
         row["seconds"] = round(row.get("seconds", 0.0) + report.duration, 2)
@@ -173,6 +192,7 @@ class SuiteRun:
         row["built"] = _constructions(nodeid)
         with open(self.results_path, "a") as f:
             f.write(json.dumps(row) + "\n")
+        Path(self.results_path + ".current").unlink(missing_ok=True)
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 torchrl's own test file is not in this repository (CI has no copy), so the swap is checked on
 a small test file written here, in the shape of torchrl's: a test class naming RayCollector,
-one test building it in the pytest process and one in a spawned child process.
+tests building it in the pytest process and in a spawned child process, and one that hangs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 SUITE = """
 import multiprocessing
+import time
 
 import pytest
 from torchrl.collectors.distributed import RayCollector
@@ -55,6 +56,14 @@ class TestRayCollector:
 
     def test_builds_nothing(self):
         pass
+
+    @pytest.mark.timeout(3)
+    def test_hangs_with_tdscheme(self):
+        self._build()
+        time.sleep(600)  # as a test blocked in ray.get: its pytest process is stopped
+
+    def test_builds_after_the_hang(self):
+        self._build()
 
 
 class TestUnrelated:
@@ -95,7 +104,7 @@ def test_skips_when_the_copy_is_missing(suite, capsys, tmp_path):
     assert "which is not a file" in capsys.readouterr().out
 
 
-def test_swaps_the_class_in_the_tests_and_their_spawned_children(suite, capsys, tmp_path):
+def test_swaps_the_class_and_goes_on_after_a_hung_test(suite, capsys, tmp_path):
     tests = tmp_path / "suite" / "test_suite_shape.py"
     tests.parent.mkdir()
     tests.write_text(textwrap.dedent(SUITE))
@@ -106,12 +115,13 @@ def test_swaps_the_class_in_the_tests_and_their_spawned_children(suite, capsys, 
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
     got = {(r["collector"], r["test"].rsplit("::", 1)[-1]): r for r in rows}
     # only the tests that build a RayCollector run; the others are deselected
-    assert sorted(got) == sorted(
-        (c, t)
-        for c in ("tdscheme", "torchrl")
-        for t in ("test_builds_here", "test_builds_in_spawned_child")
-    )
-    for test in ("test_builds_here", "test_builds_in_spawned_child"):
+    selected = ["test_builds_here", "test_builds_in_spawned_child", "test_hangs_with_tdscheme"]
+    selected.append("test_builds_after_the_hang")
+    assert sorted(got) == sorted((c, t) for c in ("tdscheme", "torchrl") for t in selected)
+    assert got["tdscheme", "test_hangs_with_tdscheme"]["outcome"] == "timeout"
+    assert got["tdscheme", "test_hangs_with_tdscheme"]["built"] == 1
+    # a new pytest process ran the test after the one that hung
+    for test in ("test_builds_here", "test_builds_in_spawned_child", "test_builds_after_the_hang"):
         assert got["tdscheme", test]["outcome"] == "passed", got["tdscheme", test]
         assert got["tdscheme", test]["built"] == 1
         assert got["torchrl", test]["outcome"] == "failed"  # the baseline keeps torchrl's class
