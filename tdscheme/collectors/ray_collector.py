@@ -14,13 +14,14 @@ from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.torchrl_surface import TorchrlSurface
 from tdscheme.collectors.weights import AutoPushRule, weights_from
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
 
 
-class RayCollector(BaseCollector):
+class RayCollector(TorchrlSurface, BaseCollector):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -92,6 +93,10 @@ class RayCollector(BaseCollector):
         seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
         batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
             while every worker still answers pings.
+
+    torchrl's attribute names (``remote_collectors``, ``num_workers``,
+    ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
+    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.
