@@ -93,6 +93,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
         seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
         batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
             while every worker still answers pings.
+        trust_policy, use_env_creator, no_cuda_sync, pre_collect_hook, post_collect_hook,
+        weight_updater, weight_sync_schemes, weight_recv_schemes: torchrl's arguments
+            about each worker's collector and its weight path, with torchrl's meaning
+            where tdscheme can keep it (see :mod:`tdscheme.collectors.torchrl_args`).
 
     torchrl's attribute names (``remote_collectors``, ``num_workers``,
     ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
@@ -145,6 +149,14 @@ class RayCollector(TorchrlSurface, BaseCollector):
         max_restarts: int = 3,
         seed: int | None = None,
         batch_timeout_s: float = 600.0,
+        trust_policy: bool | None = None,
+        use_env_creator: bool = False,
+        no_cuda_sync: bool | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        weight_updater: Any = None,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
     ) -> None:
         extra = {} if exploration_type is None else {"exploration_type": exploration_type}
         config = RayCollectorConfig(
@@ -160,7 +172,11 @@ class RayCollector(TorchrlSurface, BaseCollector):
             max_weight_update_interval=max_weight_update_interval,
             max_policy_lag=max_policy_lag, preemption=preemption, compress=compress,
             prefetch_batches=prefetch_batches, max_restarts=max_restarts, seed=seed,
-            batch_timeout_s=batch_timeout_s, **extra,
+            batch_timeout_s=batch_timeout_s, trust_policy=trust_policy,
+            use_env_creator=use_env_creator, no_cuda_sync=no_cuda_sync,
+            pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
+            weight_updater=weight_updater, weight_sync_schemes=weight_sync_schemes,
+            weight_recv_schemes=weight_recv_schemes, **extra,
         )  # fmt: skip
         self._setup(config)
 
@@ -172,7 +188,9 @@ class RayCollector(TorchrlSurface, BaseCollector):
         return collector
 
     def _setup(self, config: RayCollectorConfig) -> None:
-        super().__init__()
+        super().__init__(
+            pre_collect_hook=config.pre_collect_hook, post_collect_hook=config.post_collect_hook
+        )
         self.config = config
         self.policy = config.policy
         self.frames_per_batch = config.frames_per_batch

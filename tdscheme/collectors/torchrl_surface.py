@@ -84,6 +84,11 @@ class TorchrlSurface:
         return self.config.max_weight_update_interval
 
     @property
+    def trust_policy(self) -> bool | None:
+        """torchrl's ``trust_policy``, as passed to every worker's collector."""
+        return self.config.trust_policy
+
+    @property
     def device(self) -> list[Any]:
         """Each worker's ``device`` argument."""
         return self._per_worker("device")
