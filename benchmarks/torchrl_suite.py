@@ -9,8 +9,13 @@ RayCollector (``--select all``: every test of the classes that name it). With
 second pytest process, as the baseline. Run from the repository root::
 
     .venv/bin/python benchmarks/torchrl_suite.py --tests /path/to/test_distributed.py
-    .venv/bin/python benchmarks/torchrl_suite.py --tests ... --peer torchrl --out r.md
+    .venv/bin/python benchmarks/torchrl_suite.py --tests ... --peer torchrl --ray-num-cpus 10 --out r.md
     TORCHRL_TEST_DISTRIBUTED=/path/to/test_distributed.py .venv/bin/python benchmarks/torchrl_suite.py -k updatepolicy
+
+On a small machine pass ``--ray-num-cpus 10``: the test file starts Ray with the
+machine's CPU count, and its trainer tests ask for up to about 10 one-CPU actors at once, so
+on 2 cores they wait for resources forever (each is then stopped at ``--timeout-s`` and
+recorded as ``timeout``; the run goes on with the next test).
 
 The copy stays outside this repository and this script never downloads it: without
 one (no ``--tests``, no ``TORCHRL_TEST_DISTRIBUTED``, or no file there) it prints why
@@ -87,8 +92,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--ray-num-cpus",
         type=int,
         default=None,
-        help="CPUs the test file's Ray declares (default: the machine's); its tests ask "
-        "for up to 5 one-CPU actors at once",
+        help="CPUs the test file's Ray declares (default: the machine's); its trainer tests "
+        "ask for up to about 10 one-CPU actors at once",
     )
     parser.add_argument("--log-dir", default=None, help="keep each pytest run's output here")
     parser.add_argument("--out", default=None, help="also write a markdown section here")
