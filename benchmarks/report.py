@@ -135,13 +135,13 @@ def parse_section_args(
     return args
 
 
-def print_tables(tables: Mapping[str, list[list[str]]]) -> None:
-    """Prints each section's table (header row first) in aligned columns of 60 characters at most."""
+def print_tables(tables: Mapping[str, list[list[str]]], *, width: int = 60) -> None:
+    """Prints each section's table (header row first) in aligned columns of ``width`` characters at most."""
     for section, table in tables.items():
-        widths = [max(len(r[i][:60]) for r in table) for i in range(len(table[0]))]
+        widths = [max(len(r[i][:width]) for r in table) for i in range(len(table[0]))]
         print(f"\n== {section}")
         for r in table:
-            print("  ".join(c[:60].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+            print("  ".join(c[:width].ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def write_markdown(

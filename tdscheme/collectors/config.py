@@ -10,6 +10,11 @@ from torch import nn
 
 from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.collectors.replay import is_ray_replay_buffer
+from tdscheme.collectors.torchrl_args import (
+    check_weight_args,
+    for_worker_collector,
+    with_env_creators,
+)
 from tdscheme.collectors.worker import WorkerSpec
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.transport import TensorDictCodec
@@ -53,7 +58,8 @@ class RayCollectorConfig:
     """All the settings of a :class:`~tdscheme.RayCollector` (see its docstring for each).
 
     The arguments torchrl's RayCollector documents keep their names and
-    meaning; ``max_policy_lag``, ``preemption``, ``compress``,
+    meaning (those about each worker's collector and its weight path: see
+    :mod:`tdscheme.collectors.torchrl_args`); ``max_policy_lag``, ``preemption``, ``compress``,
     ``prefetch_batches``, ``max_restarts``, ``seed`` and ``batch_timeout_s`` are
     tdscheme's additions.
 
@@ -101,10 +107,26 @@ class RayCollectorConfig:
     batch_timeout_s: float = 600.0
     replay_buffer: Any = None
     trajs_per_batch: int | None = None
+    # torchrl's arguments about each worker's collector and its weight path (torchrl_args.py)
+    trust_policy: bool | None = None
+    use_env_creator: bool = False
+    no_cuda_sync: bool | None = None
+    pre_collect_hook: Callable[[], None] | None = None
+    post_collect_hook: Callable[[Any], None] | None = None
+    weight_updater: Any = None
+    weight_sync_schemes: Mapping[str, Any] | None = None
+    weight_recv_schemes: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self._check_ints()
+        check_weight_args(
+            weight_updater=self.weight_updater,
+            weight_sync_schemes=self.weight_sync_schemes,
+            weight_recv_schemes=self.weight_recv_schemes,
+        )
         env_fns = self._env_fns()
+        if self.use_env_creator:
+            env_fns = with_env_creators(env_fns)
         self.num_collectors = len(env_fns)
         self.create_env_fn = env_fns
         self.collector_class = resolve_collector_class(self.collector_class)
@@ -215,6 +237,12 @@ class RayCollectorConfig:
                 kwargs.setdefault("trajs_per_batch", self.trajs_per_batch)
                 if self.replay_buffer is not None:  # flat whole trajectories, as written
                     kwargs.setdefault("traj_format", "cat")
+            kwargs = for_worker_collector(
+                kwargs, collector_class=self.collector_class, policy=self.policy,
+                policy_factory=factories[i], trust_policy=self.trust_policy,
+                no_cuda_sync=self.no_cuda_sync, pre_collect_hook=self.pre_collect_hook,
+                post_collect_hook=self.post_collect_hook,
+            )  # fmt: skip
             specs.append(
                 WorkerSpec(
                     create_env_fn=self.create_env_fn[i],

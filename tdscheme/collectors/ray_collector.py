@@ -14,6 +14,7 @@ from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.torchrl_surface import TorchrlSurface
 from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
@@ -22,7 +23,7 @@ from tdscheme.transport import TensorDictCodec
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
+class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -111,6 +112,14 @@ class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
             (torchrl's argument); with a replay buffer each is written flat
             (``SliceSampler``-ready) and never cut: a trajectory that does not
             fit in the frame budget is discarded, and collection ends there.
+        trust_policy, use_env_creator, no_cuda_sync, pre_collect_hook, post_collect_hook,
+        weight_updater, weight_sync_schemes, weight_recv_schemes: torchrl's arguments
+            about each worker's collector and its weight path, with torchrl's meaning
+            where tdscheme can keep it (see :mod:`tdscheme.collectors.torchrl_args`).
+
+    torchrl's attribute names (``remote_collectors``, ``num_workers``,
+    ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
+    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.
@@ -161,6 +170,14 @@ class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
         batch_timeout_s: float = 600.0,
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
+        trust_policy: bool | None = None,
+        use_env_creator: bool = False,
+        no_cuda_sync: bool | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        weight_updater: Any = None,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
     ) -> None:
         extra = {} if exploration_type is None else {"exploration_type": exploration_type}
         config = RayCollectorConfig(
@@ -177,7 +194,11 @@ class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
             max_policy_lag=max_policy_lag, preemption=preemption, compress=compress,
             prefetch_batches=prefetch_batches, max_restarts=max_restarts, seed=seed,
             batch_timeout_s=batch_timeout_s, replay_buffer=replay_buffer,
-            trajs_per_batch=trajs_per_batch, **extra,
+            trajs_per_batch=trajs_per_batch, trust_policy=trust_policy,
+            use_env_creator=use_env_creator, no_cuda_sync=no_cuda_sync,
+            pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
+            weight_updater=weight_updater, weight_sync_schemes=weight_sync_schemes,
+            weight_recv_schemes=weight_recv_schemes, **extra,
         )  # fmt: skip
         self._setup(config)
 
@@ -189,12 +210,12 @@ class RayCollector(WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
         return collector
 
     def _setup(self, config: RayCollectorConfig) -> None:
-        super().__init__()
+        super().__init__(
+            pre_collect_hook=config.pre_collect_hook, post_collect_hook=config.post_collect_hook
+        )
         self.config = config
         self.policy = config.policy
         self.frames_per_batch = config.frames_per_batch
-        # torchrl's BaseCollector.__len__ reads it: len(collector) is the number of batches
-        self.requested_frames_per_batch = config.frames_per_batch
         self.total_frames = config.total_frames
         self.postproc = config.postproc
         self.split_trajs = config.split_trajs

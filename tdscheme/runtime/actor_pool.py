@@ -177,6 +177,10 @@ class ActorPool:
         """The current actor handle of every worker (for custom calls; do not kill them)."""
         return [slot.actor for slot in self._slots]
 
+    def specs(self) -> list[Any]:
+        """The spec each worker is built from."""
+        return [slot.spec for slot in self._slots]
+
     def restarts(self) -> list[int]:
         """Restarts per worker."""
         return [slot.restarts for slot in self._slots]

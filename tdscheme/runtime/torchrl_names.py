@@ -113,3 +113,25 @@ def default_exploration_type() -> Any:
 
         return ExplorationType.RANDOM
     return DEFAULT_EXPLORATION_TYPE
+
+
+def shared_memory_weight_scheme() -> Any:
+    """A new torchrl ``SharedMemWeightSyncScheme``: how a multiprocess collector sends weights
+    to its env processes."""
+    from torchrl.weight_update import SharedMemWeightSyncScheme
+
+    return SharedMemWeightSyncScheme()
+
+
+def ray_weight_scheme_class() -> type:
+    """torchrl's ``RayWeightSyncScheme`` (weights through Ray's object store)."""
+    from torchrl.weight_update import RayWeightSyncScheme
+
+    return RayWeightSyncScheme
+
+
+def env_creator_class() -> type:
+    """torchrl's ``EnvCreator`` (an env factory that builds one env up front to learn its specs)."""
+    from torchrl.envs import EnvCreator
+
+    return EnvCreator

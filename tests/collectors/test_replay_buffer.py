@@ -114,7 +114,8 @@ def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):
             done = data["next", "done"][where].flatten()
             assert done[-1] and done.sum().item() == 1
         assert stats["frames"] == len(data)
-        assert stats["frames"] + stats["frames_discarded"] >= 600 or stats["frames_discarded"] == 0
+        # It ends at the first whole trajectory that does not fit in what is left.
+        assert stats["frames"] == 600 or stats["frames_discarded"] > 0
         sample = rb.sample()
         assert sample.shape == torch.Size([32])
     finally:

@@ -104,3 +104,26 @@ def test_policy_factory_with_pushed_weights(ray_clean):
             collector.update_policy_weights_(weights)
     finally:
         collector.shutdown()
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_policy_factory_with_multiprocess_collector_takes_pushed_weights(
+    ray_clean, collector_class
+):
+    # torchrl gives the inner collector a shared-memory weight scheme so that the weights
+    # reach its env processes; without it, the worker raised "No weight updater, ..."
+    weights = TensorDict.from_module(CountingPolicy())
+    collector = RayCollector(
+        [CountingEnv], policy_factory=CountingPolicy, collector_class=collector_class,
+        total_frames=300, frames_per_batch=50, **REMOTE,
+    )  # fmt: skip
+    actions = []
+    try:
+        for i, data in enumerate(collector):
+            actions.append(data["action"].unique().tolist())
+            if i == 0:
+                weights.data.add_(1)
+                collector.update_policy_weights_(weights)
+    finally:
+        collector.shutdown()
+    assert actions[0] == [1] and actions[-1] == [2], actions

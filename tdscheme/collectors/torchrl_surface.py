@@ -1,0 +1,112 @@
+"""torchrl RayCollector's attributes, read from a tdscheme RayCollector's own state.
+
+Code written for torchrl's ``RayCollector`` reads ``remote_collectors``, ``num_workers``,
+``collector_class``, ``collector_kwargs``, the device lists and so on, and calls
+``stop_remote_collectors()``; torchrl's ``BaseCollector.__len__`` reads
+``requested_frames_per_batch``. :class:`TorchrlSurface` gives
+:class:`~tdscheme.collectors.RayCollector` those names; each is derived from the
+collector's config and its workers' specs, so nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tdscheme.collectors.config import RayCollectorConfig
+    from tdscheme.collectors.pool import WorkerPool
+
+__all__ = ["TorchrlSurface"]
+
+
+class TorchrlSurface:
+    """torchrl RayCollector's attribute names on a tdscheme RayCollector (a mixin).
+
+    The host class provides ``config`` (its :class:`RayCollectorConfig`), ``_pool``
+    (its :class:`WorkerPool`) and ``shutdown()``. Every attribute is read-only: the
+    settings they show were applied when the workers were built.
+    """
+
+    config: RayCollectorConfig
+    _pool: WorkerPool
+
+    if TYPE_CHECKING:
+
+        def shutdown(self, timeout: float | None = None, **kwargs: Any) -> None: ...
+
+    @property
+    def remote_collectors(self) -> list[Any]:
+        """The worker actors (tdscheme ``CollectorWorker`` actors, not torchrl collector actors).
+
+        Empty once the collector is shut down.
+        """
+        return [actor for actor in self._pool.actors() if actor is not None]
+
+    def stop_remote_collectors(self) -> None:
+        """Stops the workers; in tdscheme this is :meth:`shutdown`.
+
+        A collector cannot collect without its workers in torchrl either; tdscheme shuts
+        the whole collector down so that a later call raises "is shut down", and releases
+        its Ray lease here rather than at a later ``shutdown()`` (which does nothing then).
+        """
+        self.shutdown()
+
+    @property
+    def num_workers(self) -> int:
+        """Number of workers (torchrl's name for ``num_collectors``)."""
+        return len(self._pool)
+
+    @property
+    def collector_class(self) -> type:
+        """The torchrl collector class every worker wraps."""
+        return self.config.collector_class
+
+    @property
+    def collector_kwargs(self) -> list[dict[str, Any]]:
+        """The keyword arguments each worker's collector was built with, one dict per worker."""
+        return [dict(spec.collector_kwargs) for spec in self._pool.specs()]
+
+    @property
+    def requested_frames_per_batch(self) -> int:
+        """Frames per yielded batch, as asked for (torchrl's ``BaseCollector.__len__`` reads it:
+        ``len(collector)`` is the number of batches up to ``total_frames``, and ``list()``
+        calls ``len``)."""
+        return self.config.frames_per_batch
+
+    @property
+    def update_after_each_batch(self) -> bool:
+        """Whether weights are pushed after each batch (see the class docstring)."""
+        return self.config.update_after_each_batch
+
+    @property
+    def max_weight_update_interval(self) -> int:
+        """Batches a worker may produce before it is sent weights (-1: never forced)."""
+        return self.config.max_weight_update_interval
+
+    @property
+    def trust_policy(self) -> bool | None:
+        """torchrl's ``trust_policy``, as passed to every worker's collector."""
+        return self.config.trust_policy
+
+    @property
+    def device(self) -> list[Any]:
+        """Each worker's ``device`` argument."""
+        return self._per_worker("device")
+
+    @property
+    def storing_device(self) -> list[Any]:
+        """Each worker's ``storing_device`` argument."""
+        return self._per_worker("storing_device")
+
+    @property
+    def env_device(self) -> list[Any]:
+        """Each worker's ``env_device`` argument."""
+        return self._per_worker("env_device")
+
+    @property
+    def policy_device(self) -> list[Any]:
+        """Each worker's ``policy_device`` argument."""
+        return self._per_worker("policy_device")
+
+    def _per_worker(self, name: str) -> list[Any]:
+        return [spec.collector_kwargs.get(name) for spec in self._pool.specs()]

@@ -1,0 +1,65 @@
+"""torchrl RayCollector's attribute names on tdscheme's RayCollector, on a real Ray."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.testing.mocking_classes import CountingEnv
+
+from tdscheme import RayCollector
+from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.testing import CountingPolicy
+
+SMALL = {"num_cpus": 0.5}
+
+
+def test_torchrl_attributes_describe_the_workers(ray_clean):
+    collector = RayCollector(
+        [CountingEnv, CountingEnv], CountingPolicy(), frames_per_batch=10, total_frames=20,
+        device="cpu", storing_device=["cpu", None], update_after_each_batch=True,
+        max_weight_update_interval=3, trust_policy=True, remote_configs=SMALL,
+    )  # fmt: skip
+    try:
+        assert collector.num_workers == collector.num_collectors == 2
+        assert collector.remote_collectors == collector.workers
+        assert len(collector.remote_collectors) == 2
+        assert collector.collector_class is Collector
+        assert [kw["trust_policy"] for kw in collector.collector_kwargs] == [True, True]
+        assert collector.device == ["cpu", "cpu"]
+        assert collector.storing_device == ["cpu", None]
+        assert collector.env_device == collector.policy_device == [None, None]
+        assert collector.update_after_each_batch is True
+        assert collector.max_weight_update_interval == 3
+        assert collector.trust_policy is True
+        assert collector.requested_frames_per_batch == 10
+        assert len(collector) == 2  # torchrl's __len__: batches up to total_frames
+        with pytest.raises(AttributeError):
+            collector.update_after_each_batch = False  # applied when the workers were built
+    finally:
+        collector.shutdown()
+
+
+def test_stop_remote_collectors_shuts_the_collector_down(ray_clean):
+    collector = RayCollector(
+        [CountingEnv], CountingPolicy(), frames_per_batch=10, total_frames=-1,
+        remote_configs=SMALL,
+    )  # fmt: skip
+    assert next(iter(collector)).numel() == 10
+    collector.stop_remote_collectors()
+    assert collector.remote_collectors == []
+    with pytest.raises(RuntimeError, match="is shut down"):
+        collector.update_policy_weights_()
+    collector.shutdown()  # still fine (idempotent); ray_clean checks that no actor is left
+
+
+def test_post_collect_hook_runs_in_every_worker(ray_clean):
+    with RayCollector(
+        [CountingEnv, CountingEnv], CountingPolicy(), frames_per_batch=10, total_frames=40,
+        # a lambda: Ray workers get it by value (they cannot import this test module)
+        post_collect_hook=lambda batch: batch.set("hooked", torch.ones(batch.batch_size)),
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        assert callable(collector.post_collect_hook)  # torchrl keeps it on the driver too
+        batches = list(collector)  # list() calls len(): torchrl's __len__ must work
+    assert len(batches) == 4
+    assert all((b["hooked"] == 1).all() for b in batches)
