@@ -80,7 +80,10 @@ class BatchFlow:
         budget = None
         if self.config.replay_buffer is not None and self.config.total_frames >= 0:
             left = self.config.total_frames - self.stats.frames - self._in_flight_frames()
-            budget = max(0, min(frames, left))
+            if self.config.trajs_per_batch is None:
+                budget = max(0, min(frames, left))
+            else:  # a batch of whole trajectories has no fixed size: share what is left
+                budget = max(0, left // max(1, len(self.pool)))
         ref = self.pool.collect(worker_id, batch_id, budget)
         self._budget[ref] = frames if budget is None else budget
         return ref
@@ -193,12 +196,13 @@ class BatchFlow:
         budget = self._budget.pop(ref, expected_frames)
         result = self.pool.result(ref)
         if result is None:
-            self.stats.frames_lost += budget
+            self.stats.frames_lost += min(budget, expected_frames)
             return None
         self.stats.frames_dropped += result.frames_dropped  # too stale when written
-        if result.frames_discarded:  # the budget bound: what is left fits no step or trajectory
+        if result.frames_discarded:  # the budget bound
             self.stats.frames_discarded += result.frames_discarded
-            self._budget_closed = True
+            # Near the end (a budget under a batch), what is left fits no row or trajectory.
+            self._budget_closed = self._budget_closed or budget < expected_frames
         if result.payload is None:
             return result  # written into the replay buffer: the worker applied the lag bound
         lag = self.pool.version - result.policy_version

@@ -103,10 +103,10 @@ class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, B
             ``None`` per batch, as in torchrl; :meth:`start` collects in the
             background. Batches keep torchrl's layout (``[*env_batch, time]``).
             Never a frame past ``total_frames``: each request gets what is left
-            as its budget and is cut along time to the steps that fit (frames
-            past it are discarded and counted in ``stats()["frames_discarded"]``;
-            with a batched env, ``total_frames`` may end up to one step of the
-            batch short). ``max_policy_lag`` is applied by each worker when it
+            as its budget and is cut to the rows that fit (frames past it are
+            discarded and counted in ``stats()["frames_discarded"]``; with a
+            batched env a row is one env's steps of the batch, so ``total_frames``
+            may end up to one row short). ``max_policy_lag`` is applied by each worker when it
             writes.
         trajs_per_batch: each worker's collector assembles whole trajectories
             (torchrl's argument); with a replay buffer each is written flat

@@ -55,8 +55,9 @@ def frames_to_write(
         max_frames: the request's budget (``None``: no budget).
         whole_trajectories: ``td`` is a flat batch of whole trajectories
             (``trajs_per_batch``): keep the longest prefix of whole trajectories
-            that fits, never part of one. Otherwise the batch is cut along time
-            to the steps that fit for every env of the batch.
+            that fits, never part of one. Otherwise the batch is cut along its
+            first dim (time for one env; the envs of a ``[num_envs, time]`` batch,
+            so that every row written keeps the shape the buffer's storage holds).
 
     Returns:
         ``(frames, discarded)``: the frames to write and the count left out.
@@ -69,9 +70,9 @@ def frames_to_write(
         >>> kept.shape, discarded
         (torch.Size([2]), 3)
         >>> batched = TensorDict({"x": torch.zeros(3, 10)}, [3, 10])  # 3 envs, 10 steps
-        >>> kept, discarded = frames_to_write(batched, 20, whole_trajectories=False)
+        >>> kept, discarded = frames_to_write(batched, 25, whole_trajectories=False)
         >>> kept.shape, discarded
-        (torch.Size([3, 6]), 12)
+        (torch.Size([2, 10]), 10)
     """
     total = td.batch_size.numel()
     if max_frames is None or max_frames >= total:
@@ -84,6 +85,6 @@ def frames_to_write(
                 break
             kept += length
         return td[:kept], total - kept
-    per_step = total // td.shape[-1]  # frames per time step: the env batch
-    out = td[..., : keep // per_step]
+    per_row = total // td.shape[0]  # 1 for one env's [time]; time for [num_envs, time]
+    out = td[: keep // per_row]
     return out, total - out.batch_size.numel()

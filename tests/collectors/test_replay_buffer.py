@@ -141,3 +141,18 @@ def _wait_for(condition, timeout_s: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.1)
+
+
+def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
+    """4 envs x 16 steps per batch: rows of 16 steps, as torchrl writes; 150 frames fit 9 rows."""
+    batched = functools.partial(make_env, "CartPole-v1", num_envs=4)
+    with RayCollector(
+        batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=2,
+        replay_buffer=buffer, **SMALL,
+    ) as collector:  # fmt: skip
+        for _ in collector:
+            pass
+        stats = collector.stats()
+    rows = buffer[:]
+    assert rows.shape == torch.Size([9, 16])  # 144 frames: never past 150, whole rows only
+    assert stats["frames"] == 144 and stats["frames_discarded"] > 0
