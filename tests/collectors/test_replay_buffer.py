@@ -10,6 +10,7 @@ import functools
 import time
 
 import pytest
+import ray
 import torch
 from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
@@ -156,3 +157,50 @@ def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
     rows = buffer[:]
     assert rows.shape == torch.Size([9, 16])  # 144 frames: never past 150, whole rows only
     assert stats["frames"] == 144 and stats["frames_discarded"] > 0
+
+
+def _assert_whole_trajectories(data) -> None:
+    """Per worker, in write order, a trajectory id only changes after a done frame.
+
+    Holds across restarts too: a new incarnation numbers its trajectories from 0
+    again, but its first frame follows the last frame its predecessor wrote.
+    """
+    workers = data[WORKER_ID_KEY].flatten()
+    for worker_id in workers.unique().tolist():
+        mine = data[workers == worker_id]
+        done = mine["next", "done"].flatten()
+        traj = mine["collector", "traj_ids"].flatten()
+        changes = (traj.diff() != 0).nonzero().flatten()
+        assert done[changes].all(), f"worker {worker_id}: a trajectory was cut"
+        assert done[-1], f"worker {worker_id}: its last trajectory is not whole"
+
+
+@pytest.mark.parametrize("trajs_per_batch", [None, 2])
+def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_per_batch):
+    """A worker killed in background collection: nothing half-written, every frame accounted."""
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000),
+        batch_size=32,
+        remote_config={"num_cpus": 0},
+    )
+    total = 1500
+    try:
+        with RayCollector(
+            env, mlp_policy(4, 2), frames_per_batch=100, total_frames=total, num_collectors=2,
+            replay_buffer=rb, trajs_per_batch=trajs_per_batch, max_restarts=2, **SMALL,
+        ) as collector:  # fmt: skip
+            collector.start()
+            _wait_for(lambda: written(rb) >= 300)
+            ray.kill(collector.workers[0], no_restart=True)
+            _wait_for(lambda: not collector.is_running)
+            stats = collector.stats(timeout=10)
+        assert stats["restarts"] == 1 and stats["workers_alive"] == 2
+        assert stats["frames_lost"] > 0  # the killed worker's request in flight
+        assert stats["frames"] == written(rb) == len(rb)  # what was written is what was counted
+        if trajs_per_batch is None:
+            assert written(rb) == total  # the lost request was asked again, never past total
+        else:
+            assert written(rb) <= total
+            _assert_whole_trajectories(rb[:])
+    finally:
+        rb.shutdown()
