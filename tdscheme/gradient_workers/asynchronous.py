@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
 from tdscheme.gradient_workers.metrics import Timer, step_metrics
@@ -36,9 +35,6 @@ class AsynchronousCoordinator(GradientCoordinator):
     """
 
     mode = "asynchronous"
-
-    def _setup(self) -> None:
-        self._in_flight: dict[Any, int] = {}  # compute_gradients future -> worker id
 
     def _dispatch(self, worker_id: int, timers: dict[str, Timer]) -> None:
         with timers["dispatch"]:
@@ -103,14 +99,3 @@ class AsynchronousCoordinator(GradientCoordinator):
         if dropped_staleness:
             metrics["staleness_dropped_max"] = float(max(dropped_staleness))
         return metrics
-
-    def _after_load(self) -> None:
-        self._drain(list(self._in_flight))
-        self._in_flight.clear()
-        super()._after_load()
-
-    def shutdown(self) -> None:
-        """Kills every gradient worker and releases Ray. Idempotent."""
-        if hasattr(self, "_in_flight"):
-            self._in_flight.clear()
-        super().shutdown()

@@ -199,7 +199,10 @@ def check_mode_rules(
         )  # fmt: skip
     check_int("grads_per_step", grads_per_step, minimum=1, optional=True)
     check_int("max_grad_staleness", max_grad_staleness, minimum=0, optional=True)
-    for name, value in (("grads_per_step", grads_per_step), ("max_grad_staleness", max_grad_staleness)):
+    for name, value in (
+        ("grads_per_step", grads_per_step),
+        ("max_grad_staleness", max_grad_staleness),
+    ):
         if value is not None and not asynchronous:
             raise invalid(
                 name, value, f"None, or {communication_name}='asynchronous'", context=setting

@@ -79,6 +79,8 @@ class GradientCoordinator:
         self.totals: dict[str, int] = dict.fromkeys(_TOTALS, 0)
         self._codec = TensorDictCodec(config.compress)
         self._weights: tuple[int, Any] | None = None  # (version, object ref)
+        #: compute_gradients future -> worker id (the modes that keep requests in flight)
+        self._in_flight: dict[Any, int] = {}
         self._closed = False
         self._lease = RayLease.acquire(ray_init_config)
         self.pool = GradientWorkerPool(
@@ -223,6 +225,9 @@ class GradientCoordinator:
         return self.learner.state_dict()
 
     def _after_load(self) -> None:
+        """Discards the requests in flight (they ran the old weights), then pushes the loaded ones."""
+        self._drain(list(self._in_flight))
+        self._in_flight.clear()
         ref, version = self._weights_ref(), self.learner.version
         self.pool.call_all(
             "set_weights", [(ref, version)] * len(self.pool), timeout_s=self.config.timeout_s
@@ -235,6 +240,7 @@ class GradientCoordinator:
         if self._closed:
             return
         self._closed = True
+        self._in_flight.clear()
         self.pool.shutdown()
         self._weights = None
         self._lease.release()

@@ -41,20 +41,19 @@ class SynchronousCoordinator(GradientCoordinator):
     mode = "synchronous"
 
     def _setup(self) -> None:
-        self._in_flight: dict[int, Any] = {}  # worker id -> compute_gradients future
         self._preemption: PreemptionConfig = self.config.preemption  # type: ignore[assignment]
 
     def _dispatch(self, worker_id: int, timers: dict[str, Timer]) -> None:
         with timers["dispatch"]:
             ref = self._weights_ref()
-            self._in_flight[worker_id] = self.pool.submit(
-                worker_id, "compute_gradients", ref, self.learner.version
-            )
+            future = self.pool.submit(worker_id, "compute_gradients", ref, self.learner.version)
+            self._in_flight[future] = worker_id
 
     def _step(self, timers: dict[str, Timer]) -> dict[str, float]:
         num_workers = len(self.pool)
+        busy = set(self._in_flight.values())
         for worker_id in range(num_workers):
-            if worker_id not in self._in_flight:
+            if worker_id not in busy:
                 self._dispatch(worker_id, timers)
         fresh: dict[int, GradientResult] = {}
         dropped: list[GradientResult] = []
@@ -65,11 +64,11 @@ class SynchronousCoordinator(GradientCoordinator):
             frames=sum(r.frames for r in fresh.values()),
             frames_per_batch=num_workers * self.config.frames_per_batch,
         ):
-            pending = [ref for w, ref in self._in_flight.items() if w not in fresh]
+            pending = [ref for ref, w in self._in_flight.items() if w not in fresh]
             with timers["wait"]:
                 ready = self.pool.wait(pending, timeout_s=max(0.0, deadline - time.monotonic()))
             if not ready:
-                waiting = sorted(w for w in self._in_flight if w not in fresh)
+                waiting = sorted(w for w in self._in_flight.values() if w not in fresh)
                 raise TimeoutError(
                     f"gradient workers {waiting} sent no gradient in "
                     f"timeout_s={self.config.timeout_s} s"
@@ -85,7 +84,7 @@ class SynchronousCoordinator(GradientCoordinator):
         dropped: list[GradientResult],
         timers: dict[str, Timer],
     ) -> None:
-        worker_id = self.pool.owner(ref)
+        worker_id = self._in_flight.pop(ref)
         result = self.pool.outcome(ref)
         if result is DIED:
             self._restart(worker_id, "died while computing a gradient")
@@ -96,7 +95,6 @@ class SynchronousCoordinator(GradientCoordinator):
             self._dispatch(worker_id, timers)
         else:
             fresh[worker_id] = result
-            del self._in_flight[worker_id]
 
     def _apply(
         self,
@@ -112,14 +110,3 @@ class SynchronousCoordinator(GradientCoordinator):
         metrics["applied_grad_norm"] = float(applied["grad_norm"])
         metrics["preempted"] = float(len(self.pool) - len(fresh))
         return metrics
-
-    def _after_load(self) -> None:
-        self._drain(list(self._in_flight.values()))
-        self._in_flight.clear()
-        super()._after_load()
-
-    def shutdown(self) -> None:
-        """Kills every gradient worker and releases Ray. Idempotent."""
-        if hasattr(self, "_in_flight"):
-            self._in_flight.clear()
-        super().shutdown()
