@@ -71,9 +71,16 @@ class Measurement:
     note: str = ""
 
 
-def ray_buffer(capacity: int) -> RayReplayBuffer:
+def ray_buffer(capacity: int, row: int = 1) -> RayReplayBuffer:
+    """A Ray-held buffer of ``capacity`` frames, stored in rows of ``row`` frames.
+
+    A storage's capacity counts rows: both collectors write a batched env's batch as
+    ``[num_envs, time]``, rows of ``time`` frames. (Sized in rows by mistake, a
+    million-row storage of 64-frame rows is gigabytes, and its first write takes
+    over a minute for either collector.)
+    """
     return RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, capacity),
+        storage=functools.partial(LazyTensorStorage, max(1, capacity // row)),
         batch_size=256,
         remote_config={"num_cpus": 0},
     )
@@ -114,7 +121,7 @@ def stop(impl: str, collector: Any) -> None:
 def section_background(rec: Recorder, s: Settings) -> None:
     config = f"CartPole x{s.num_envs} per worker, 2 workers, fpb={s.frames_per_batch}"
     for impl in ("tdscheme", "torchrl"):
-        buffer = ray_buffer(1_000_000)
+        buffer = ray_buffer(1_000_000, row=s.frames_per_batch // s.num_envs)
         collector = build(impl, buffer, s, total_frames=2**40)
         try:
             collector.start()
@@ -141,7 +148,7 @@ def section_overshoot(rec: Recorder, s: Settings) -> None:
     for total in s.overshoot_totals:
         config = f"total_frames={total}, fpb={s.frames_per_batch}, 2 workers"
         for impl in ("tdscheme", "torchrl"):
-            buffer = ray_buffer(4 * total)
+            buffer = ray_buffer(4 * total, row=s.frames_per_batch // s.num_envs)
             collector = build(impl, buffer, s, total_frames=total)
             try:
                 for _ in collector:
