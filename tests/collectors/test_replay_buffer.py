@@ -204,3 +204,25 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
             _assert_whole_trajectories(rb[:])
     finally:
         rb.shutdown()
+
+
+def test_max_policy_lag_applies_to_background_writes(buffer):
+    """Lag 0: once every worker acknowledged version 1, no frame of version 0 is written."""
+    with RayCollector(
+        env, mlp_policy(4, 2), frames_per_batch=200, total_frames=-1, num_collectors=2,
+        replay_buffer=buffer, max_policy_lag=0, **SMALL,
+    ) as collector:  # fmt: skip
+        collector.start()
+        _wait_for(lambda: written(buffer) >= 400)
+        collector.update_policy_weights_()
+        assert collector.wait_for_weights(timeout_s=60) == [1, 1]
+        acked_at = written(buffer)
+        _wait_for(lambda: written(buffer) >= acked_at + 400)
+        with collector.pause():
+            stats = collector.stats(timeout=10)
+            data = buffer[:]
+    versions = data[POLICY_VERSION_KEY].flatten()
+    assert (versions[acked_at:] == 1).all(), versions[acked_at:].unique()
+    # the batches in flight at the push ran version 0 and were dropped, not written
+    assert stats["frames_dropped"] > 0
+    assert stats["frames"] == len(data)

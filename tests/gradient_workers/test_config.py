@@ -13,11 +13,23 @@ from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
     ("kwargs", "message"),
     [
         ({"num_grad_workers": 0}, "num_grad_workers=0 is invalid; accepted: an int >= 1"),
-        ({"communication": "sync"}, "communication='sync' is invalid; accepted: 'synchronous', 'asynchronous'"),
-        ({"frames_per_batch": 10, "num_collectors": 3}, "frames_per_batch=10 is invalid with num_collectors=3; accepted: a multiple"),
+        (
+            {"communication": "sync"},
+            "communication='sync' is invalid; accepted: 'synchronous', 'asynchronous'",
+        ),
+        (
+            {"frames_per_batch": 10, "num_collectors": 3},
+            "frames_per_batch=10 is invalid with num_collectors=3; accepted: a multiple",
+        ),
         ({"timeout_s": 0}, "timeout_s=0 is invalid; accepted: a finite number > 0"),
-        ({"grads_per_step": 4}, "grads_per_step=4 is invalid with communication='synchronous'; accepted: None, or communication='asynchronous'"),
-        ({"max_grad_staleness": 1}, "max_grad_staleness=1 is invalid with communication='synchronous'"),
+        (
+            {"grads_per_step": 4},
+            "grads_per_step=4 is invalid with communication='synchronous'; accepted: None, or communication='asynchronous'",
+        ),
+        (
+            {"max_grad_staleness": 1},
+            "max_grad_staleness=1 is invalid with communication='synchronous'",
+        ),
         (
             {"communication": "asynchronous", "max_grad_staleness": -1},
             "max_grad_staleness=-1 is invalid; accepted: None or an int >= 0",

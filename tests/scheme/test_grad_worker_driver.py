@@ -41,7 +41,6 @@ def summary_of(stdout: str) -> dict:
     return json.loads(line.removeprefix("summary: "))
 
 
-
 # -- configuration (no Ray) ----------------------------------------------------------------
 
 
