@@ -69,9 +69,7 @@ class WorkerPool(ActorPool):
         Raises:
             WorkerError: the worker has used up ``max_restarts``.
         """
-        super().restart(
-            worker_id, reason, weights=self._weights_ref, policy_version=self._version
-        )
+        super().restart(worker_id, reason, weights=self._weights_ref, policy_version=self._version)
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
 
     # -- collecting ----------------------------------------------------------------
