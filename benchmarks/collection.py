@@ -652,5 +652,6 @@ def main(argv: list[str] | None = None) -> int:
         intro=INTRO,
     )  # fmt: skip
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -307,5 +307,6 @@ def main(argv: list[str] | None = None) -> int:
         script="grad_workers.py", argv=argv, intro=lambda: intro(s),
     )  # fmt: skip
 
+
 if __name__ == "__main__":
     sys.exit(main())

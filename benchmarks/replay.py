@@ -32,6 +32,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
+from tdscheme.collectors.replay import BufferWriter
 from tdscheme.testing import make_env, mlp_policy
 
 SECTIONS = ("background", "overshoot", "buffer")
@@ -136,7 +137,9 @@ def section_background(rec: Recorder, s: Settings) -> None:
                 samples += 1
             elapsed = time.perf_counter() - start
             fps = (frames_written(buffer) - start_frames) / elapsed
-            rec.add(Measurement("background", impl, "frames_written_per_s", fps, "frames/s", config))
+            rec.add(
+                Measurement("background", impl, "frames_written_per_s", fps, "frames/s", config)
+            )
             rec.add(Measurement("background", impl, "samples_per_s", samples / elapsed, "1/s",
                                 config, f"batches of {s.sample_batch}"))  # fmt: skip
         finally:
@@ -167,26 +170,36 @@ def section_buffer(rec: Recorder, s: Settings) -> None:
          "next": {"reward": torch.ones(s.buffer_frames, 1)}}, [s.buffer_frames],
     )  # fmt: skip
     chunk = 1024
+    # separate batches, as workers send (a slice would pickle the whole storage it views)
+    parts = [data[i : i + chunk].clone() for i in range(0, s.buffer_frames, chunk)]
     makers: dict[str, Callable[[], Any]] = {
         "local": lambda: ReplayBuffer(storage=LazyTensorStorage(s.buffer_frames), batch_size=256),
         "ray-held": lambda: ray_buffer(s.buffer_frames),
+        "ray-held, tdscheme's writer": lambda: ray_buffer(s.buffer_frames),
     }
     for kind, make in makers.items():
         buffer = make()
+        # what a tdscheme worker writes with: the codec, decoded in the buffer's actor
+        writer = BufferWriter(buffer.client()) if "writer" in kind else buffer
         try:
+            writer.extend(parts[0])  # warm-up: storage allocated, the actor's imports done
             start = time.perf_counter()
-            for i in range(0, s.buffer_frames, chunk):
-                buffer.extend(data[i : i + chunk])
+            for part in parts:
+                writer.extend(part)
             extend_fps = s.buffer_frames / (time.perf_counter() - start)
             start, n = time.perf_counter(), 200
             for _ in range(n):
                 buffer.sample(256)
             sample_fps = n * 256 / (time.perf_counter() - start)
             config = f"extend {chunk} frames per call, sample 256"
-            rec.add(Measurement("buffer", kind, "extend_frames_per_s", extend_fps, "frames/s", config))
-            rec.add(Measurement("buffer", kind, "sample_frames_per_s", sample_fps, "frames/s", config))
+            rec.add(
+                Measurement("buffer", kind, "extend_frames_per_s", extend_fps, "frames/s", config)
+            )
+            rec.add(
+                Measurement("buffer", kind, "sample_frames_per_s", sample_fps, "frames/s", config)
+            )
         finally:
-            if kind == "ray-held":
+            if kind != "local":
                 buffer.shutdown()
 
 

@@ -10,10 +10,18 @@ discarded (and counted), never cut.
 
 from __future__ import annotations
 
+from typing import Any
+
+import ray
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["frames_to_write", "is_ray_replay_buffer", "trajectory_lengths"]
+from tdscheme.transport import Payload, TensorDictCodec
+
+__all__ = ["BufferWriter", "frames_to_write", "is_ray_replay_buffer", "trajectory_lengths"]
+
+#: seconds a write may take before the buffer is taken for dead
+WRITE_TIMEOUT_S = 120.0
 
 
 def is_ray_replay_buffer(buffer: object) -> bool:
@@ -88,3 +96,51 @@ def frames_to_write(
     per_row = total // td.shape[0]  # 1 for one env's [time]; time for [num_envs, time]
     out = td[: keep // per_row]
     return out, total - out.batch_size.numel()
+
+
+class BufferWriter:
+    """Writes a worker's frames into a Ray-held torchrl buffer through its client.
+
+    torchrl's ``"ray"`` transport (the default) pickles the TensorDict for every
+    ``extend``; with tdscheme's codec (one numpy buffer per leaf, sent out of band) a
+    1,024-frame write is 2-2.5x faster (benchmarks/replay.py, section ``buffer``). So
+    for that transport the batch is encoded here and decoded inside the buffer's
+    actor, where the buffer's own ``extend`` writes it (Ray's ``__ray_call__`` runs a
+    function on the actor): torchrl's storage, sampler and writer do the rest, as
+    for any client write. Other transports (torchrl's ``"distributed"``) write
+    through the client itself.
+
+    Args:
+        client: a client of the buffer (``RayReplayBuffer.client()``).
+        timeout_s: the longest a write may take (a dead buffer is an error, not a hang).
+    """
+
+    def __init__(self, client: Any, timeout_s: float = WRITE_TIMEOUT_S) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self._actor = _plain_ray_actor(client)
+        self._codec = TensorDictCodec()
+
+    def extend(self, td: TensorDictBase) -> None:
+        """Writes ``td`` (all of it, in one call: a batch is never half-written)."""
+        if self._actor is None:
+            self.client.extend(td)
+            return
+        payload = self._codec.encode(td)
+        ray.get(self._actor.__ray_call__.remote(_extend_decoded, payload), timeout=self.timeout_s)
+
+
+def _plain_ray_actor(client: Any) -> Any:
+    """The buffer actor behind a client of torchrl's ``"ray"`` transport, else ``None``."""
+    try:
+        from torchrl.data.replay_buffers.ray_buffer import _RayReplayBufferClient
+    except ImportError:  # another torchrl: write through the client
+        return None
+    if isinstance(client, _RayReplayBufferClient) and not client.has_gpu:
+        return client._actor
+    return None
+
+
+def _extend_decoded(buffer: Any, payload: Payload) -> None:
+    """Runs inside the buffer's actor: decodes the payload and extends the buffer."""
+    buffer.extend(TensorDictCodec().decode(payload))

@@ -18,7 +18,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.replay import frames_to_write
+from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import Collector, default_collector_kwargs, is_multi_collector
@@ -142,6 +142,7 @@ class CollectorWorker:
         self.spec = spec
         self.policy_version = policy_version
         self._codec = TensorDictCodec(spec.compress)
+        self._writer = None if spec.replay_buffer is None else BufferWriter(spec.replay_buffer)
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
@@ -214,7 +215,7 @@ class CollectorWorker:
             if self._too_stale(version):
                 frames, dropped = 0, frames
             elif frames:
-                self.spec.replay_buffer.extend(td)
+                self._writer.extend(td)
         else:
             payload = self._codec.encode(td)
         return WorkerBatch(

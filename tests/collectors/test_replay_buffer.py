@@ -12,10 +12,12 @@ import time
 import pytest
 import ray
 import torch
+from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
+from tdscheme.collectors.replay import BufferWriter
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.testing import make_env, mlp_policy
 
@@ -226,3 +228,28 @@ def test_max_policy_lag_applies_to_background_writes(buffer):
     # the batches in flight at the push ran version 0 and were dropped, not written
     assert stats["frames_dropped"] > 0
     assert stats["frames"] == len(data)
+
+
+def test_buffer_writer_writes_exactly_what_extend_writes(buffer):
+    """The codec path (decoded in the buffer's actor) stores the same frames as client.extend."""
+    td = TensorDict(
+        {
+            "observation": torch.randn(6, 4),
+            "action": torch.nn.functional.one_hot(torch.arange(6) % 2, 2).bool(),
+            "next": {
+                "reward": torch.ones(6, 1, dtype=torch.float64),
+                "done": torch.zeros(6, 1, dtype=torch.bool),
+            },
+            "collector": {"traj_ids": torch.arange(6), "policy_version": torch.full((6,), 3)},
+        },
+        [6],
+    )
+    writer = BufferWriter(buffer.client())
+    assert writer._actor is not None  # torchrl's default "ray" transport: the codec path
+    writer.extend(td)
+    buffer.client().extend(td)
+    assert written(buffer) == 12
+    stored = buffer[:]
+    for key in td.keys(True, True):
+        assert stored[key].dtype == td[key].dtype, key
+        assert torch.equal(stored[key][:6], td[key]) and torch.equal(stored[key][6:], td[key]), key
