@@ -6,6 +6,12 @@ The driver hands each request a frame budget so that no frame is written past
 ``total_frames``: a plain batch is cut to the budget; with ``trajs_per_batch``
 only whole trajectories are written, and a trajectory that does not fit is
 discarded (and counted), never cut.
+
+A batch is written in one ``extend``, so a worker that dies never leaves part of a
+batch (or of a trajectory) in the buffer; the driver counts its request as lost and
+asks again. One window is left: a worker killed after its write landed but before
+its reply reached the driver has its frames in the buffer counted as lost, and the
+request asked again may then write up to one batch past ``total_frames``.
 """
 
 from __future__ import annotations
