@@ -41,7 +41,7 @@ if __name__ == "__main__":
     distributed_collector = RayCollector(
         [env_maker],
         policy,
-        total_frames=10000,
+        total_frames=2000,  # tdscheme: 10000 frames shrunk for a 2-core machine
         frames_per_batch=200,
         remote_configs=remote_config,
     )

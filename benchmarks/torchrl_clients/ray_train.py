@@ -50,7 +50,7 @@ if __name__ == "__main__":
     num_collectors = 2
     lr = 3e-4
     frames_per_batch = 1000 // frame_skip
-    total_frames = 50_000 // frame_skip
+    total_frames = 3_000 // frame_skip  # tdscheme: 50_000 shrunk for a 2-core machine
     sub_batch_size = 64
     num_epochs = 10
     clip_epsilon = 0.2
@@ -119,7 +119,7 @@ if __name__ == "__main__":
     # 4. Distributed collector
     remote_config = {
         "num_cpus": 1,
-        "num_gpus": 0.1,
+        "num_gpus": 0,  # tdscheme: 0.1 GPU; this machine has none
         "memory": 1024**3,
         "object_store_memory": 1024**3,
     }
@@ -153,7 +153,8 @@ if __name__ == "__main__":
     loss_module = ClipPPOLoss(
         actor=policy_module,
         critic_network=value_module,
-        advantage_key="advantage",
+        # tdscheme: torchrl 0.14.1 rejects advantage_key="advantage" (keys go through
+        # set_keys; "advantage" is the default), so the argument is dropped.
         clip_epsilon=clip_epsilon,
         entropy_bonus=bool(entropy_eps),
         entropy_coeff=entropy_eps,  # these keys match by default but we set this for completeness

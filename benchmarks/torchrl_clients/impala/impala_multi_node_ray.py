@@ -26,6 +26,9 @@ def main(cfg: DictConfig):  # noqa: F821
 
     from tensordict import TensorDict
     from torchrl.collectors import Collector
+    # tdscheme: Collector(backend="ray") below builds this class (torchrl's own script did so
+    # before pytorch/rl#4022); named here so that a user can swap it with one import line.
+    from torchrl.collectors.distributed import RayCollector
     from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
     from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
     from torchrl.envs import ExplorationType, set_exploration_type
@@ -83,7 +86,7 @@ def main(cfg: DictConfig):  # noqa: F821
         "log_to_driver": cfg.ray_init_config.log_to_driver,
         "namespace": cfg.ray_init_config.namespace,
         "runtime_env": cfg.ray_init_config.runtime_env,
-        "storage": cfg.ray_init_config.storage,
+        # tdscheme: ray 2.60 rejects ray.init(storage=...) (removed from Ray); dropped.
     }
     remote_config = {
         "num_cpus": cfg.remote_worker_resources.num_cpus,
@@ -92,19 +95,19 @@ def main(cfg: DictConfig):  # noqa: F821
         else 0,
         "memory": cfg.remote_worker_resources.memory,
     }
-    collector = Collector(
-        create_env_fn=make_env(cfg.env.env_name, device, gym_backend=cfg.env.backend),
-        backend="ray",
+    # tdscheme: the RayCollector that Collector(backend="ray", backend_options=...) builds, with
+    # the arguments torchrl's dispatch passes it (create_env_fn as a list of num_workers).
+    collector = RayCollector(
+        create_env_fn=[make_env(cfg.env.env_name, device, gym_backend=cfg.env.backend)]
+        * num_workers,
         num_collectors=num_workers,
         policy=actor,
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         max_frames_per_traj=-1,
-        backend_options={
-            "collector_class": Collector,
-            "ray_init_config": ray_init_config,
-            "remote_configs": remote_config,
-        },
+        collector_class=Collector,
+        ray_init_config=ray_init_config,
+        remote_configs=remote_config,
         sync=False,
         update_after_each_batch=True,
     )
