@@ -153,15 +153,15 @@ if __name__ == "__main__":
     loss_module = ClipPPOLoss(
         actor=policy_module,
         critic_network=value_module,
-        # tdscheme: torchrl 0.14.1 rejects advantage_key="advantage" (keys go through
-        # set_keys; "advantage" is the default), so the argument is dropped.
         clip_epsilon=clip_epsilon,
         entropy_bonus=bool(entropy_eps),
         entropy_coeff=entropy_eps,  # these keys match by default but we set this for completeness
-        value_target_key=advantage_module.value_target_key,
         critic_coeff=1.0,
         loss_critic_type="smooth_l1",
     )
+    # tdscheme: torchrl 0.14.1 rejects the keys as constructor arguments (advantage_key=,
+    # value_target_key=: "use .set_keys(<key>='some_key') instead"); set here instead.
+    loss_module.set_keys(advantage="advantage", value_target=advantage_module.value_target_key)
     loss_module.make_value_estimator(gamma=0.99)
 
     # 7. Define optimizer
