@@ -122,7 +122,9 @@ def prepare(client: ClientScript, peer: str, workdir: Path) -> Path:
     if client.folder == ".":  # a single-file script
         shutil.copy2(src, workdir / client.script)
     else:  # a script with its modules and configs
-        shutil.copytree(src.parent, workdir / client.folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            src.parent, workdir / client.folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     script = workdir / client.folder / client.script
     text = script.read_text()
     new = client.torchrl_import if peer == "torchrl" else TDSCHEME_IMPORT
@@ -187,7 +189,9 @@ def table(runs: list[Run], peers: list[str]) -> str:
         cells = [
             f"{by_peer[p].outcome}, {by_peer[p].wall_s:.1f}" if p in by_peer else "-" for p in peers
         ]
-        failures = [f"{p}: {by_peer[p].failure}" for p in peers if p in by_peer and by_peer[p].failure]
+        failures = [
+            f"{p}: {by_peer[p].failure}" for p in peers if p in by_peer and by_peer[p].failure
+        ]
         text = "; ".join(failures).replace("|", "\\|")
         rows.append("| " + " | ".join([f"`{name}`", *cells, text]) + " |")
     return "\n".join(rows)
@@ -197,9 +201,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     names = [Path(c.script).stem for c in SCRIPTS]
     parser.add_argument("--scripts", default=",".join(names), help=f"comma-separated, of {names}")
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated, of torchrl,tdscheme")
-    parser.add_argument("--timeout-s", type=float, default=None, help="per run (default: per script)")
-    parser.add_argument("--log-dir", default=None, help="where each run's output goes (default: a temp dir)")
+    parser.add_argument(
+        "--peers", default=",".join(PEERS), help="comma-separated, of torchrl,tdscheme"
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=None, help="per run (default: per script)"
+    )
+    parser.add_argument(
+        "--log-dir", default=None, help="where each run's output goes (default: a temp dir)"
+    )
     parser.add_argument("--out", default=None, help="also write the markdown table here")
     return parser.parse_args(argv)
 
