@@ -84,7 +84,7 @@ SCRIPTS = (
     ClientScript(
         "impala_multi_node_ray.py", "impala", "impala_multi_node_ray.py",
         "from torchrl.collectors.distributed import RayCollector", args=IMPALA_OVERRIDES,
-        needs=("hydra", "ale_py", "torchvision"),
+        needs=("hydra", "ale_py"),
     ),
 )  # fmt: skip
 

@@ -25,6 +25,7 @@ from torchrl.envs import (
     StepCounter,
     ToTensorImage,
     TransformedEnv,
+    UnaryTransform,  # tdscheme: in place of Resize, see make_env
     VecNorm,
 )
 from torchrl.modules import (
@@ -54,7 +55,17 @@ def make_env(env_name, device, gym_backend, is_test=False):
         env.append_transform(SignTransform(in_keys=["reward"]))
     env.append_transform(ToTensorImage(from_int=False))
     env.append_transform(GrayScale())
-    env.append_transform(Resize(84, 84))
+    # tdscheme: torchrl's Resize needs torchvision, and PyPI's torchvision wheels are CUDA builds
+    # that do not load with torch's CPU wheel ("operator torchvision::nms does not exist"): the
+    # same 84x84 bilinear resize with torch alone (a nested function, pickled by value for Ray).
+    def resize_84(pixels):
+        flat = pixels.reshape(-1, *pixels.shape[-3:])
+        out = torch.nn.functional.interpolate(flat, size=(84, 84), mode="bilinear", antialias=True)
+        return out.reshape(*pixels.shape[:-3], *out.shape[-3:])
+
+    env.append_transform(
+        UnaryTransform(in_keys=["pixels"], out_keys=["pixels"], fn=resize_84)
+    )
     env.append_transform(CatFrames(N=4, dim=-3))
     env.append_transform(RewardSum())
     env.append_transform(StepCounter(max_steps=4500))
