@@ -13,6 +13,7 @@ from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.collectors.torchrl_args import (
     check_weight_args,
     for_worker_collector,
+    is_policy_service,
     with_env_creators,
 )
 from tdscheme.collectors.worker import WorkerSpec
@@ -222,6 +223,11 @@ class RayCollectorConfig:
             if self.replay_buffer is not None
             else [None] * self.num_collectors
         )
+        policies = [self.policy] * self.num_collectors
+        trust_policy = self.trust_policy
+        if is_policy_service(self.policy):  # each worker calls the server through a client
+            policies = self.policy.clients(self.num_collectors)
+            trust_policy = True if trust_policy is None else trust_policy
         specs = []
         for i in range(self.num_collectors):
             kwargs = dict(kwargs_list[i])
@@ -238,15 +244,15 @@ class RayCollectorConfig:
                 if self.replay_buffer is not None:  # flat whole trajectories, as written
                     kwargs.setdefault("traj_format", "cat")
             kwargs = for_worker_collector(
-                kwargs, collector_class=self.collector_class, policy=self.policy,
-                policy_factory=factories[i], trust_policy=self.trust_policy,
+                kwargs, collector_class=self.collector_class, policy=policies[i],
+                policy_factory=factories[i], trust_policy=trust_policy,
                 no_cuda_sync=self.no_cuda_sync, pre_collect_hook=self.pre_collect_hook,
                 post_collect_hook=self.post_collect_hook,
             )  # fmt: skip
             specs.append(
                 WorkerSpec(
                     create_env_fn=self.create_env_fn[i],
-                    policy=self.policy,
+                    policy=policies[i],
                     policy_factory=factories[i],
                     collector_class=self.collector_class,
                     collector_kwargs=kwargs,

@@ -12,6 +12,7 @@ from torchrl.collectors.utils import split_trajectories
 from tdscheme.collectors.background import BackgroundCollection, BackgroundCollectionMixin
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
+from tdscheme.collectors.learner_sync import LearnerWeightSyncMixin
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
 from tdscheme.collectors.torchrl_surface import TorchrlSurface
@@ -23,7 +24,13 @@ from tdscheme.transport import TensorDictCodec
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
+class RayCollector(
+    TorchrlSurface,
+    LearnerWeightSyncMixin,
+    WeightPushMixin,
+    BackgroundCollectionMixin,
+    BaseCollector,
+):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
