@@ -348,8 +348,14 @@ class CollectorWorker(SchemeReceiverMixin):
         return {"collector": self._collector.state_dict(), "policy_version": self.policy_version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`."""
-        self._collector.load_state_dict(state["collector"])
+        """Restores :meth:`state_dict`.
+
+        Loads the collector's state non-strictly, as torchrl's RayCollector does:
+        torchrl's ``Collector.state_dict`` leaves out a plain env's own state (only a
+        transform's or a batched env's is kept), so a strict load would fail on an env
+        with buffers.
+        """
+        self._collector.load_state_dict(state["collector"], strict=False)
         self.policy_version = int(state["policy_version"])
 
     def shutdown(self) -> None:
