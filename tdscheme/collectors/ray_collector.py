@@ -62,10 +62,16 @@ class RayCollector(
       more than ``k`` batches since it last received weights (explicit pushes
       reset the count). -1 never forces a push.
 
+    With torchrl's trainers and ``learner_backend="ray"``, torchrl's learner publishes
+    the weights straight to the workers, stamped with its model version, and driver
+    pushes stop (:class:`~tdscheme.collectors.learner_sync.LearnerWeightSyncMixin`).
+
     Args:
         create_env_fn: an env factory (or a list with one per collector).
         policy: the policy (a ``TensorDictModule`` or ``nn.Module``); its weights
             are pushed by default. ``None`` with ``policy_factory`` or for a random policy.
+            A Ray ``InferenceServer``: each worker calls it through its own client, and
+            weight pushes update the server.
         policy_factory: builds the policy inside each worker (one or one per collector).
         frames_per_batch: frames per yielded batch.
         total_frames: stop after this many frames (-1: never).
