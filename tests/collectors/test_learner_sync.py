@@ -58,21 +58,21 @@ def test_dqn_trainer_with_ray_learner_publishes_to_the_workers(replay):
         env, actor, frames_per_batch=32, total_frames=96, num_collectors=1,
         prefetch_batches=0, remote_configs=SMALL, seed=0,
     )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*experimental.*", category=UserWarning)
-        trainer = DQNTrainer(
-            collector=collector, total_frames=96, frame_skip=1, optim_steps_per_batch=1,
-            loss_module=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
-            replay_buffer=replay, batch_size=16,
-            target_net_updater=HardUpdate(loss, value_network_update_interval=10),
-            learner_backend="ray",
-            learner_backend_options={
-                "world_size": 1, "resources_per_rank": {"num_cpus": 0.5, "num_gpus": 0},
-                "backend": "gloo", "setup_timeout": 60.0, "command_timeout": 60.0,
-            },
-            enable_logging=False, progress_bar=False,
-        )  # fmt: skip
     try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*experimental.*", category=UserWarning)
+            trainer = DQNTrainer(
+                collector=collector, total_frames=96, frame_skip=1, optim_steps_per_batch=1,
+                loss_module=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
+                replay_buffer=replay, batch_size=16,
+                target_net_updater=HardUpdate(loss, value_network_update_interval=10),
+                learner_backend="ray",
+                learner_backend_options={
+                    "world_size": 1, "resources_per_rank": {"num_cpus": 0.5, "num_gpus": 0},
+                    "backend": "gloo", "setup_timeout": 60.0, "command_timeout": 60.0,
+                },
+                enable_logging=False, progress_bar=False,
+            )  # fmt: skip
         trainer.train()
         assert collector.learner_publishes_weights
         assert trainer.collected_frames == 96
