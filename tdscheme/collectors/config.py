@@ -13,6 +13,7 @@ from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.collectors.torchrl_args import (
     check_weight_args,
     for_worker_collector,
+    is_policy_service,
     with_env_creators,
 )
 from tdscheme.collectors.worker import WorkerSpec
@@ -139,6 +140,8 @@ class RayCollectorConfig:
         )
         if self.policy is not None and self.policy_factory is not None:
             raise ValueError("pass either policy or policy_factory, not both")
+        if is_policy_service(self.policy) and self.trust_policy is None:
+            self.trust_policy = True  # torchrl's default: the workers get the server's clients
         if self.replay_buffer is not None and not is_ray_replay_buffer(self.replay_buffer):
             raise TypeError(
                 f"replay_buffer={type(self.replay_buffer).__name__}(...) is a buffer in this "
@@ -222,6 +225,9 @@ class RayCollectorConfig:
             if self.replay_buffer is not None
             else [None] * self.num_collectors
         )
+        policies = [self.policy] * self.num_collectors
+        if is_policy_service(self.policy):  # each worker calls the server through a client
+            policies = self.policy.clients(self.num_collectors)
         specs = []
         for i in range(self.num_collectors):
             kwargs = dict(kwargs_list[i])
@@ -238,7 +244,7 @@ class RayCollectorConfig:
                 if self.replay_buffer is not None:  # flat whole trajectories, as written
                     kwargs.setdefault("traj_format", "cat")
             kwargs = for_worker_collector(
-                kwargs, collector_class=self.collector_class, policy=self.policy,
+                kwargs, collector_class=self.collector_class, policy=policies[i],
                 policy_factory=factories[i], trust_policy=self.trust_policy,
                 no_cuda_sync=self.no_cuda_sync, pre_collect_hook=self.pre_collect_hook,
                 post_collect_hook=self.post_collect_hook,
@@ -246,7 +252,7 @@ class RayCollectorConfig:
             specs.append(
                 WorkerSpec(
                     create_env_fn=self.create_env_fn[i],
-                    policy=self.policy,
+                    policy=policies[i],
                     policy_factory=factories[i],
                     collector_class=self.collector_class,
                     collector_kwargs=kwargs,

@@ -53,6 +53,9 @@ class BatchFlow:
         self.after_batch = after_batch
         #: worker id -> policy version of the last batch it delivered
         self.running_versions: dict[int, int] = {}
+        #: the newest policy version pushed or seen in a batch (a torchrl learner that
+        #: publishes the weights itself runs versions the driver never pushed)
+        self.newest_version = 0
         #: set to stop requesting: the flow drains what is in flight and ends
         self.stopping = False
         self._next_batch_id = 0
@@ -244,11 +247,14 @@ class BatchFlow:
         self, results: list[WorkerBatch], batch: TensorDictBase | None
     ) -> TensorDictBase | None:
         stats = self.stats
+        self.newest_version = max(
+            [self.newest_version, self.pool.version, *(r.policy_version for r in results)]
+        )
         for r in results:
             stats.frames += r.frames
             stats.frames_per_worker[r.worker_id] += r.frames
             stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
-            stats.lag_counts[self.pool.version - r.policy_version] += 1
+            stats.lag_counts[self.newest_version - r.policy_version] += 1
             self.running_versions[r.worker_id] = r.policy_version
             stats.collect_s += r.collect_s
             stats.encode_s += r.encode_s

@@ -179,6 +179,31 @@ class WorkerPool(ActorPool):
         """The policy version each worker acknowledged last."""
         return [v.acked for v in self._versions]
 
+    def register_scheme_receivers(
+        self, schemes: dict[str, Any], *, timeout_s: float, targets: Sequence[Any] | None = None
+    ) -> None:
+        """Registers torchrl receiver ``schemes`` (not synchronized yet) on the receivers.
+
+        Args:
+            schemes: ``{model_id: scheme}``, initialized on the sender side.
+            timeout_s: seconds to wait for every receiver.
+            targets: other receiver actors (a policy service's); default: the workers.
+
+        Raises:
+            WorkerError: a worker raised, died or did not answer in ``timeout_s``.
+            ray.exceptions.RayTaskError, GetTimeoutError: the same for ``targets``.
+        """
+        if targets is None:
+            self.call_all(
+                "register_scheme_receiver", [(schemes, False)] * len(self), timeout_s=timeout_s
+            )
+            return
+        refs = [
+            target.register_scheme_receiver.remote(schemes, synchronize_weights=False)
+            for target in targets
+        ]
+        ray.get(refs, timeout=timeout_s)
+
     def nodes(self, timeout_s: float = 30.0) -> list[str]:
         """The Ray node id each worker runs on."""
         return ray.get(

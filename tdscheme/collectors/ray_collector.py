@@ -12,6 +12,7 @@ from torchrl.collectors.utils import split_trajectories
 from tdscheme.collectors.background import BackgroundCollection, BackgroundCollectionMixin
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
+from tdscheme.collectors.learner_sync import LearnerWeightSyncMixin
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.stats import CollectorStats
 from tdscheme.collectors.torchrl_surface import TorchrlSurface
@@ -23,7 +24,13 @@ from tdscheme.transport import TensorDictCodec
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
+class RayCollector(
+    TorchrlSurface,
+    LearnerWeightSyncMixin,
+    WeightPushMixin,
+    BackgroundCollectionMixin,
+    BaseCollector,
+):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -55,10 +62,16 @@ class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, B
       more than ``k`` batches since it last received weights (explicit pushes
       reset the count). -1 never forces a push.
 
+    With torchrl's trainers and ``learner_backend="ray"``, torchrl's learner publishes
+    the weights straight to the workers, stamped with its model version, and driver
+    pushes stop (:class:`~tdscheme.collectors.learner_sync.LearnerWeightSyncMixin`).
+
     Args:
         create_env_fn: an env factory (or a list with one per collector).
         policy: the policy (a ``TensorDictModule`` or ``nn.Module``); its weights
             are pushed by default. ``None`` with ``policy_factory`` or for a random policy.
+            A Ray ``InferenceServer``: each worker calls it through its own client, and
+            weight pushes update the server.
         policy_factory: builds the policy inside each worker (one or one per collector).
         frames_per_batch: frames per yielded batch.
         total_frames: stop after this many frames (-1: never).

@@ -9,6 +9,9 @@ with torchrl's meaning:
   each rollout and on each batch it returns (so they must pickle); torchrl keeps them
   on the driver object too;
 * ``use_env_creator``: env factories are wrapped in torchrl's ``EnvCreator``;
+* a Ray ``InferenceServer`` as the ``policy`` (a policy service): each worker's collector
+  gets its own client of it as its policy, and ``trust_policy`` defaults to ``True``;
+  weights go to the server, not to the workers (see :func:`is_policy_service`);
 * a ``policy_factory`` with a multiprocess collector class (``MultiSyncCollector``,
   ``MultiAsyncCollector``) and no ``policy``: that collector gets a
   ``SharedMemWeightSyncScheme`` for ``"policy"``, so that the weights a worker receives
@@ -39,7 +42,7 @@ from tdscheme.runtime.torchrl_names import (
 )
 from tdscheme.validation import invalid
 
-__all__ = ["check_weight_args", "for_worker_collector", "with_env_creators"]
+__all__ = ["check_weight_args", "for_worker_collector", "is_policy_service", "with_env_creators"]
 
 _PUSHES_ITSELF = (
     "tdscheme.RayCollector sends weights itself (update_policy_weights_: one ray.put, "
@@ -89,6 +92,20 @@ def check_weight_args(
             "None (a tdscheme.RayCollector receives weights from update_policy_weights_ "
             "on the driver only)",
         )  # fmt: skip
+
+
+def is_policy_service(policy: Any) -> bool:
+    """Whether ``policy`` is a Ray-held torchrl policy service (``InferenceServer(..., "ray")``).
+
+    torchrl's rule: its ``service_backend`` is ``"ray"`` and it hands out clients.
+
+    Example:
+        >>> is_policy_service(nn.Linear(1, 1))
+        False
+    """
+    return getattr(policy, "service_backend", None) == "ray" and callable(
+        getattr(policy, "client", None)
+    )
 
 
 def for_worker_collector(

@@ -74,6 +74,15 @@ class TorchrlSurface:
         return self.config.frames_per_batch
 
     @property
+    def init_random_frames(self) -> int:
+        """Frames collected with a random policy before the policy runs (torchrl's: >= 0).
+
+        torchrl's trainers read it: they start optimizing only once this many frames
+        were collected.
+        """
+        return max(0, int(self.config.init_random_frames))
+
+    @property
     def update_after_each_batch(self) -> bool:
         """Whether weights are pushed after each batch (see the class docstring)."""
         return self.config.update_after_each_batch

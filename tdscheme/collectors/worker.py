@@ -18,10 +18,16 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.collectors.learner_sync import SchemeReceiverMixin
 from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
-from tdscheme.runtime.torchrl_names import Collector, default_collector_kwargs, is_multi_collector
+from tdscheme.runtime.torchrl_names import (
+    Collector,
+    default_collector_kwargs,
+    is_multi_collector,
+    takes_argument,
+)
 from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
@@ -101,8 +107,12 @@ class WorkerBatch:
     frames_dropped: int = 0
 
 
-class CollectorWorker:
+class CollectorWorker(SchemeReceiverMixin):
     """Steps one torchrl collector and returns encoded, stamped batches.
+
+    Weights come from the driver (:meth:`set_weights`) or, when a torchrl learner
+    publishes them (``learner_backend="ray"``), through torchrl's receiver calls
+    (:class:`~tdscheme.collectors.learner_sync.SchemeReceiverMixin`).
 
     Args:
         worker_id: this worker's index, stamped on every frame.
@@ -146,7 +156,7 @@ class CollectorWorker:
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
-        self._collector = self._build_collector(spec)
+        self._collector = self._build_collector(spec, worker_id)
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:
@@ -159,13 +169,15 @@ class CollectorWorker:
         )  # fmt: skip
 
     @staticmethod
-    def _build_collector(spec: WorkerSpec) -> Any:
+    def _build_collector(spec: WorkerSpec, worker_id: int) -> Any:
         env = spec.create_env_fn
         if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
             env = [spec.create_env_fn] * spec.num_workers_per_collector
         elif callable(env) and not isinstance(env, torch.nn.Module):
             env = env()
         kwargs = default_collector_kwargs(spec.collector_class)
+        if takes_argument(spec.collector_class, "worker_idx"):
+            kwargs["worker_idx"] = worker_id  # as torchrl's RayCollector: a receiver's rank
         kwargs.update(spec.collector_kwargs)  # the user's values win
         if spec.policy_factory is not None:
             kwargs["policy_factory"] = spec.policy_factory
@@ -299,6 +311,17 @@ class CollectorWorker:
             self._load_weights(staged[0])
             self.policy_version = staged[1]
 
+    def _set_running_version(self, policy_version: int | None) -> None:
+        """Weights were loaded outside :meth:`set_weights` (a torchrl learner's publication).
+
+        The next batch is stamped ``policy_version`` (the learner's model version;
+        ``None``: one more than the current version).
+        """
+        with self._staged_cond:
+            self.policy_version = (
+                self.policy_version + 1 if policy_version is None else int(policy_version)
+            )
+
     def _load_weights(self, weights: TensorDictBase | Payload) -> None:
         if isinstance(weights, Payload):
             weights = self._codec.decode(weights)
@@ -326,8 +349,14 @@ class CollectorWorker:
         return {"collector": self._collector.state_dict(), "policy_version": self.policy_version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`."""
-        self._collector.load_state_dict(state["collector"])
+        """Restores :meth:`state_dict`.
+
+        Loads the collector's state non-strictly, as torchrl's RayCollector does:
+        torchrl's ``Collector.state_dict`` leaves out a plain env's own state (only a
+        transform's or a batched env's is kept), so a strict load would fail on an env
+        with buffers.
+        """
+        self._collector.load_state_dict(state["collector"], strict=False)
         self.policy_version = int(state["policy_version"])
 
     def shutdown(self) -> None:

@@ -95,13 +95,23 @@ def default_collector_kwargs(collector_class: type) -> dict[str, Any]:
         >>> default_collector_kwargs(Collector)
         {'auto_register_policy_transforms': False}
     """
-    try:
-        parameters = inspect.signature(collector_class.__init__).parameters
-    except (TypeError, ValueError):  # no introspectable signature: pass nothing extra
-        return {}
-    if "auto_register_policy_transforms" in parameters:
+    if takes_argument(collector_class, "auto_register_policy_transforms"):
         return {"auto_register_policy_transforms": False}
     return {}
+
+
+def takes_argument(collector_class: type, name: str) -> bool:
+    """Whether ``collector_class``'s constructor has an argument ``name``.
+
+    Example:
+        >>> takes_argument(Collector, "worker_idx"), takes_argument(Collector, "nope")
+        (True, False)
+    """
+    try:
+        parameters = inspect.signature(collector_class.__init__).parameters
+    except (TypeError, ValueError):  # no introspectable signature
+        return False
+    return name in parameters
 
 
 def default_exploration_type() -> Any:

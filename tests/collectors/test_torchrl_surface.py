@@ -18,8 +18,10 @@ def test_torchrl_attributes_describe_the_workers(ray_clean):
         [CountingEnv, CountingEnv], CountingPolicy(), frames_per_batch=10, total_frames=20,
         device="cpu", storing_device=["cpu", None], update_after_each_batch=True,
         max_weight_update_interval=3, trust_policy=True, remote_configs=SMALL,
+        init_random_frames=4,
     )  # fmt: skip
     try:
+        assert collector.init_random_frames == 4  # torchrl's trainers wait for these frames
         assert collector.num_workers == collector.num_collectors == 2
         assert collector.remote_collectors == collector.workers
         assert len(collector.remote_collectors) == 2

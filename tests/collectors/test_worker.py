@@ -111,3 +111,23 @@ def test_default_collector_kwargs_only_for_collectors_that_take_them():
     assert default_collector_kwargs(OwnCollector) == {}
     default_collector_kwargs(Collector)["auto_register_policy_transforms"] = True
     assert default_collector_kwargs(Collector)["auto_register_policy_transforms"] is False
+
+
+def test_state_round_trips_with_an_env_that_has_buffers():
+    """torchrl's Collector.state_dict leaves a plain env's buffers out; loading still works."""
+    from torchrl.testing.mocking_classes import CountingEnv
+
+    from tdscheme.testing import CountingPolicy
+
+    worker = CollectorWorker(0, WorkerSpec(CountingEnv, CountingPolicy(), frames_per_batch=4))
+    other = CollectorWorker(0, WorkerSpec(CountingEnv, CountingPolicy(), frames_per_batch=4))
+    try:
+        worker.collect(batch_id=1)
+        state = worker.state_dict()
+        state["policy_version"] = 2
+        other.load_state_dict(state)  # raised "Missing key(s) in state_dict: count" before
+        assert other.policy_version == 2
+        assert other.state_dict()["collector"]["frames"] == 4
+    finally:
+        worker.shutdown()
+        other.shutdown()

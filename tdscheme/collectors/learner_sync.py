@@ -1,0 +1,219 @@
+"""Weights published by torchrl's Ray learner straight to the workers (``learner_backend="ray"``).
+
+torchrl 0.14's trainers can run their optimization on a gang of Ray learner actors
+(``learner_backend="ray"``, ``_RayTrainerExecution``). The learner then sends the policy
+weights itself, over a torch.distributed group that it shares with the weight receivers,
+instead of the driver pushing them. It asks the collector for that topology through
+``collector._learner_weight_sync(new_generation=...)``, which returns a torchrl
+``RayWeightSyncScheme`` initialized on the sender side and registered on every receiver.
+
+Two halves live here, both wrapping torchrl's own scheme (nothing of its transport is
+rewritten):
+
+* :class:`LearnerWeightSyncMixin`, on :class:`~tdscheme.collectors.RayCollector`: builds
+  the scheme with the worker actors (or, with a Ray ``InferenceServer`` as the policy, the
+  server's actor) as its receivers, as torchrl's RayCollector does. From then on the
+  learner owns the weights: driver pushes (``update_policy_weights_`` and the automatic
+  ones) raise or stop.
+* :class:`SchemeReceiverMixin`, on :class:`~tdscheme.collectors.CollectorWorker`: the calls
+  torchrl's learner makes on each receiver (``register_scheme_receiver``,
+  ``_weight_sync_signature``, ``_connect_weights_scheme``, ``_receive_weights_scheme``),
+  forwarded to the worker's torchrl collector. They run in the actor's default
+  concurrency group, after the batch being collected, so a batch never mixes two
+  versions; the learner's ``model_version`` becomes the worker's policy version, stamped
+  on every frame it collects next (``("collector", "policy_version")``), and the inner
+  collector's own ``policy_version`` tracker gets it too (torchrl's bookkeeping).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tensordict import TensorDictBase
+from torch import nn
+
+from tdscheme.collectors.torchrl_args import is_policy_service
+from tdscheme.collectors.weights import weights_from
+from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
+
+__all__ = ["LearnerWeightSyncMixin", "SchemeReceiverMixin"]
+
+logger = logging.getLogger(__name__)
+
+_MODEL_ID = "policy"
+
+
+class LearnerWeightSyncMixin:
+    """The collector side of torchrl's learner weight publication (a RayCollector mixin).
+
+    The host class has ``config``, ``policy``, ``_pool`` (a
+    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_stats``, ``_check_open()`` and,
+    further down its bases, :class:`~tdscheme.collectors.weights.WeightPushMixin`.
+    """
+
+    config: Any
+    policy: Any
+    _pool: Any
+    _stats: Any
+    _check_open: Callable[[], None]
+
+    #: The scheme handed to the learner (``None`` until it asks for one).
+    _learner_scheme: Any = None
+
+    @property
+    def learner_publishes_weights(self) -> bool:
+        """Whether a torchrl learner publishes the policy weights (driver pushes are off)."""
+        return self._learner_scheme is not None
+
+    def _learner_weight_sync(self, *, new_generation: bool = False) -> Any:
+        """The policy receiver topology for torchrl's Ray learner (torchrl's private hook).
+
+        torchrl's ``_RayTrainerExecution`` calls it when its learner gang starts
+        (``new_generation=True`` when it restarts): the returned
+        ``RayWeightSyncScheme`` is initialized on the sender side with the receivers
+        as its targets and registered on each of them; the learner connects it and
+        sends the weights, with its model version, on its first publication.
+
+        Receivers: the worker actors, in worker order; with a Ray ``InferenceServer``
+        as the policy, the server's actor only (the workers call the server). A
+        ``weight_sync_schemes={"policy": RayWeightSyncScheme(...)}`` given at
+        construction is copied, uninitialized, so its options (e.g. the backend) hold.
+
+        A worker restarted after this runs the initial weights, stamped with version
+        0, and is not in the learner's group: the learner's next publication fails
+        until it starts a new generation.
+
+        Args:
+            new_generation: build a new scheme even if one was handed out.
+
+        Returns:
+            The sender-side scheme for the learner.
+
+        Raises:
+            RuntimeError: the driver already pushed weights (one owner of the weights),
+                or the collector is shut down.
+            ValueError: ``max_policy_lag`` is set: it is measured against driver
+                pushes, which stop here.
+        """
+        if not new_generation and self._learner_scheme is not None:
+            return self._learner_scheme
+        self._check_open()
+        if self._learner_scheme is None and self._stats.weight_pushes:
+            raise RuntimeError(
+                "Weight synchronization was already initialized on the controller: this "
+                f"collector pushed weights {self._stats.weight_pushes} time(s) with "
+                "update_policy_weights_; a torchrl learner can publish the weights only to "
+                "a collector that never pushed any"
+            )
+        if self.config.max_policy_lag is not None:
+            raise ValueError(
+                f"max_policy_lag={self.config.max_policy_lag} is invalid with a torchrl "
+                f"learner publishing the weights; accepted: None (the lag bound is measured "
+                f"against the driver's pushes, and the learner's publications bypass the "
+                f"driver)"
+            )
+        service = self.config.policy if is_policy_service(self.config.policy) else None
+        scheme = self._uninitialized_scheme()
+        targets = [service._actor] if service is not None else self._pool.actors()
+        scheme.init_on_sender(
+            model_id=_MODEL_ID, remote_collectors=targets, num_workers=len(targets)
+        )
+        scheme._manage_receiver_connect = True  # the learner's connect() connects receivers
+        self._pool.register_scheme_receivers(
+            {_MODEL_ID: scheme},
+            timeout_s=self.config.batch_timeout_s,
+            targets=None if service is None else targets,
+        )
+        if self._learner_scheme is not None and self._learner_scheme is not scheme:
+            logger.info("learner weight sync: new generation, %d receiver(s)", len(targets))
+        self._learner_scheme = scheme
+        return scheme
+
+    def _uninitialized_scheme(self) -> Any:
+        configured = (self.config.weight_sync_schemes or {}).get(_MODEL_ID)
+        if configured is not None:
+            return configured._copy_uninitialized()
+        return ray_weight_scheme_class()()
+
+    def update_policy_weights_(
+        self,
+        policy_or_weights: TensorDictBase | nn.Module | Mapping | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Pushes weights, unless a learner owns them; to a policy service, updates it.
+
+        See :meth:`~tdscheme.collectors.weights.WeightPushMixin.update_policy_weights_`.
+        With a Ray ``InferenceServer`` as the policy, the weights go to the server
+        (``update_model_weights``), as torchrl's RayCollector does.
+
+        Raises:
+            RuntimeError: a torchrl learner publishes the weights of this collector.
+            ValueError: a policy service and no weights given.
+        """
+        if self.learner_publishes_weights:
+            raise RuntimeError(
+                "Policy weights are published by the learner backend for this collector "
+                "(learner_backend='ray'); update_policy_weights_ would overwrite them"
+            )
+        if is_policy_service(self.config.policy):
+            self._update_service(policy_or_weights, **kwargs)
+            return
+        super().update_policy_weights_(policy_or_weights, **kwargs)  # type: ignore[misc]
+
+    def _update_service(self, policy_or_weights: Any, **kwargs: Any) -> None:
+        self._check_open()
+        given = [policy_or_weights, kwargs.pop("weights", None), kwargs.pop("policy", None)]
+        given = [x for x in given if x is not None]
+        kwargs.pop("worker_ids", None)  # the one server serves every worker
+        if kwargs:
+            raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
+        if len(given) != 1:
+            raise ValueError(
+                "update_policy_weights_ with an inference service as the policy needs exactly "
+                f"one of policy_or_weights, weights and policy; got {len(given)}"
+            )
+        self.config.policy.update_model_weights(weights_from(given[0]))
+        self._stats.weight_pushes += 1
+
+    def _auto_push(self, worker_ids: list[int]) -> None:
+        if self.learner_publishes_weights or is_policy_service(self.config.policy):
+            return  # the learner (or the service's owner) sends the weights
+        super()._auto_push(worker_ids)  # type: ignore[misc]
+
+
+class SchemeReceiverMixin:
+    """torchrl's weight-receiver calls on a worker actor, forwarded to its torchrl collector.
+
+    The host class (:class:`~tdscheme.collectors.CollectorWorker`) has ``_collector``
+    (the torchrl collector) and :meth:`_set_running_version`. The names are
+    torchrl's: its learner calls them on each receiver actor.
+    """
+
+    _collector: Any
+
+    def _set_running_version(self, policy_version: int | None) -> None:
+        raise NotImplementedError
+
+    def register_scheme_receiver(
+        self, weight_recv_schemes: Mapping[str, Any], synchronize_weights: bool = True
+    ) -> None:
+        """Registers torchrl receiver schemes on the worker's collector (torchrl's call)."""
+        self._collector.register_scheme_receiver(
+            dict(weight_recv_schemes), synchronize_weights=synchronize_weights
+        )
+
+    def _weight_sync_signature(self, model_id: str) -> Any:
+        """The tensor schema the worker's collector expects for ``model_id`` (torchrl's call)."""
+        return self._collector._weight_sync_signature(model_id)
+
+    def _connect_weights_scheme(self, model_version: int | None = None) -> None:
+        """Joins the learner's group and loads its first weights (torchrl's call)."""
+        self._collector._connect_weights_scheme(model_version=model_version)
+        self._set_running_version(model_version)
+
+    def _receive_weights_scheme(self, model_version: int | None = None) -> None:
+        """Loads the weights the learner sends now (torchrl's call)."""
+        self._collector._receive_weights_scheme(model_version=model_version)
+        self._set_running_version(model_version)
