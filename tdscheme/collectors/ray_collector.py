@@ -13,6 +13,8 @@ from tdscheme.collectors.background import BackgroundCollection, BackgroundColle
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.pool import WorkerPool
+from tdscheme.collectors.remote_calls import RemoteCallsMixin
+from tdscheme.collectors.state import CollectorStateMixin
 from tdscheme.collectors.stats import CollectorStats
 from tdscheme.collectors.torchrl_surface import TorchrlSurface
 from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
@@ -23,7 +25,14 @@ from tdscheme.transport import TensorDictCodec
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, BaseCollector):
+class RayCollector(
+    TorchrlSurface,
+    RemoteCallsMixin,
+    CollectorStateMixin,
+    WeightPushMixin,
+    BackgroundCollectionMixin,
+    BaseCollector,
+):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -119,7 +128,10 @@ class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, B
 
     torchrl's attribute names (``remote_collectors``, ``num_workers``,
     ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
-    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`.
+    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`; ``map_fn`` and
+    ``get_distant_attr`` (on each worker's torchrl collector) from
+    :mod:`tdscheme.collectors.remote_calls`; ``state_dict`` / ``load_state_dict``
+    (torchrl's per-worker list) from :mod:`tdscheme.collectors.state`.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.
@@ -346,35 +358,6 @@ class RayCollector(TorchrlSurface, WeightPushMixin, BackgroundCollectionMixin, B
         seeds = [(self._pool.worker_seed(i),) for i in range(self.num_collectors)]
         self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
         return seed
-
-    def state_dict(self) -> dict[str, Any]:
-        """Driver counters and every worker's collector state."""
-        self._check_open()
-        workers = self._pool.call_all(
-            "state_dict", [()] * self.num_collectors, timeout_s=self.config.batch_timeout_s
-        )
-        return {
-            "frames": self._stats.frames,
-            "batches": self._stats.batches,
-            "policy_version": self._pool.version,
-            "workers": workers,
-        }
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores :meth:`state_dict` (same number of workers)."""
-        self._check_open()
-        workers = state_dict["workers"]
-        if len(workers) != self.num_collectors:
-            raise ValueError(
-                f"state_dict has {len(workers)} worker states but this collector has "
-                f"{self.num_collectors} workers"
-            )
-        self._pool.call_all(
-            "load_state_dict", [(w,) for w in workers], timeout_s=self.config.batch_timeout_s
-        )
-        self._stats.frames = int(state_dict["frames"])
-        self._stats.batches = int(state_dict["batches"])
-        self._pool.set_version(int(state_dict["policy_version"]))
 
     def add_collectors(
         self,
