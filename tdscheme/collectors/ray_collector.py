@@ -84,10 +84,15 @@ class RayCollector(
             ``auto_register_policy_transforms=False`` (the env is left as built).
         num_workers_per_collector: env copies per collector.
         sync: stacked (``True``) or first-ready (``False``) order.
-        ray_init_config: ``ray.init`` arguments, used only if Ray is not running;
-            ``{"address": ...}`` joins a cluster.
+        ray_init_config: any ``ray.init`` arguments, used only if Ray is not running
+            in this process. As ``ray.init``: ``{"address": ...}`` joins that cluster;
+            with no address, the cluster of ``RAY_ADDRESS`` or of a ``ray start`` on
+            this machine is joined, else a local Ray is started (no dashboard, one CPU
+            per core); ``"local"`` always starts one. tdscheme never stops a Ray it
+            did not start (see :class:`~tdscheme.runtime.RayLease`).
         remote_configs: Ray actor options (one dict or one per collector);
-            default ``{"num_cpus": 1}``.
+            default as torchrl's: ``{"num_cpus": 1}``, plus ``"num_gpus": 0.2`` when
+            CUDA is available (see :func:`~tdscheme.collectors.config.default_remote_config`).
         num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
         update_after_each_batch, max_weight_update_interval: automatic pushes, above.
         max_policy_lag: drop (and count in ``frames_dropped``) any batch collected
@@ -350,14 +355,29 @@ class RayCollector(
         )
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds every worker distinctly and reproducibly from ``seed``; returns ``seed``."""
+        """Seeds every worker distinctly and reproducibly from ``seed``.
+
+        Worker ``i`` gets its own seed derived from ``seed`` (restarted workers a
+        fresh one), where torchrl chains one seed through the workers in turn.
+
+        Args:
+            seed: the base seed.
+            static_seed: torchrl's: each worker's env copies all get that worker's seed.
+
+        Returns:
+            As torchrl's: the seed to use next, the one the last worker's torchrl
+            collector chained to after its own.
+
+        Raises:
+            TypeError: ``seed`` is not an int.
+        """
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self._check_open()
         self._pool.seed = seed
-        seeds = [(self._pool.worker_seed(i),) for i in range(self.num_collectors)]
-        self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
-        return seed
+        seeds = [(self._pool.worker_seed(i), static_seed) for i in range(self.num_collectors)]
+        chained = self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
+        return int(chained[-1])
 
     def add_collectors(
         self,

@@ -308,18 +308,22 @@ class CollectorWorker:
             return
         self._collector.update_policy_weights_(weights)
 
-    def set_seed(self, seed: int) -> int:
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the worker's envs and torch's RNG, and resets the envs.
 
         torch's RNG drives the policy's exploration (e.g. sampling a categorical
         action); torchrl's ``set_seed`` seeds the envs only. A worker actor owns its
         process, so seeding the process-wide RNG makes its batches reproducible.
 
+        Args:
+            seed: the seed.
+            static_seed: torchrl's: every env copy gets ``seed`` itself.
+
         Returns:
             The seed torchrl chains to next.
         """
         torch.manual_seed(seed)
-        next_seed = self._collector.set_seed(seed)
+        next_seed = self._collector.set_seed(seed, static_seed)
         self._collector.reset()  # the first frames come from a seeded reset too
         return next_seed
 

@@ -266,7 +266,7 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         for _ in range(12):
             seen.update(worker_ids(next(it)))
         assert seen == {0, 1}
-        assert collector.set_seed(3) == 3
+        assert collector.set_seed(3) not in (3, collector._pool.worker_seed(1))  # chains on
         del it
 
 
