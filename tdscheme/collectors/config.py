@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from tdscheme.collectors.preemption import PreemptionConfig
@@ -49,9 +50,35 @@ def check_sync_rules(
         )  # fmt: skip
 
 
-def default_remote_config() -> dict[str, Any]:
-    """Ray options for one collector actor when ``remote_configs`` is not given."""
-    return {"num_cpus": 1}
+#: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).
+DEFAULT_GPU_SHARE = 0.2
+
+
+def default_remote_config(*, cuda_available: bool | None = None) -> dict[str, Any]:
+    """Ray options for one collector actor when ``remote_configs`` is not given.
+
+    torchrl's default: one CPU, and ``0.2`` of a GPU when CUDA is available on the
+    driver (so five workers share a GPU). torchrl also reserves 2 GiB of Ray's
+    ``memory`` resource per worker; tdscheme does not: it is a scheduling
+    reservation, not a limit, and on a small machine it leaves workers waiting for
+    memory Ray will never free (pass ``{"memory": ...}`` to reserve it).
+
+    Args:
+        cuda_available: whether the workers should get a GPU share; ``None``:
+            ``torch.cuda.is_available()`` in this process, as torchrl.
+
+    Example:
+        >>> default_remote_config(cuda_available=False)
+        {'num_cpus': 1}
+        >>> default_remote_config(cuda_available=True)
+        {'num_cpus': 1, 'num_gpus': 0.2}
+    """
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    config: dict[str, Any] = {"num_cpus": 1}
+    if cuda_available:
+        config["num_gpus"] = DEFAULT_GPU_SHARE
+    return config
 
 
 @dataclasses.dataclass

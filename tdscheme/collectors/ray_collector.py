@@ -14,7 +14,9 @@ from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.flow import BatchFlow
 from tdscheme.collectors.learner_sync import LearnerWeightSyncMixin
 from tdscheme.collectors.pool import WorkerPool
-from tdscheme.collectors.stats import CollectorStats
+from tdscheme.collectors.remote_calls import RemoteCallsMixin
+from tdscheme.collectors.state import CollectorStateMixin
+from tdscheme.collectors.stats import CollectorStats, StatsMixin
 from tdscheme.collectors.torchrl_surface import TorchrlSurface
 from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
 from tdscheme.runtime import RayLease
@@ -27,6 +29,9 @@ logger = logging.getLogger(__name__)
 class RayCollector(
     TorchrlSurface,
     LearnerWeightSyncMixin,
+    RemoteCallsMixin,
+    CollectorStateMixin,
+    StatsMixin,
     WeightPushMixin,
     BackgroundCollectionMixin,
     BaseCollector,
@@ -88,10 +93,15 @@ class RayCollector(
             ``auto_register_policy_transforms=False`` (the env is left as built).
         num_workers_per_collector: env copies per collector.
         sync: stacked (``True``) or first-ready (``False``) order.
-        ray_init_config: ``ray.init`` arguments, used only if Ray is not running;
-            ``{"address": ...}`` joins a cluster.
+        ray_init_config: any ``ray.init`` arguments, used only if Ray is not running
+            in this process. As ``ray.init``: ``{"address": ...}`` joins that cluster;
+            with no address, the cluster of ``RAY_ADDRESS`` or of a ``ray start`` on
+            this machine is joined, else a local Ray is started (no dashboard, one CPU
+            per core); ``"local"`` always starts one. tdscheme never stops a Ray it
+            did not start (see :class:`~tdscheme.runtime.RayLease`).
         remote_configs: Ray actor options (one dict or one per collector);
-            default ``{"num_cpus": 1}``.
+            default as torchrl's: ``{"num_cpus": 1}``, plus ``"num_gpus": 0.2`` when
+            CUDA is available (see :func:`~tdscheme.collectors.config.default_remote_config`).
         num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
         update_after_each_batch, max_weight_update_interval: automatic pushes, above.
         max_policy_lag: drop (and count in ``frames_dropped``) any batch collected
@@ -132,7 +142,10 @@ class RayCollector(
 
     torchrl's attribute names (``remote_collectors``, ``num_workers``,
     ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
-    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`.
+    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`; ``map_fn`` and
+    ``get_distant_attr`` (on each worker's torchrl collector) from
+    :mod:`tdscheme.collectors.remote_calls`; ``state_dict`` / ``load_state_dict``
+    (torchrl's per-worker list) from :mod:`tdscheme.collectors.state`.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.
@@ -300,94 +313,30 @@ class RayCollector(
                 batch = self.postproc(batch)
             yield batch
 
-    def stats(
-        self,
-        workers: str = "aggregate",
-        *,
-        timeout: float | None = 10.0,
-        timeout_s: float | None = None,
-    ) -> dict[str, Any]:
-        """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds every worker distinctly and reproducibly from ``seed``.
 
-        torchrl's keys: ``frames``, ``requested_frames_per_batch``,
-        ``total_frames`` and ``completed`` (with a frame limit), ``workers``,
-        ``workers_alive`` (workers that answered a ping within the timeout: a
-        dead or hung worker never blocks the call) and ``worker_frames``; with
-        ``workers="per_worker"`` (or ``"both"``), ``worker_<i>/frames`` instead.
-        tdscheme's: fps, per-worker frames, policy lag, frames
-        preempted/lost/dropped/discarded, restarts, wait/dispatch/decode/
-        weight-push ms, bytes received, and the policy version each worker
-        acknowledged (``worker_policy_versions``) and runs.
+        Worker ``i`` gets its own seed derived from ``seed`` (restarted workers a
+        fresh one), where torchrl chains one seed through the workers in turn.
 
         Args:
-            workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
-            timeout: seconds to wait for the workers' pings (``None``: 10).
-            timeout_s: the same, in tdscheme's naming (wins when given).
+            seed: the base seed.
+            static_seed: torchrl's: each worker's env copies all get that worker's seed.
+
+        Returns:
+            As torchrl's: the seed to use next, the one the last worker's torchrl
+            collector chained to after its own.
 
         Raises:
-            ValueError: an unknown ``workers``.
-            RuntimeError: background collection stopped on an error.
+            TypeError: ``seed`` is not an int.
         """
-        self._background.raise_error()
-        wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
-        alive = 0
-        if not self._closed:
-            self._pool.poll_acks()
-            alive = sum(self._pool.answering(wait_s))
-        return self._stats.report(
-            workers,
-            num_workers=self.num_collectors,
-            workers_alive=alive,
-            total_frames=self.total_frames,
-            requested_frames_per_batch=self.frames_per_batch,
-            policy_version=self._pool.version,
-            worker_policy_versions=self._pool.acked_versions(),
-            worker_running_versions=[
-                self._flow.running_versions.get(i, 0) for i in range(self.num_collectors)
-            ],
-            restarts=sum(self._pool.restarts()),
-            restarts_per_worker=self._pool.restarts(),
-            num_collectors=self.num_collectors,
-        )
-
-    def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds every worker distinctly and reproducibly from ``seed``; returns ``seed``."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self._check_open()
         self._pool.seed = seed
-        seeds = [(self._pool.worker_seed(i),) for i in range(self.num_collectors)]
-        self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
-        return seed
-
-    def state_dict(self) -> dict[str, Any]:
-        """Driver counters and every worker's collector state."""
-        self._check_open()
-        workers = self._pool.call_all(
-            "state_dict", [()] * self.num_collectors, timeout_s=self.config.batch_timeout_s
-        )
-        return {
-            "frames": self._stats.frames,
-            "batches": self._stats.batches,
-            "policy_version": self._pool.version,
-            "workers": workers,
-        }
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores :meth:`state_dict` (same number of workers)."""
-        self._check_open()
-        workers = state_dict["workers"]
-        if len(workers) != self.num_collectors:
-            raise ValueError(
-                f"state_dict has {len(workers)} worker states but this collector has "
-                f"{self.num_collectors} workers"
-            )
-        self._pool.call_all(
-            "load_state_dict", [(w,) for w in workers], timeout_s=self.config.batch_timeout_s
-        )
-        self._stats.frames = int(state_dict["frames"])
-        self._stats.batches = int(state_dict["batches"])
-        self._pool.set_version(int(state_dict["policy_version"]))
+        seeds = [(self._pool.worker_seed(i), static_seed) for i in range(self.num_collectors)]
+        chained = self._pool.call_all("set_seed", seeds, timeout_s=self.config.batch_timeout_s)
+        return int(chained[-1])
 
     def add_collectors(
         self,

@@ -1,4 +1,4 @@
-"""CollectorStats: the counters and timers behind ``RayCollector.stats()``."""
+"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsMixin`)."""
 
 from __future__ import annotations
 
@@ -130,3 +130,72 @@ class CollectorStats:
             out.update({f"worker_{i}/frames": frames for i, frames in enumerate(per_worker)})
         out.update(extra)
         return out
+
+
+class StatsMixin:
+    """``RayCollector.stats()`` (a mixin).
+
+    The host class has ``num_collectors``, ``total_frames``, ``frames_per_batch``,
+    ``_closed``, ``_stats`` (a :class:`CollectorStats`), ``_pool`` (a
+    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_flow`` and ``_background``.
+    """
+
+    num_collectors: int
+    total_frames: int
+    frames_per_batch: int
+    _closed: bool
+    _stats: CollectorStats
+    _pool: Any
+    _flow: Any
+    _background: Any
+
+    def stats(
+        self,
+        workers: str = "aggregate",
+        *,
+        timeout: float | None = 10.0,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
+
+        torchrl's keys: ``frames``, ``requested_frames_per_batch``,
+        ``total_frames`` and ``completed`` (with a frame limit), ``workers``,
+        ``workers_alive`` (workers that answered a ping within the timeout: a
+        dead or hung worker never blocks the call) and ``worker_frames``; with
+        ``workers="per_worker"`` (or ``"both"``), ``worker_<i>/frames`` instead.
+        tdscheme's: fps, per-worker frames, policy lag, frames
+        preempted/lost/dropped/discarded, restarts, wait/dispatch/decode/
+        weight-push ms, bytes received, and the policy version each worker
+        acknowledged (``worker_policy_versions``) and runs.
+
+        Args:
+            workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
+            timeout: seconds to wait for the workers' pings (``None``: 10, where
+                torchrl waits forever: every wait of tdscheme's is bounded).
+            timeout_s: the same, in tdscheme's naming (wins when given).
+
+        Raises:
+            ValueError: an unknown ``workers``.
+            RuntimeError: background collection stopped on an error.
+        """
+        self._background.raise_error()
+        wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
+        alive = 0
+        if not self._closed:
+            self._pool.poll_acks()
+            alive = sum(self._pool.answering(wait_s))
+        return self._stats.report(
+            workers,
+            num_workers=self.num_collectors,
+            workers_alive=alive,
+            total_frames=self.total_frames,
+            requested_frames_per_batch=self.frames_per_batch,
+            policy_version=self._pool.version,
+            worker_policy_versions=self._pool.acked_versions(),
+            worker_running_versions=[
+                self._flow.running_versions.get(i, 0) for i in range(self.num_collectors)
+            ],
+            restarts=sum(self._pool.restarts()),
+            restarts_per_worker=self._pool.restarts(),
+            num_collectors=self.num_collectors,
+        )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tensordict import TensorDict, TensorDictBase
+
 if TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
     from tdscheme.collectors.pool import WorkerPool
@@ -116,6 +118,37 @@ class TorchrlSurface:
     def policy_device(self) -> list[Any]:
         """Each worker's ``policy_device`` argument."""
         return self._per_worker("policy_device")
+
+    @property
+    def no_cuda_sync(self) -> bool | None:
+        """torchrl's ``no_cuda_sync``, as passed to every worker's collector."""
+        return self.config.no_cuda_sync
+
+    @property
+    def policy_factory(self) -> list[Any]:
+        """Each worker's ``policy_factory`` (``None`` where the policy is sent)."""
+        return [spec.policy_factory for spec in self._pool.specs()]
+
+    @property
+    def policy_weights(self) -> TensorDictBase:
+        """The driver policy's weights as a locked TensorDict (empty for a non-module policy).
+
+        As torchrl's: a view of the policy's parameters, so it shows their current
+        values; these are what ``update_policy_weights_()`` pushes by default.
+        """
+        module = self.config.policy_module()
+        if module is None:
+            return TensorDict(lock=True)
+        return TensorDict.from_module(module).data.lock_()
+
+    def local_policy(self) -> Any:
+        """The driver-side policy (the one whose weights are pushed by default).
+
+        torchrl documents this method as returning the local policy but its body
+        reads an attribute it never sets (an ``AttributeError``); tdscheme keeps the
+        documented meaning.
+        """
+        return self.config.policy
 
     def _per_worker(self, name: str) -> list[Any]:
         return [spec.collector_kwargs.get(name) for spec in self._pool.specs()]

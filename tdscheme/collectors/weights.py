@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
+
+from tdscheme.validation import invalid
 
 __all__ = ["AutoPushRule", "WeightPushMixin", "weights_from"]
 
@@ -36,6 +38,29 @@ def weights_from(source: Any) -> TensorDictBase:
         f"policy_or_weights must be a TensorDict, a dict of tensors or an nn.Module, "
         f"got {type(source).__name__}"
     )
+
+
+#: The one model a RayCollector's workers receive weights for (torchrl's ``model_id``).
+POLICY_MODEL_ID = "policy"
+
+
+def _check_model_ids(by_model: Mapping[Any, Any]) -> None:
+    """Raises unless ``by_model`` names exactly the ``"policy"`` model.
+
+    Example:
+        >>> _check_model_ids({"policy": None})
+        >>> _check_model_ids({"critic": None})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: model_id='critic' is invalid; accepted: 'policy' (...
+    """
+    if list(by_model) != [POLICY_MODEL_ID]:
+        bad = next((k for k in by_model if k != POLICY_MODEL_ID), None)
+        raise invalid(
+            "model_id", bad,
+            f"{POLICY_MODEL_ID!r} (the one model a RayCollector's workers receive weights "
+            f"for: the policy they run; torchrl's weight_sync_schemes has only this key too)",
+        )  # fmt: skip
 
 
 class AutoPushRule:
@@ -104,6 +129,8 @@ class WeightPushMixin:
         worker_ids: int | Sequence[int] | None = None,
         weights: TensorDictBase | dict | None = None,
         policy: nn.Module | None = None,
+        model_id: str | None = None,
+        weights_dict: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         """Pushes new policy weights (one ``ray.put``) and bumps ``policy_version``.
@@ -118,13 +145,28 @@ class WeightPushMixin:
                 them from. ``None``: the ``policy`` given at construction.
             worker_ids: push to these workers only (default: all).
             weights, policy: keyword forms of ``policy_or_weights`` (torchrl's).
+            model_id: the model to update (torchrl's); a RayCollector has one,
+                ``"policy"`` (the default).
+            weights_dict: ``{"policy": weights}``, torchrl's form for several models
+                at once (a RayCollector has one).
 
         Raises:
-            ValueError: conflicting arguments, unknown worker ids, or no weights to push.
+            ValueError: conflicting arguments, unknown worker ids, a model other
+                than ``"policy"``, or no weights to push.
         """
         if kwargs:
             raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
         given = [x for x in (policy_or_weights, weights, policy) if x is not None]
+        if weights_dict is not None:
+            if given or model_id is not None:
+                raise ValueError(
+                    "weights_dict cannot be combined with policy_or_weights, weights, policy "
+                    "or model_id (torchrl's rule)"
+                )
+            _check_model_ids(weights_dict)
+            given = [weights_dict[POLICY_MODEL_ID]]
+        if model_id is not None:
+            _check_model_ids({model_id: None})
         if len(given) > 1:
             raise ValueError("pass only one of policy_or_weights, weights and policy")
         self._check_open()

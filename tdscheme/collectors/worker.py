@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
@@ -31,6 +31,9 @@ from tdscheme.runtime.torchrl_names import (
 from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
+
+#: The entry a worker adds to its torchrl collector's ``state_dict()``.
+WORKER_STATE_KEY = "tdscheme"
 
 
 @dataclasses.dataclass
@@ -329,35 +332,64 @@ class CollectorWorker(SchemeReceiverMixin):
             return
         self._collector.update_policy_weights_(weights)
 
-    def set_seed(self, seed: int) -> int:
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the worker's envs and torch's RNG, and resets the envs.
 
         torch's RNG drives the policy's exploration (e.g. sampling a categorical
         action); torchrl's ``set_seed`` seeds the envs only. A worker actor owns its
         process, so seeding the process-wide RNG makes its batches reproducible.
 
+        Args:
+            seed: the seed.
+            static_seed: torchrl's: every env copy gets ``seed`` itself.
+
         Returns:
             The seed torchrl chains to next.
         """
         torch.manual_seed(seed)
-        next_seed = self._collector.set_seed(seed)
+        next_seed = self._collector.set_seed(seed, static_seed)
         self._collector.reset()  # the first frames come from a seeded reset too
         return next_seed
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped collector's state plus this worker's policy version."""
-        return {"collector": self._collector.state_dict(), "policy_version": self.policy_version}
+        """The wrapped torchrl collector's state (as torchrl's) plus this worker's policy version.
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`.
-
-        Loads the collector's state non-strictly, as torchrl's RayCollector does:
-        torchrl's ``Collector.state_dict`` leaves out a plain env's own state (only a
-        transform's or a batched env's is kept), so a strict load would fail on an env
-        with buffers.
+        Returns:
+            The collector's own ``state_dict()`` with a ``"tdscheme"`` entry,
+            ``{"policy_version": ...}``, which torchrl's ``load_state_dict`` ignores.
         """
-        self._collector.load_state_dict(state["collector"], strict=False)
-        self.policy_version = int(state["policy_version"])
+        state = self._collector.state_dict()
+        state[WORKER_STATE_KEY] = {"policy_version": self.policy_version}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = False) -> None:
+        """Restores :meth:`state_dict`, or any state of the wrapped torchrl collector.
+
+        Args:
+            state: a :meth:`state_dict`, or a torchrl collector's ``state_dict()``
+                (the policy version is then left as it is).
+            strict: passed to the torchrl collector's ``load_state_dict``; ``False``
+                (torchrl RayCollector's choice) loads what the state holds.
+        """
+        state = dict(state)
+        own = state.pop(WORKER_STATE_KEY, None)
+        self._collector.load_state_dict(state, strict=strict)
+        if own is not None:
+            self.policy_version = int(own["policy_version"])
+
+    def cascade_execute(
+        self, attr_path: str, args: tuple = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Calls the wrapped collector's ``cascade_execute(attr_path, *args, **kwargs)``.
+
+        torchrl's: ``attr_path`` names a method (or attribute) of the collector,
+        e.g. ``"env.reset"`` or ``"policy.forward"``; an attribute is returned as it is.
+        """
+        return self._collector.cascade_execute(attr_path, *args, **dict(kwargs or {}))
+
+    def get_distant_attr(self, attr: str) -> Any:
+        """The wrapped collector's attribute at ``attr`` (a torchrl path, e.g. ``"env.batch_size"``)."""
+        return self._collector.get_distant_attr(attr)
 
     def shutdown(self) -> None:
         """Closes the wrapped collector and its envs. Idempotent."""

@@ -1,8 +1,10 @@
 """The one place that starts or joins Ray.
 
-tdscheme starts a local Ray (no dashboard, the machine's CPU count) only when
-none is running, joins an existing cluster when given an address, and never
-shuts down a Ray it did not start. The local Ray it starts has its worker
+tdscheme follows ``ray.init``'s rule for the address: it joins the cluster given
+(``address``), or, with none, the one ``RAY_ADDRESS`` names or the last ``ray start``
+on this machine recorded; only when there is none (or with ``address="local"``) does it
+start a local Ray (no dashboard, the machine's CPU count). It never shuts down a Ray it
+did not start. The local Ray it starts has its worker
 processes import torch, tensordict and torchrl (:data:`WORKER_PRELOAD_MODULES`)
 as soon as they are spawned, before any actor is placed on them: that import
 is most of a collector actor's start-up (seconds), and this way it overlaps
@@ -19,6 +21,7 @@ for a new local instance; tdscheme selects it explicitly (see
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import threading
@@ -28,33 +31,9 @@ from typing import Any
 import ray
 
 from tdscheme.log_levels import driver_log_level
+from tdscheme.validation import invalid
 
 logger = logging.getLogger(__name__)
-
-_ALLOWED_INIT_KEYS = frozenset(
-    {
-        "address",
-        "num_cpus",
-        "num_gpus",
-        "resources",
-        "object_store_memory",
-        "local_mode",
-        "ignore_reinit_error",
-        "include_dashboard",
-        "dashboard_host",
-        "dashboard_port",
-        "job_config",
-        "configure_logging",
-        "logging_level",
-        "logging_format",
-        "log_to_driver",
-        "namespace",
-        "runtime_env",
-        "_temp_dir",
-        "_system_config",
-    }
-)
-
 
 #: Modules a worker process of a tdscheme-started local Ray imports when it starts
 #: (Ray's ``preload_python_modules`` system setting): what a collector actor needs.
@@ -72,9 +51,9 @@ def local_ray_config() -> dict[str, Any]:
     """The ``ray.init`` arguments tdscheme uses when it starts Ray itself.
 
     Returns:
-        A fresh dict: a new local instance (``address="local"``, so that a
-        ``ray start`` cluster elsewhere on the machine is not joined by
-        accident), no dashboard, one CPU per core of this machine, Ray's driver
+        A fresh dict: a new local instance (``address="local"``: used once
+        tdscheme found no cluster to join, so that Ray starts one even if a
+        ``ray start`` appeared meanwhile), no dashboard, one CPU per core of this machine, Ray's driver
         logs at :func:`~tdscheme.log_levels.driver_log_level`, and worker
         processes that import :data:`WORKER_PRELOAD_MODULES` when they start.
     """
@@ -121,27 +100,108 @@ def select_token_auth() -> bool:
     return True
 
 
+def existing_cluster_address(temp_dir: str | None = None) -> str | None:
+    """The Ray cluster ``ray.init()`` with no address would join, or ``None`` (it would start one).
+
+    Ray's rule (``ray.init``'s ``address`` docs): ``RAY_ADDRESS`` when set, else the
+    cluster the last ``ray start`` on this machine recorded (``ray_current_cluster``
+    in Ray's temp directory: ``$RAY_TMPDIR/ray``, else ``$TMPDIR/ray``, else
+    ``/tmp/ray``, or ``temp_dir``), else none.
+
+    Args:
+        temp_dir: Ray's temp directory (``ray.init``'s ``_temp_dir``), if not the default.
+    """
+    try:  # Ray's own function for this rule
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:  # pragma: no cover - a Ray that moved it: the variable only
+        return os.environ.get("RAY_ADDRESS") or None
+    return get_ray_address_from_environment(None, temp_dir)
+
+
+def check_init_keys(config: Mapping[str, Any]) -> None:
+    """Raises for a key that is not a ``ray.init`` keyword argument.
+
+    Named arguments are checked against ``ray.init``'s signature; ``_``-prefixed
+    ones (``_temp_dir``, ``_system_config``, ...) and the extra arguments of a Ray
+    Client address (``ray://...``) are Ray's to check (:meth:`RayLease.acquire`
+    turns Ray's error into the same message).
+
+    Raises:
+        ValueError: an unknown key, named with the accepted ones.
+
+    Example:
+        >>> check_init_keys({"num_cpus": 2, "labels": {"zone": "a"}, "_temp_dir": "/tmp/r"})
+        >>> check_init_keys({"num_cpu": 2})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ray_init_config['num_cpu']=2 is invalid; accepted: ray.init's keyword ...
+    """
+    address = config.get("address")
+    if isinstance(address, str) and address.startswith("ray://"):
+        return
+    accepted = _ray_init_parameters()
+    for key, value in config.items():
+        if not (isinstance(key, str) and (key.startswith("_") or key in accepted)):
+            raise _unknown_key(key, value)
+
+
+def _ray_init_parameters() -> list[str]:
+    params = inspect.signature(ray.init).parameters.values()
+    return [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+def _unknown_key(key: Any, value: Any) -> ValueError:
+    return invalid(
+        f"ray_init_config[{key!r}]", value,
+        f"ray.init's keyword arguments ({', '.join(_ray_init_parameters())}, and Ray's "
+        f"_-prefixed ones such as _temp_dir, _system_config)",
+    )  # fmt: skip
+
+
 def _init_kwargs(ray_init_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    if ray_init_config is None:
-        return local_ray_config()
-    if not isinstance(ray_init_config, Mapping):
-        raise TypeError(
-            f"ray_init_config must be a dict of ray.init arguments or None, got "
-            f"{type(ray_init_config).__name__}: {ray_init_config!r}"
-        )
-    unknown = set(ray_init_config) - _ALLOWED_INIT_KEYS
-    if unknown:
-        raise ValueError(
-            f"ray_init_config has unknown keys {sorted(unknown)}; accepted keys: "
-            f"{sorted(_ALLOWED_INIT_KEYS)}"
-        )
-    kwargs = {k: v for k, v in ray_init_config.items() if v is not None}
-    if kwargs.get("address") in (None, "local"):
+    """The ``ray.init`` arguments for ``ray_init_config``, with Ray's rule for the address.
+
+    Without an address (or with ``None``), Ray's rule decides, as ``ray.init`` does:
+    an existing cluster (:func:`existing_cluster_address`) is joined with the given
+    arguments only; otherwise tdscheme starts a local Ray with
+    :func:`local_ray_config`, the given arguments winning. ``"local"`` always starts
+    one; any other address (``"auto"``, ``"host:port"``, ``"ray://..."``) is joined.
+    ``None`` values are left out (torchrl's default config is full of them).
+    """
+    kwargs = {k: v for k, v in _checked(ray_init_config).items() if v is not None}
+    address = kwargs.get("address")
+    if address == "local" or (
+        address is None and existing_cluster_address(kwargs.get("_temp_dir")) is None
+    ):
         defaults = local_ray_config()
         defaults.update(kwargs)
         kwargs = defaults
     kwargs.setdefault("logging_level", driver_log_level())
     return kwargs
+
+
+def _checked(ray_init_config: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if ray_init_config is None:
+        return {}
+    if not isinstance(ray_init_config, Mapping):
+        raise TypeError(
+            f"ray_init_config must be a dict of ray.init arguments or None, got "
+            f"{type(ray_init_config).__name__}: {ray_init_config!r}"
+        )
+    check_init_keys(ray_init_config)
+    return ray_init_config
+
+
+def _ray_init(kwargs: Mapping[str, Any]) -> None:
+    """``ray.init(**kwargs)``, with Ray's unknown-keyword error naming the key as tdscheme does."""
+    try:
+        ray.init(**kwargs)
+    except RuntimeError as err:
+        prefix = "Unknown keyword argument(s): "
+        if not str(err).startswith(prefix):
+            raise
+        key = str(err)[len(prefix) :].split(",")[0].strip()
+        raise _unknown_key(key, kwargs.get(key)) from err
 
 
 class RayLease:
@@ -164,29 +224,35 @@ class RayLease:
         """Uses the running Ray, or starts/joins one from ``ray_init_config``.
 
         Args:
-            ray_init_config: ``ray.init`` keyword arguments. ``None`` starts a
-                local Ray with no dashboard and one CPU per core. With an
-                ``"address"`` key, joins that cluster. Ignored when Ray is
-                already initialized in this process.
+            ray_init_config: any ``ray.init`` keyword arguments. Without an
+                ``"address"`` (``None`` included), Ray's rule applies, as in
+                ``ray.init``: join the cluster of ``RAY_ADDRESS`` or of the last
+                ``ray start`` on this machine, else start a local Ray (no
+                dashboard, one CPU per core; the given arguments win). ``"local"``
+                always starts one; ``"auto"``, ``"host:port"`` or ``"ray://..."``
+                joins that cluster. Ignored (but checked) when Ray is already
+                initialized in this process.
 
         Returns:
-            A lease; call :meth:`release` when done.
+            A lease; call :meth:`release` when done. Releasing it never stops a
+            cluster tdscheme joined (``ray.shutdown()`` only disconnects this driver).
 
         Raises:
-            TypeError, ValueError: ``ray_init_config`` is not a dict of
-                ``ray.init`` arguments.
+            TypeError: ``ray_init_config`` is not a dict.
+            ValueError: a key that is not a ``ray.init`` keyword argument (named).
         """
-        kwargs = _init_kwargs(ray_init_config)
+        _checked(ray_init_config)
         with _StartedRay.lock:
             if ray.is_initialized():
                 if _StartedRay.leases > 0:
                     _StartedRay.leases += 1
                     return cls(started=True, config=ray_init_config)
                 return cls(started=False, config=ray_init_config)
+            kwargs = _init_kwargs(ray_init_config)
             logger.info("starting Ray with %s", kwargs)
             if kwargs.get("address") == "local":
                 select_token_auth()
-            ray.init(**kwargs)
+            _ray_init(kwargs)
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.
             _StartedRay.leases += 1

@@ -70,9 +70,11 @@ class SchemeConfig:
         compress: lz4-compress batches on the wire (``True``) or only the listed keys.
         collector_resources: Ray actor options per collector worker, e.g.
             ``{"num_cpus": 0.5}`` (one dict for all, or one per worker); ``None``:
-            one CPU each.
+            one CPU each (and 0.2 of a GPU when CUDA is available, as torchrl).
         ray_init_config: ``ray.init`` arguments used only when Ray is not running;
-            ``{"address": "auto"}`` joins a cluster.
+            ``{"address": "auto"}`` joins a cluster; with no address, a cluster of
+            ``RAY_ADDRESS`` or ``ray start`` is joined as ``ray.init`` does (see
+            :class:`tdscheme.runtime.RayLease`).
         seed: seeds torch before the modules are built (reproducible initial
             weights) and each worker distinctly; ``None`` leaves them unseeded.
         batch_timeout_s: raise if no batch arrives for this long while the workers

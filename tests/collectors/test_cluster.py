@@ -6,8 +6,11 @@ These run in a subprocess because the test session already holds a Ray.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 JOIN_CLUSTER = textwrap.dedent(
@@ -57,9 +60,18 @@ START_LOCAL = textwrap.dedent(
 
 
 def run(script: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
-    )
+    # Ray's rule joins a `ray start` cluster recorded in Ray's temp directory, or the one
+    # RAY_ADDRESS names: a temp directory of its own keeps this program from another's.
+    temp_dir = tempfile.mkdtemp(prefix="tdc", dir="/tmp")  # short: Ray puts sockets in it
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = temp_dir
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+            check=False, env=env,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme.collectors import PreemptionConfig, RayCollectorConfig
+from tdscheme.collectors.config import default_remote_config
 from tdscheme.collectors.preemption import pad_time, stack_rollouts
 from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
@@ -145,3 +146,16 @@ def test_added_workers_keep_every_setting():
         assert spec.compress is True
     assert original.collector_kwargs["init_random_frames"] == 100
     assert (added.max_policy_lag, added.seed, added.sync) == (2, 5, True)
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_default_remote_config_gives_workers_a_gpu_share_when_cuda_is_available(monkeypatch, cuda):
+    # torchrl's default: one CPU, and 0.2 of a GPU when CUDA is available.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    expected = {"num_cpus": 1, "num_gpus": 0.2} if cuda else {"num_cpus": 1}
+    assert default_remote_config() == expected
+    assert default_remote_config(cuda_available=not cuda) != expected  # the argument wins
+    config = RayCollectorConfig(make_env, frames_per_batch=10, num_collectors=2)
+    assert config.remote_config_list() == [expected, expected]
+    given = RayCollectorConfig(make_env, frames_per_batch=10, remote_configs={"num_cpus": 2})
+    assert given.remote_config_list() == [{"num_cpus": 2}]  # the user's options as given

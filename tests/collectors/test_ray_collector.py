@@ -257,7 +257,7 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         next(it)
         collector.update_policy_weights_()
         state = collector.state_dict()
-        assert state["frames"] == 50 and state["policy_version"] == 1
+        assert state[0]["tdscheme"]["driver"] == {"frames": 50, "batches": 1, "policy_version": 1}
         collector.load_state_dict(state)
         assert collector.policy_version == 1
         assert collector.add_collectors([cartpole], remote_configs=SMALL) == [1]
@@ -266,7 +266,7 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         for _ in range(12):
             seen.update(worker_ids(next(it)))
         assert seen == {0, 1}
-        assert collector.set_seed(3) == 3
+        assert collector.set_seed(3) not in (3, collector._pool.worker_seed(1))  # chains on
         del it
 
 

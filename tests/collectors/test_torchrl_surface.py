@@ -65,3 +65,34 @@ def test_post_collect_hook_runs_in_every_worker(ray_clean):
         batches = list(collector)  # list() calls len(): torchrl's __len__ must work
     assert len(batches) == 4
     assert all((b["hooked"] == 1).all() for b in batches)
+
+
+def test_torchrl_weight_arguments_and_the_remaining_attributes(ray_clean):
+    policy = CountingPolicy()
+    collector = RayCollector(
+        [CountingEnv], policy, frames_per_batch=10, total_frames=-1, no_cuda_sync=False,
+        remote_configs=SMALL,
+    )  # fmt: skip
+    try:
+        assert collector.init_random_frames == 0  # torchrl reads -1 as 0
+        assert collector.no_cuda_sync is False
+        assert collector.policy_factory == [None]
+        assert collector.local_policy() is policy
+        weights = collector.policy_weights
+        assert weights.is_locked and weights["weight"].item() == 1
+        with torch.no_grad():
+            policy.weight += 1
+        assert collector.policy_weights["weight"].item() == 2  # a view of the policy's
+        collector.update_policy_weights_(weights_dict={"policy": collector.policy_weights})
+        collector.update_policy_weights_(policy, model_id="policy")
+        assert collector.policy_version == 2
+        assert (next(iter(collector))["action"] == 2).all()  # the workers run the new weights
+        with pytest.raises(ValueError, match="model_id='critic' is invalid"):
+            collector.update_policy_weights_(policy, model_id="critic")
+        with pytest.raises(ValueError, match="model_id='critic' is invalid"):
+            collector.update_policy_weights_(weights_dict={"critic": policy})
+        with pytest.raises(ValueError, match="weights_dict cannot be combined"):
+            collector.update_policy_weights_(policy, weights_dict={"policy": policy})
+        assert collector.policy_version == 2
+    finally:
+        collector.shutdown()

@@ -17,6 +17,8 @@ from tdscheme.runtime.ray_lease import (
     WORKER_PRELOAD_MODULES,
     RayLease,
     _init_kwargs,
+    _ray_init,
+    existing_cluster_address,
     local_ray_config,
     select_token_auth,
 )
@@ -104,3 +106,37 @@ def test_ray_logs_at_the_drivers_level_unless_told(monkeypatch):
     monkeypatch.setattr(logging.getLogger("tdscheme"), "level", logging.NOTSET)
     monkeypatch.setattr(logging.getLogger(), "level", logging.WARNING)
     assert local_ray_config()["logging_level"] == logging.WARNING
+
+
+def test_any_ray_init_keyword_is_accepted_and_an_unknown_one_is_named():
+    # keys outside tdscheme's former fixed list: ray.init's own, and Ray's _-prefixed ones
+    kwargs = _init_kwargs({"address": "local", "labels": {"zone": "a"}, "_node_name": "n1"})
+    assert kwargs["labels"] == {"zone": "a"} and kwargs["_node_name"] == "n1"
+    assert kwargs["num_cpus"] == local_ray_config()["num_cpus"]  # tdscheme's local defaults
+    with pytest.raises(ValueError, match=r"ray_init_config\['num_cpu'\]=2 is invalid"):
+        _init_kwargs({"num_cpu": 2})
+    with pytest.raises(ValueError, match="num_cpu"):  # checked even while Ray runs
+        RayLease.acquire({"num_cpu": 2})
+    _init_kwargs({"address": "ray://head:10001", "allow_multiple": True})  # Ray Client's
+
+
+def test_an_unknown_underscore_keyword_is_named_from_rays_own_error():
+    # Ray rejects it before starting anything; tdscheme names the key.
+    with pytest.raises(ValueError, match=r"ray_init_config\['_no_such_option'\]=1 is invalid"):
+        _ray_init({"address": "local", "_no_such_option": 1})
+
+
+def test_without_an_address_rays_rule_picks_join_or_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no `ray start` address file here
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _init_kwargs(None)["address"] == "local"  # nothing to join: start one
+    assert _init_kwargs({"address": None, "num_cpus": 1})["num_cpus"] == 1
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as ray.init: join, no local options
+    joined = _init_kwargs({"namespace": "x"})
+    assert "address" not in joined and "num_cpus" not in joined and joined["namespace"] == "x"
+    assert _init_kwargs({"address": "local"})["address"] == "local"  # "local" always starts
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.2:6379")
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert existing_cluster_address() == "10.0.0.2:6379"  # the last `ray start`'s
+    assert "num_cpus" not in _init_kwargs(None)

@@ -1,0 +1,191 @@
+"""A RayCollector's state in torchrl's format: one torchrl collector state per worker.
+
+torchrl's ``RayCollector.state_dict()`` is a list with each remote collector's
+``state_dict()`` (an ``OrderedDict``: ``env_state_dict``, ``policy_state_dict``,
+``frames``, ``iter``, ...), and its ``load_state_dict`` takes such a list or one
+state for every worker, loaded non-strictly. tdscheme's is the same list; each
+entry also holds a ``"tdscheme"`` entry with what exact resume needs and torchrl's
+collectors ignore (they load non-strictly too)::
+
+    [OrderedDict(env_state_dict=..., policy_state_dict=..., frames=..., iter=...,
+                 tdscheme={"policy_version": <this worker's>,
+                           "driver": {"frames": ..., "batches": ..., "policy_version": ...}}),
+     ...]
+
+So a tdscheme state loads into torchrl's RayCollector and a torchrl state into
+tdscheme's (the driver counters are then left as they are). The format tdscheme
+wrote before (``{"frames", "batches", "policy_version", "workers": [...]}``, found in
+older checkpoints) still loads.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tdscheme.collectors.worker import WORKER_STATE_KEY
+
+__all__ = ["CollectorStateMixin", "driver_state", "worker_states"]
+
+_DRIVER = "driver"
+_LEGACY_KEYS = frozenset({"frames", "batches", "policy_version", "workers"})
+
+
+def with_driver_state(
+    workers: Sequence[Mapping[str, Any]], *, frames: int, batches: int, policy_version: int
+) -> list[Any]:
+    """The workers' states, each with the driver's counters added under ``"tdscheme"``.
+
+    Example:
+        >>> from collections import OrderedDict
+        >>> state = with_driver_state([OrderedDict(frames=5, tdscheme={"policy_version": 1})],
+        ...                           frames=5, batches=1, policy_version=2)
+        >>> state[0]["tdscheme"]
+        {'policy_version': 1, 'driver': {'frames': 5, 'batches': 1, 'policy_version': 2}}
+    """
+    driver = {"frames": frames, "batches": batches, "policy_version": policy_version}
+    out = []
+    for worker in workers:
+        entry = collections.OrderedDict(worker)
+        own = dict(entry.get(WORKER_STATE_KEY) or {})
+        own[_DRIVER] = dict(driver)
+        entry[WORKER_STATE_KEY] = own
+        out.append(entry)
+    return out
+
+
+def worker_states(state_dict: Any, num_workers: int) -> list[Mapping[str, Any]]:
+    """One state per worker, from any form ``RayCollector.load_state_dict`` accepts.
+
+    Args:
+        state_dict: a list of per-worker states (torchrl's and tdscheme's format),
+            one state (a mapping) for every worker, a list of one state for every
+            worker (as torchrl), or tdscheme's former format.
+        num_workers: the collector's number of workers.
+
+    Raises:
+        ValueError: a list of neither one nor ``num_workers`` states.
+        TypeError: ``state_dict`` is neither a mapping nor a list of mappings.
+
+    Example:
+        >>> [s["frames"] for s in worker_states([{"frames": 1}, {"frames": 2}], 2)]
+        [1, 2]
+        >>> [s["frames"] for s in worker_states({"frames": 3}, 2)]  # one for every worker
+        [3, 3]
+        >>> worker_states([{}, {}, {}], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: state_dict has 3 worker states; accepted: one state for every worker, or 2 (one per worker)
+    """
+    if isinstance(state_dict, Mapping) and _LEGACY_KEYS <= set(state_dict):
+        state_dict = _from_legacy(state_dict)
+    states = [state_dict] if isinstance(state_dict, Mapping) else state_dict
+    if not isinstance(states, (list, tuple)) or not all(isinstance(s, Mapping) for s in states):
+        raise TypeError(
+            f"state_dict of type {type(state_dict).__name__} is invalid; accepted: "
+            f"RayCollector.state_dict() (a list of per-worker states) or one worker's state"
+        )
+    states = list(states)
+    if len(states) == 1 and num_workers > 1:
+        states *= num_workers
+    if len(states) != num_workers:
+        raise ValueError(
+            f"state_dict has {len(states)} worker states; accepted: one state for every "
+            f"worker, or {num_workers} (one per worker)"
+        )
+    return states
+
+
+def driver_state(states: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
+    """The driver counters saved with ``states`` (``None`` for a state torchrl saved).
+
+    Example:
+        >>> driver_state([{"tdscheme": {"driver": {"frames": 5, "batches": 1,
+        ...                                        "policy_version": 2}}}])
+        {'frames': 5, 'batches': 1, 'policy_version': 2}
+        >>> driver_state([{"frames": 5}]) is None
+        True
+    """
+    for state in states:
+        driver = (state.get(WORKER_STATE_KEY) or {}).get(_DRIVER)
+        if driver is not None:
+            return {k: int(driver[k]) for k in ("frames", "batches", "policy_version")}
+    return None
+
+
+def _from_legacy(state: Mapping[str, Any]) -> list[Any]:
+    """tdscheme's former ``{"frames", "batches", "policy_version", "workers"}`` as the list form."""
+    workers = []
+    for worker in state["workers"]:
+        entry = collections.OrderedDict(worker["collector"])
+        entry[WORKER_STATE_KEY] = {"policy_version": int(worker["policy_version"])}
+        workers.append(entry)
+    return with_driver_state(
+        workers,
+        frames=int(state["frames"]),
+        batches=int(state["batches"]),
+        policy_version=int(state["policy_version"]),
+    )
+
+
+class CollectorStateMixin:
+    """``state_dict`` / ``load_state_dict`` of a RayCollector (a mixin).
+
+    The host class has ``num_collectors``, ``config``, ``_pool`` (a
+    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_stats`` and ``_check_open()``.
+    """
+
+    num_collectors: int
+    config: Any
+    _pool: Any
+    _stats: Any
+    _check_open: Callable[[], None]
+
+    def state_dict(self) -> list[Any]:
+        """Every worker's torchrl collector state, in torchrl's format, with tdscheme's counters.
+
+        Returns:
+            A list with one ``OrderedDict`` per worker: its torchrl collector's
+            ``state_dict()`` plus a ``"tdscheme"`` entry (the worker's policy
+            version and the driver's frames, batches and policy version), see
+            :mod:`tdscheme.collectors.state`.
+
+        Raises:
+            WorkerError: a worker raised, died or did not answer in ``batch_timeout_s``.
+        """
+        self._check_open()
+        workers = self._pool.call_all(
+            "state_dict", [()] * self.num_collectors, timeout_s=self.config.batch_timeout_s
+        )
+        return with_driver_state(
+            workers,
+            frames=self._stats.frames,
+            batches=self._stats.batches,
+            policy_version=self._pool.version,
+        )
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restores :meth:`state_dict`, or a torchrl ``RayCollector.state_dict()``.
+
+        As torchrl's: a list of per-worker states, or one state loaded into every
+        worker; each worker's torchrl collector loads it non-strictly
+        (``strict=False``: what the state holds is loaded, the rest is left). The
+        driver's frame and batch counters and policy version are restored when the
+        state holds them (tdscheme's format, current or former).
+
+        Raises:
+            ValueError: a list of neither one nor ``num_collectors`` states.
+            TypeError: not a state dict.
+            WorkerError: a worker could not load its state.
+        """
+        self._check_open()
+        states = worker_states(state_dict, self.num_collectors)
+        self._pool.call_all(
+            "load_state_dict", [(s, False) for s in states], timeout_s=self.config.batch_timeout_s
+        )
+        driver = driver_state(states)
+        if driver is not None:
+            self._stats.frames = driver["frames"]
+            self._stats.batches = driver["batches"]
+            self._pool.set_version(driver["policy_version"])

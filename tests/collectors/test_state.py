@@ -1,0 +1,71 @@
+"""RayCollector.state_dict / load_state_dict in torchrl's format, loaded non-strictly."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torchrl.testing.mocking_classes import CountingEnv
+
+from tdscheme import RayCollector
+from tdscheme.testing import CountingPolicy
+
+SMALL = {"num_cpus": 0.5}
+
+
+def counting_collector(num_workers: int = 2) -> RayCollector:
+    return RayCollector(
+        [CountingEnv] * num_workers, CountingPolicy(), frames_per_batch=10, total_frames=-1,
+        remote_configs=SMALL,
+    )  # fmt: skip
+
+
+def test_state_is_torchrls_per_worker_list_and_round_trips(ray_clean):
+    with counting_collector() as collector:
+        it = iter(collector)
+        next(it), next(it)
+        collector.update_policy_weights_()
+        state = collector.state_dict()
+        # torchrl's format: one torchrl collector state_dict per worker
+        assert isinstance(state, list) and len(state) == 2
+        for worker in state:
+            assert isinstance(worker, collections.OrderedDict)
+            assert {"env_state_dict", "policy_state_dict", "frames", "iter"} <= set(worker)
+        assert sum(w["frames"] for w in state) >= 20  # and the batches prefetched
+        driver = state[0]["tdscheme"]["driver"]
+        assert driver == {"frames": 20, "batches": 2, "policy_version": 1}
+        # our own round trip on torchrl's CountingEnv (strict loading used to fail here)
+        collector.load_state_dict(state)
+        assert collector.policy_version == 1 and collector.collected_frames == 20
+        del it
+    with counting_collector() as fresh:  # exact resume: counters and versions come back
+        fresh.load_state_dict(state)
+        assert fresh.policy_version == 1 and fresh.collected_frames == 20
+        assert sorted(fresh.get_distant_attr("_frames")) == sorted(w["frames"] for w in state)
+
+
+def test_torchrl_states_load_non_strictly_and_one_state_fills_every_worker(ray_clean):
+    with counting_collector() as collector:
+        next(iter(collector))
+        plain = collections.OrderedDict(frames=7, iter=3)  # no env nor policy state
+        collector.load_state_dict(plain)  # torchrl: one OrderedDict for every worker
+        assert collector.get_distant_attr("_frames") == [7, 7]
+        assert collector.collected_frames == 10  # a torchrl state has no driver counters
+        collector.load_state_dict([plain, collections.OrderedDict(frames=9, iter=1)])
+        assert collector.get_distant_attr("_frames") == [7, 9]
+        with pytest.raises(ValueError, match="3 worker states"):
+            collector.load_state_dict([plain] * 3)
+
+
+def test_former_tdscheme_state_from_old_checkpoints_still_loads(ray_clean):
+    with counting_collector(1) as collector:
+        next(iter(collector))
+        current = collector.state_dict()[0]
+        collector_state = {k: v for k, v in current.items() if k != "tdscheme"}
+        collector_state["policy_state_dict"] = {"weight": torch.tensor(3.0)}
+        old = {"frames": 50, "batches": 5, "policy_version": 4,
+               "workers": [{"collector": collector_state, "policy_version": 4}]}  # fmt: skip
+        collector.load_state_dict(old)
+        assert collector.policy_version == 4 and collector.collected_frames == 50
+        assert collector.get_distant_attr("policy.weight") == [torch.tensor(3.0)]
