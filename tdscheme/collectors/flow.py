@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.preemption import stack_rollouts
+from tdscheme.collectors.replay import last_write
 from tdscheme.collectors.stats import CollectorStats
 from tdscheme.collectors.worker import WorkerBatch
 from tdscheme.transport import TensorDictCodec
@@ -60,6 +61,7 @@ class BatchFlow:
         self.stopping = False
         self._next_batch_id = 0
         self._budget: dict[Any, int | None] = {}  # request ref -> its frame budget
+        self._requests: dict[Any, tuple[int, int]] = {}  # request ref -> (worker, batch id)
         self._budget_closed = False
 
     def more_frames(self, in_flight: int) -> bool:
@@ -89,6 +91,7 @@ class BatchFlow:
                 budget = max(0, left // max(1, len(self.pool)))
         ref = self.pool.collect(worker_id, batch_id, budget)
         self._budget[ref] = frames if budget is None else budget
+        self._requests[ref] = (worker_id, batch_id)
         return ref
 
     def _in_flight_frames(self) -> int:
@@ -135,6 +138,7 @@ class BatchFlow:
         finally:
             pool.forget(owner)
             self._budget.clear()
+            self._requests.clear()
 
     def stacked(self) -> Iterator[TensorDictBase | None]:
         """Yields one batch stacked from every worker's rollout (``sync=True``)."""
@@ -168,6 +172,7 @@ class BatchFlow:
             for _, refs in queue:
                 self.pool.forget(refs.values())
             self._budget.clear()
+            self._requests.clear()
 
     def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
         """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
@@ -197,7 +202,10 @@ class BatchFlow:
     def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
         """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
         budget = self._budget.pop(ref, expected_frames)
+        worker_id, batch_id = self._requests.pop(ref, (-1, -1))
         result = self.pool.result(ref)
+        if result is None:
+            result = self._written_before_death(worker_id, batch_id)
         if result is None:
             self.stats.frames_lost += min(budget, expected_frames)
             return None
@@ -213,6 +221,16 @@ class BatchFlow:
             self.stats.frames_dropped += result.frames
             return None
         return result
+
+    def _written_before_death(self, worker_id: int, batch_id: int) -> WorkerBatch | None:
+        """The reply of a worker that died after writing its batch (see :mod:`.replay`)."""
+        if self.config.replay_buffer is None:
+            return None
+        record = last_write(self.config.replay_buffer, worker_id)
+        if record is None or record.batch_id != batch_id:
+            return None
+        self.stats.frames_written_by_dead_workers += record.frames
+        return record
 
     def _wait_one(self, refs: list[Any]) -> Any:
         start = time.perf_counter()

@@ -8,10 +8,13 @@ only whole trajectories are written, and a trajectory that does not fit is
 discarded (and counted), never cut.
 
 A batch is written in one ``extend``, so a worker that dies never leaves part of a
-batch (or of a trajectory) in the buffer; the driver counts its request as lost and
-asks again. One window is left: a worker killed after its write landed but before
-its reply reached the driver has its frames in the buffer counted as lost, and the
-request asked again may then write up to one batch past ``total_frames``.
+batch (or of a trajectory) in the buffer. A worker may die after its write landed but
+before its reply reached the driver; so the write and a record of it (the reply it was
+about to send) land together, in one call on the buffer's actor, and the driver asks
+for the record of a worker that died (:func:`last_write`): a batch in the buffer is
+counted as written, never as lost, and never asked again. (torchrl's ``"distributed"``
+transport writes through its own client, without the record: there a death in that
+window counts the written batch as lost.)
 """
 
 from __future__ import annotations
@@ -24,7 +27,16 @@ from tensordict import TensorDictBase
 
 from tdscheme.transport import Payload, TensorDictCodec
 
-__all__ = ["BufferWriter", "frames_to_write", "is_ray_replay_buffer", "trajectory_lengths"]
+__all__ = [
+    "BufferWriter",
+    "frames_to_write",
+    "is_ray_replay_buffer",
+    "last_write",
+    "trajectory_lengths",
+]
+
+#: the attribute of the buffer (in its actor) that holds each worker's last write record
+_RECORDS = "_tdscheme_last_writes"
 
 #: seconds a write may take before the buffer is taken for dead
 WRITE_TIMEOUT_S = 120.0
@@ -127,13 +139,36 @@ class BufferWriter:
         self._actor = _plain_ray_actor(client)
         self._codec = TensorDictCodec()
 
-    def extend(self, td: TensorDictBase) -> None:
-        """Writes ``td`` (all of it, in one call: a batch is never half-written)."""
+    def extend(self, td: TensorDictBase, record: Any = None) -> None:
+        """Writes ``td`` (all of it, in one call: a batch is never half-written).
+
+        Args:
+            td: the frames.
+            record: kept in the buffer's actor with the write, atomically, as the
+                last write of ``record.worker_id`` (see :func:`last_write`).
+        """
         if self._actor is None:
             self.client.extend(td)
             return
         payload = self._codec.encode(td)
-        ray.get(self._actor.__ray_call__.remote(_extend_decoded, payload), timeout=self.timeout_s)
+        ray.get(
+            self._actor.__ray_call__.remote(_extend_decoded, payload, record),
+            timeout=self.timeout_s,
+        )
+
+
+def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) -> Any:
+    """The record of the last batch ``worker_id`` wrote into ``buffer``, or ``None``.
+
+    Args:
+        buffer: the Ray-held buffer (``RayReplayBuffer``) the workers write into.
+        worker_id: the worker.
+        timeout_s: the longest to wait for the buffer's answer.
+    """
+    actor = _plain_ray_actor(buffer.client())
+    if actor is None:
+        return None
+    return ray.get(actor.__ray_call__.remote(_last_record, worker_id), timeout=timeout_s)
 
 
 def _plain_ray_actor(client: Any) -> Any:
@@ -147,6 +182,13 @@ def _plain_ray_actor(client: Any) -> Any:
     return None
 
 
-def _extend_decoded(buffer: Any, payload: Payload) -> None:
-    """Runs inside the buffer's actor: decodes the payload and extends the buffer."""
+def _extend_decoded(buffer: Any, payload: Payload, record: Any) -> None:
+    """Runs inside the buffer's actor: decodes the payload, extends the buffer, keeps ``record``."""
     buffer.extend(TensorDictCodec().decode(payload))
+    if record is not None:
+        buffer.__dict__.setdefault(_RECORDS, {})[record.worker_id] = record
+
+
+def _last_record(buffer: Any, worker_id: int) -> Any:
+    """Runs inside the buffer's actor: the last record kept for ``worker_id``."""
+    return buffer.__dict__.get(_RECORDS, {}).get(worker_id)

@@ -19,6 +19,9 @@ class CollectorStats:
         frames_per_worker: frames yielded from each worker.
         frames_preempted: frames a preempted (cut-off) worker did not collect.
         frames_lost: frames in flight on a worker that died.
+        frames_written_by_dead_workers: frames a worker wrote into the replay buffer
+            just before it died (its reply lost, its record found in the buffer):
+            counted in ``frames``, not lost.
         frames_dropped: frames collected but discarded as too stale (``max_policy_lag``).
         frames_discarded: frames collected but not written to the replay buffer:
             past ``total_frames``, or a whole trajectory that did not fit in it.
@@ -35,6 +38,7 @@ class CollectorStats:
     frames_per_worker: Counter = dataclasses.field(default_factory=Counter)
     frames_preempted: int = 0
     frames_lost: int = 0
+    frames_written_by_dead_workers: int = 0
     frames_dropped: int = 0
     frames_discarded: int = 0
     lag_counts: Counter = dataclasses.field(default_factory=Counter)
@@ -66,6 +70,7 @@ class CollectorStats:
             "frames_per_worker": dict(sorted(self.frames_per_worker.items())),
             "frames_preempted": self.frames_preempted,
             "frames_lost": self.frames_lost,
+            "frames_written_by_dead_workers": self.frames_written_by_dead_workers,
             "frames_dropped": self.frames_dropped,
             "frames_discarded": self.frames_discarded,
             "policy_lag_max": max(lags) if lags else 0,

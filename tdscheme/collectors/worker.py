@@ -221,30 +221,31 @@ class CollectorWorker(SchemeReceiverMixin):
         td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
         td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
         collected = time.perf_counter()
-        payload, discarded, dropped = None, 0, 0
-        if self.spec.replay_buffer is not None:
-            td, discarded = frames_to_write(
-                td, max_frames, whole_trajectories=self.spec.whole_trajectories
-            )
-            frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
-            if self._too_stale(version):
-                frames, dropped = 0, frames
-            elif frames:
-                self._writer.extend(td)
-        else:
-            payload = self._codec.encode(td)
-        return WorkerBatch(
+        batch = WorkerBatch(
             worker_id=self.worker_id,
             batch_id=batch_id,
             policy_version=version,
             frames=frames,
             preempted=preempted,
-            payload=payload,
+            payload=None,
             collect_s=collected - start,
-            encode_s=time.perf_counter() - collected,
-            frames_discarded=discarded,
-            frames_dropped=dropped,
+            encode_s=0.0,
         )
+        if self.spec.replay_buffer is None:
+            batch.payload = self._codec.encode(td)
+        else:
+            td, batch.frames_discarded = frames_to_write(
+                td, max_frames, whole_trajectories=self.spec.whole_trajectories
+            )
+            batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
+            if self._too_stale(version):
+                batch.frames, batch.frames_dropped = 0, batch.frames
+            elif batch.frames:
+                # the reply goes with the write: if this worker dies before replying,
+                # the driver finds it in the buffer (replay.last_write)
+                self._writer.extend(td, record=batch)
+        batch.encode_s = time.perf_counter() - collected
+        return batch
 
     def _too_stale(self, version: int) -> bool:
         """Whether frames of ``version`` lag the newest weights received by more than the bound."""

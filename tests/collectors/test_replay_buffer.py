@@ -17,7 +17,8 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors.replay import BufferWriter
+from tdscheme.collectors.replay import BufferWriter, last_write
+from tdscheme.collectors.worker import WorkerBatch
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.testing import make_env, mlp_policy
 
@@ -246,7 +247,11 @@ def test_buffer_writer_writes_exactly_what_extend_writes(buffer):
     )
     writer = BufferWriter(buffer.client())
     assert writer._actor is not None  # torchrl's default "ray" transport: the codec path
-    writer.extend(td)
+    assert last_write(buffer, 3) is None
+    record = WorkerBatch(3, 7, 0, 6, False, None, 0.0, 0.0)
+    writer.extend(td, record=record)
+    # the reply lands with the write: a worker that dies before replying is found here
+    assert last_write(buffer, 3) == record and last_write(buffer, 0) is None
     buffer.client().extend(td)
     assert written(buffer) == 12
     stored = buffer[:]

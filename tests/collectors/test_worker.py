@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme.collectors import POLICY_VERSION_KEY, WORKER_ID_KEY, CollectorWorker, WorkerSpec
+from tdscheme.collectors.worker import WORKER_STATE_KEY
 from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, default_collector_kwargs
 from tdscheme.testing import bias_policy, make_env
 from tdscheme.transport import TensorDictCodec
@@ -125,10 +126,10 @@ def test_state_round_trips_with_an_env_that_has_buffers():
     try:
         worker.collect(batch_id=1)
         state = worker.state_dict()
-        state["policy_version"] = 2
+        state[WORKER_STATE_KEY]["policy_version"] = 2
         other.load_state_dict(state)  # raised "Missing key(s) in state_dict: count" before
         assert other.policy_version == 2
-        assert other.state_dict()["collector"]["frames"] == 4
+        assert other.state_dict()["frames"] == 4
     finally:
         worker.shutdown()
         other.shutdown()
