@@ -9,6 +9,7 @@ from typing import Any
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from tdscheme.collectors.weight_schema import WeightSchema, check_finite
 from tdscheme.validation import invalid
 
 __all__ = ["AutoPushRule", "WeightPushMixin", "weights_from"]
@@ -121,6 +122,8 @@ class WeightPushMixin:
     _flow: Any
     _auto_pushes: AutoPushRule
     _check_open: Callable[[], None]
+    #: With ``policy_factory`` only: the schema of the first push, which later ones match.
+    _pushed_schema: WeightSchema | None = None
 
     def update_policy_weights_(
         self,
@@ -150,9 +153,14 @@ class WeightPushMixin:
             weights_dict: ``{"policy": weights}``, torchrl's form for several models
                 at once (a RayCollector has one).
 
+        Checked on the driver before anything is sent: the weights must have
+        the keys, shapes and dtypes of the collector's policy (with
+        ``policy_factory`` only: of the first push), and finite values.
+
         Raises:
             ValueError: conflicting arguments, unknown worker ids, a model other
-                than ``"policy"``, or no weights to push.
+                than ``"policy"``, no weights to push, weights whose keys, shapes or
+                dtypes differ from the policy's (each named), or NaN/inf weights.
         """
         if kwargs:
             raise TypeError(f"update_policy_weights_ got unsupported arguments {sorted(kwargs)}")
@@ -172,7 +180,9 @@ class WeightPushMixin:
         self._check_open()
         ids = self._worker_ids(worker_ids)
         start = time.perf_counter()
-        payload = self._codec.encode(self._weights_from(given[0] if given else None))
+        weights = self._weights_from(given[0] if given else None)
+        self._check_weights(weights)
+        payload = self._codec.encode(weights)
         self._pool.push_weights(payload, self._pool.version + 1, ids)
         self._auto_pushes.pushed(ids)
         self._stats.weight_pushes += 1
@@ -205,6 +215,24 @@ class WeightPushMixin:
                 f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{self.num_collectors - 1}"
             )
         return ids
+
+    def _check_weights(self, weights: TensorDictBase) -> None:
+        """Raises unless ``weights`` match the reference schema and are finite.
+
+        The reference: the collector's policy module, else the first non-empty push
+        (remembered); none yet: only finiteness is checked. Empty weights are
+        pushed as before (a worker ignores them).
+        """
+        if weights.is_empty():
+            return
+        policy = self.config.policy_module()
+        if policy is not None:
+            WeightSchema.of(weights_from(policy)).check(weights, source="the collector's policy")
+        elif self._pushed_schema is not None:
+            self._pushed_schema.check(weights, source="the first push (policy_factory)")
+        check_finite(weights)
+        if policy is None and self._pushed_schema is None:
+            self._pushed_schema = WeightSchema.of(weights)
 
     def _weights_from(self, source: Any) -> TensorDictBase:
         if source is None:
