@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from tensordict import TensorDictBase
 
@@ -25,6 +25,14 @@ from tdscheme.collectors.worker import WorkerBatch
 from tdscheme.transport import TensorDictCodec
 
 _POLL_S = 1.0
+
+
+class _Request(NamedTuple):
+    """A request in flight: who was asked, for which batch, and how many frames at most."""
+
+    worker_id: int
+    batch_id: int
+    frames: int  # the frames asked for; with a replay buffer, the request's budget
 
 
 class BatchFlow:
@@ -60,8 +68,7 @@ class BatchFlow:
         #: set to stop requesting: the flow drains what is in flight and ends
         self.stopping = False
         self._next_batch_id = 0
-        self._budget: dict[Any, int | None] = {}  # request ref -> its frame budget
-        self._requests: dict[Any, tuple[int, int]] = {}  # request ref -> (worker, batch id)
+        self._requests: dict[Any, _Request] = {}  # the requests in flight, by future
         self._budget_closed = False
 
     def more_frames(self, in_flight: int) -> bool:
@@ -90,12 +97,11 @@ class BatchFlow:
             else:  # a batch of whole trajectories has no fixed size: share what is left
                 budget = max(0, left // max(1, len(self.pool)))
         ref = self.pool.collect(worker_id, batch_id, budget)
-        self._budget[ref] = frames if budget is None else budget
-        self._requests[ref] = (worker_id, batch_id)
+        self._requests[ref] = _Request(worker_id, batch_id, frames if budget is None else budget)
         return ref
 
     def _in_flight_frames(self) -> int:
-        return sum(b for b in self._budget.values() if b is not None)
+        return sum(request.frames for request in self._requests.values())
 
     def first_ready(self) -> Iterator[TensorDictBase | None]:
         """Yields each worker's batch as soon as it is ready (``sync=False``).
@@ -137,7 +143,6 @@ class BatchFlow:
                         top_up(other, max(1, prefetch))
         finally:
             pool.forget(owner)
-            self._budget.clear()
             self._requests.clear()
 
     def stacked(self) -> Iterator[TensorDictBase | None]:
@@ -171,7 +176,6 @@ class BatchFlow:
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())
-            self._budget.clear()
             self._requests.clear()
 
     def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
@@ -201,11 +205,11 @@ class BatchFlow:
 
     def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
         """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
-        budget = self._budget.pop(ref, expected_frames)
-        worker_id, batch_id = self._requests.pop(ref, (-1, -1))
+        request = self._requests.pop(ref, _Request(-1, -1, expected_frames))
+        budget = request.frames
         result = self.pool.result(ref)
         if result is None:
-            result = self._written_before_death(worker_id, batch_id)
+            result = self._written_before_death(request.worker_id, request.batch_id)
         if result is None:
             self.stats.frames_lost += min(budget, expected_frames)
             return None

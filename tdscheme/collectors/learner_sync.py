@@ -35,14 +35,12 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.collectors.torchrl_args import is_policy_service
-from tdscheme.collectors.weights import weights_from
+from tdscheme.collectors.weights import POLICY_MODEL_ID, weights_from
 from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
 
 __all__ = ["LearnerWeightSyncMixin", "SchemeReceiverMixin"]
 
 logger = logging.getLogger(__name__)
-
-_MODEL_ID = "policy"
 
 
 class LearnerWeightSyncMixin:
@@ -118,11 +116,11 @@ class LearnerWeightSyncMixin:
         scheme = self._uninitialized_scheme()
         targets = [service._actor] if service is not None else self._pool.actors()
         scheme.init_on_sender(
-            model_id=_MODEL_ID, remote_collectors=targets, num_workers=len(targets)
+            model_id=POLICY_MODEL_ID, remote_collectors=targets, num_workers=len(targets)
         )
         scheme._manage_receiver_connect = True  # the learner's connect() connects receivers
         self._pool.register_scheme_receivers(
-            {_MODEL_ID: scheme},
+            {POLICY_MODEL_ID: scheme},
             timeout_s=self.config.batch_timeout_s,
             targets=None if service is None else targets,
         )
@@ -132,7 +130,7 @@ class LearnerWeightSyncMixin:
         return scheme
 
     def _uninitialized_scheme(self) -> Any:
-        configured = (self.config.weight_sync_schemes or {}).get(_MODEL_ID)
+        configured = (self.config.weight_sync_schemes or {}).get(POLICY_MODEL_ID)
         if configured is not None:
             return configured._copy_uninitialized()
         return ray_weight_scheme_class()()
