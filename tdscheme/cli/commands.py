@@ -22,7 +22,7 @@ from tdscheme.engine.plot import plot_learning_curve
 from tdscheme.engine.trainer import CONFIG_FILE
 from tdscheme.log_levels import configure_driver_logging
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
-from tdscheme.runtime import RayLease
+from tdscheme.runtime import RayLease, interrupts
 
 __all__ = ["build_parser", "run"]
 
@@ -119,8 +119,26 @@ def _train(args: argparse.Namespace, started: float, ray_lease: RayLease | None)
         sub.error(setting_error(err, overrides))
     with trainer:
         summary = trainer.run()
+    if summary["interrupted"]:
+        if ray_lease is not None:
+            ray_lease.release()  # the run's own leases went with the trainer
+        print(_stopped_line(summary), file=sys.stderr, flush=True)
+        return interrupts.exit_status() or 130
     _print_summary(summary, setup_s, resumed=preset.trainer.resume)
     return 0
+
+
+def _stopped_line(summary: dict[str, Any]) -> str:
+    """The one line an interrupted run ends with."""
+    import ray
+
+    checkpoint = summary["checkpoint"] or "none (no run directory)"
+    ray_state = "the Ray it joined left running" if ray.is_initialized() else "Ray shut down"
+    return (
+        f"tdscheme train: {summary['interrupted']}: stopped cleanly at {summary['frames']} "
+        f"frames; final checkpoint {checkpoint}; workers shut down, {ray_state} "
+        f"(resume with: tdscheme train --resume {summary['run_dir']})"
+    )
 
 
 def _train_preset(

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tdscheme.log_levels import configure_driver_logging
+from tdscheme.runtime import interrupts
 
 if TYPE_CHECKING:
     from tdscheme.runtime import RayLease
@@ -60,14 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after ``tdscheme`` (default ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 1 on a runtime error, 130 when interrupted (Ctrl-C or
-        SIGTERM: the run shuts its workers down first); usage errors exit with
-        status 2 (argparse).
+        0 on success, 1 on a runtime error, 130 after Ctrl-C (SIGINT) and 143
+        after SIGTERM: the run stops after its current step, writes a final
+        checkpoint, shuts its workers and its Ray down and says so in one line
+        (:mod:`tdscheme.runtime.interrupts`); usage errors exit with status 2.
     """
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # clean shutdown on SIGTERM
+    interrupts.install()  # SIGINT / SIGTERM: stop between steps (re-installed after ray.init)
     lease = None
+    forced_line = None
     try:
         configure_driver_logging(logging.INFO if _verbose(argv) else logging.WARNING)
         early, ray_init_config = _early_ray(argv)
@@ -76,13 +79,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tdscheme.cli import commands
 
         return commands.run(argv, started, ray_lease=lease)
-    except KeyboardInterrupt:
-        print("tdscheme: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as err:
+        name = interrupts.stop_requested() or (
+            "SIGINT" if isinstance(err, KeyboardInterrupt) else None
+        )
+        if name is None:
+            raise
+        if _verbose(argv):
+            logger.warning("interrupted here", exc_info=err)
+        forced_line = (
+            f"tdscheme: {name}: stop forced before the run could finish its step; no final "
+            f"checkpoint (the last periodic one stands); workers and Ray shut down"
+        )
+        return 128 + signal.Signals[name].value
     finally:
         if lease is not None:
             lease.release()
-        signal.signal(signal.SIGTERM, previous)
+        interrupts.uninstall()
+        if forced_line is not None:
+            print(forced_line, file=sys.stderr, flush=True)
 
 
 def _verbose(argv: list[str]) -> bool:
@@ -149,10 +164,6 @@ def _import_commands() -> None:
         importlib.import_module(_COMMANDS_MODULE)
     except BaseException:  # noqa: BLE001 - the main thread's import raises it again
         pass
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

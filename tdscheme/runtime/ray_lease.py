@@ -31,6 +31,7 @@ from typing import Any
 import ray
 
 from tdscheme.log_levels import driver_log_level
+from tdscheme.runtime import interrupts
 from tdscheme.validation import invalid
 
 logger = logging.getLogger(__name__)
@@ -253,6 +254,7 @@ class RayLease:
             if kwargs.get("address") == "local":
                 select_token_auth()
             _ray_init(kwargs)
+            interrupts.reinstall()  # ray.init installs its own SIGTERM handler
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.
             _StartedRay.leases += 1
