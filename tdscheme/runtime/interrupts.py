@@ -41,6 +41,7 @@ __all__ = [
     "install",
     "installed",
     "reinstall",
+    "request",
     "stop_requested",
     "uninstall",
 ]
@@ -94,6 +95,15 @@ def uninstall() -> None:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     _State.installed = False
     _clear()
+
+
+def request(signum: int) -> None:
+    """Records a stop request for ``signum`` as if it had been received (no force timer).
+
+    For a signal that another handler caught first (Ray's, during ``ray.init``).
+    """
+    if _State.signum is None:
+        _State.signum, _State.requested_at = int(signum), time.monotonic()
 
 
 def installed() -> bool:
