@@ -28,13 +28,18 @@ from tdscheme import envs
 
 
 class FaultyEnv(gym.Wrapper):
-    """A gymnasium wrapper that sleeps at every step, raises or exits the process at step N.
+    """A gymnasium wrapper that sleeps at every step, raises, exits or returns a bad number at step N.
 
     Args:
         env: the gymnasium env to wrap.
         sleep_s: seconds to sleep in each ``step``.
         raise_at_step: raise ``RuntimeError`` at this step (counted from 1 over the env's life).
         exit_at_step: ``os._exit(1)`` at this step, killing the process like a crash.
+        nonfinite_at_step: from this step on (every step when ``nonfinite_every`` is
+            True, else only at it), put ``nonfinite_value`` into ``nonfinite_in``.
+        nonfinite_in: ``"reward"`` or ``"observation"`` (its first entry).
+        nonfinite_value: e.g. ``float("nan")`` or ``float("inf")``.
+        nonfinite_every: every step from ``nonfinite_at_step`` on, not just that one.
     """
 
     def __init__(
@@ -44,11 +49,19 @@ class FaultyEnv(gym.Wrapper):
         sleep_s: float = 0.0,
         raise_at_step: int | None = None,
         exit_at_step: int | None = None,
+        nonfinite_at_step: int | None = None,
+        nonfinite_in: str = "reward",
+        nonfinite_value: float = float("nan"),
+        nonfinite_every: bool = False,
     ) -> None:
         super().__init__(env)
         self.sleep_s = sleep_s
         self.raise_at_step = raise_at_step
         self.exit_at_step = exit_at_step
+        self.nonfinite_at_step = nonfinite_at_step
+        self.nonfinite_in = nonfinite_in
+        self.nonfinite_value = nonfinite_value
+        self.nonfinite_every = nonfinite_every
         self.steps = 0
 
     def step(self, action: Any) -> Any:
@@ -59,7 +72,15 @@ class FaultyEnv(gym.Wrapper):
             raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
         if self.exit_at_step is not None and self.steps >= self.exit_at_step:
             os._exit(1)
-        return self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        at = self.nonfinite_at_step
+        if at is not None and (self.steps == at or (self.nonfinite_every and self.steps > at)):
+            if self.nonfinite_in == "reward":
+                reward = self.nonfinite_value
+            else:
+                obs = obs.copy()
+                obs[0] = self.nonfinite_value
+        return obs, reward, terminated, truncated, info
 
 
 def make_env(
@@ -70,6 +91,10 @@ def make_env(
     raise_at_step: int | None = None,
     exit_at_step: int | None = None,
     obs_shape: tuple[int, ...] | None = None,
+    nonfinite_at_step: int | None = None,
+    nonfinite_in: str = "reward",
+    nonfinite_value: float = float("nan"),
+    nonfinite_every: bool = False,
 ) -> EnvBase:
     """Builds a torchrl env from a gymnasium id, optionally batched or faulty.
 
@@ -79,7 +104,8 @@ def make_env(
         env_id: a gymnasium env id.
         num_envs: ``> 1`` steps that many copies in one process (gymnasium's
             synchronous vector env), batch size ``[num_envs]``.
-        sleep_s, raise_at_step, exit_at_step: see :class:`FaultyEnv` (single env only).
+        sleep_s, raise_at_step, exit_at_step, nonfinite_at_step, nonfinite_in,
+            nonfinite_value, nonfinite_every: see :class:`FaultyEnv` (single env only).
         obs_shape: if given, replaces observations with uint8 frames of this
             shape (e.g. ``(4, 84, 84)``), to measure large-observation transport.
 
@@ -89,7 +115,7 @@ def make_env(
     Raises:
         ValueError: faults or ``obs_shape`` with ``num_envs > 1``, or ``num_envs < 1``.
     """
-    faulty = bool(sleep_s or raise_at_step or exit_at_step or obs_shape)
+    faulty = bool(sleep_s or raise_at_step or exit_at_step or obs_shape or nonfinite_at_step)
     if not faulty:
         return envs.make_env(env_id, num_envs=num_envs)
     if num_envs > 1:
@@ -97,7 +123,11 @@ def make_env(
     env: gym.Env = gym.make(env_id)
     if obs_shape is not None:
         env = PixelsLikeObs(env, obs_shape)
-    env = FaultyEnv(env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step)
+    env = FaultyEnv(
+        env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step,
+        nonfinite_at_step=nonfinite_at_step, nonfinite_in=nonfinite_in,
+        nonfinite_value=nonfinite_value, nonfinite_every=nonfinite_every,
+    )  # fmt: skip
     return GymWrapper(env)
 
 

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
 
 #: Floors, lowest first: a room may import rooms on its own floor only where noted.
 FLOORS: list[set[str]] = [
-    {"keys", "validation", "log_levels", "episodes", "envs", "transport", "runtime"},
+    {"keys", "validation", "log_levels", "episodes", "envs", "env_ids", "transport", "runtime"},
     {"learner"},
     {"collectors", "gradient_workers"},
     {"scheme"},

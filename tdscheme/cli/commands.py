@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from tdscheme.cli.options import add_setting_options, setting_error
+from tdscheme.cli.resume import resume_overrides
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.plot import plot_learning_curve
 from tdscheme.engine.trainer import CONFIG_FILE
 from tdscheme.log_levels import configure_driver_logging
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
-from tdscheme.runtime import RayLease
+from tdscheme.runtime import RayLease, interrupts
 
 __all__ = ["build_parser", "run"]
 
@@ -113,14 +114,34 @@ def _train(args: argparse.Namespace, started: float, ray_lease: RayLease | None)
     run_dir = Path(preset.trainer.run_dir)
     print(f"tdscheme train {preset.name}: run directory {run_dir}", flush=True)
     setup_s = time.time() - _process_start(started)
+    if interrupts.stop_requested():  # before any actor starts: nothing to save
+        raise KeyboardInterrupt(interrupts.stop_requested())
     try:
         trainer = preset.build_trainer()
     except NotImplementedError as err:
         sub.error(setting_error(err, overrides))
     with trainer:
         summary = trainer.run()
+    if summary["interrupted"]:
+        if ray_lease is not None:
+            ray_lease.release()  # the run's own leases went with the trainer
+        print(_stopped_line(summary), file=sys.stderr, flush=True)
+        return interrupts.exit_status() or 130
     _print_summary(summary, setup_s, resumed=preset.trainer.resume)
     return 0
+
+
+def _stopped_line(summary: dict[str, Any]) -> str:
+    """The one line an interrupted run ends with."""
+    import ray
+
+    checkpoint = summary["checkpoint"] or "none (no run directory)"
+    ray_state = "the Ray it joined left running" if ray.is_initialized() else "Ray shut down"
+    return (
+        f"tdscheme train: {summary['interrupted']}: stopped cleanly at {summary['frames']} "
+        f"frames; final checkpoint {checkpoint}; workers shut down, {ray_state} "
+        f"(resume with: tdscheme train --resume {summary['run_dir']})"
+    )
 
 
 def _train_preset(
@@ -135,9 +156,13 @@ def _train_preset(
                 sub.error(
                     f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run"
                 )
-            saved = json.loads(config_path.read_text(encoding="utf-8"))
-            overrides = {**overrides, "run_dir": str(args.resume), "resume": True}
-            return preset_from_dict(saved).override(overrides)
+            saved = preset_from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+            kept, notes, errors = resume_overrides(saved, overrides, str(args.resume))
+            if errors:
+                sub.error("; ".join(errors))
+            for note in notes:
+                print(f"tdscheme train: {note}", file=sys.stderr)
+            return saved.override({**kept, "run_dir": str(args.resume), "resume": True})
         preset = get_preset(args.preset or DEFAULT_PRESET)
         if "run_dir" not in overrides:
             overrides["run_dir"] = str(_new_run_dir(preset.name))
@@ -195,14 +220,11 @@ def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) ->
 
 def _eval(args: argparse.Namespace) -> int:
     path = Path(args.checkpoint)
-    if path.is_dir():
-        latest = CheckpointManager(
-            path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        ).latest()
-        if latest is None:
-            raise FileNotFoundError(f"no checkpoint (ckpt_*.pt) in {path}")
-        path = latest
-    state = load_checkpoint(path)
+    if path.is_dir():  # the newest readable checkpoint: a damaged newer one is skipped, warned
+        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        path, state = CheckpointManager(directory, keep_last=None).load_newest()
+    else:
+        state = load_checkpoint(path)
     config = state.get("config") if isinstance(state, dict) else None
     if not config:
         raise CheckpointError(

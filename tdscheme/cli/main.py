@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tdscheme.log_levels import configure_driver_logging
+from tdscheme.runtime import interrupts
 
 if TYPE_CHECKING:
     from tdscheme.runtime import RayLease
@@ -60,29 +61,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after ``tdscheme`` (default ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 1 on a runtime error, 130 when interrupted (Ctrl-C or
-        SIGTERM: the run shuts its workers down first); usage errors exit with
-        status 2 (argparse).
+        0 on success, 1 on a runtime error, 130 after Ctrl-C (SIGINT) and 143
+        after SIGTERM: the run stops after its current step, writes a final
+        checkpoint, shuts its workers and its Ray down and says so in one line
+        (:mod:`tdscheme.runtime.interrupts`); usage errors exit with status 2.
     """
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # clean shutdown on SIGTERM
+    interrupts.install()  # SIGINT / SIGTERM: stop between steps (re-installed after ray.init)
     lease = None
+    forced_line = None
     try:
         configure_driver_logging(logging.INFO if _verbose(argv) else logging.WARNING)
+        usage_error = _early_usage_error(argv)
+        if usage_error is not None:  # before Ray starts: the user waits for nothing
+            print(f"usage: tdscheme train [PRESET] [--SETTING VALUE ...]\n"
+                  f"tdscheme train: error: {usage_error}", file=sys.stderr)  # fmt: skip
+            return 2
         early, ray_init_config = _early_ray(argv)
         if early:
             lease = _start_ray_while_importing(ray_init_config)
         from tdscheme.cli import commands
 
         return commands.run(argv, started, ray_lease=lease)
-    except KeyboardInterrupt:
-        print("tdscheme: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as err:
+        name = interrupts.stop_requested() or (
+            "SIGINT" if isinstance(err, KeyboardInterrupt) else None
+        )
+        if name is None:
+            raise
+        if _verbose(argv):
+            logger.warning("interrupted here", exc_info=err)
+        forced_line = (
+            f"tdscheme: {name}: stopped at once (before training started, on a second signal, "
+            f"or a step that outlasted the grace period); no final checkpoint (the last "
+            f"periodic one stands); workers and Ray shut down"
+        )
+        return 128 + signal.Signals[name].value
     finally:
         if lease is not None:
             lease.release()
-        signal.signal(signal.SIGTERM, previous)
+        interrupts.uninstall()
+        if forced_line is not None:
+            print(forced_line, file=sys.stderr, flush=True)
 
 
 def _verbose(argv: list[str]) -> bool:
@@ -97,6 +118,51 @@ def _verbose(argv: list[str]) -> bool:
         if arg == "-v" or (len(arg) >= 3 and "--verbose".startswith(arg)):
             return True
     return False
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    """The value given to ``option`` (``--x v`` or ``--x=v``), the last one winning."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _early_usage_error(argv: list[str]) -> str | None:
+    """The usage errors of ``train`` that need no import of torch: found before Ray starts.
+
+    ``--env-id`` is looked up in gymnasium's registry (with close names suggested),
+    ``--ray-init-config``'s keys are checked against ``ray.init``'s arguments. Every
+    other setting is checked when the command has parsed it.
+    """
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] != "train" or {"-h", "--help"} & set(argv):
+        return None
+    env_id = _option_value(argv, "--env-id")
+    if env_id is not None:
+        from tdscheme.env_ids import check_env_id
+
+        try:
+            check_env_id(env_id)
+        except ValueError as err:
+            return f"argument --env-id: {err}"
+    text = _option_value(argv, "--ray-init-config")
+    if text is not None:
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError:
+            return None  # the parser reports it
+        if isinstance(config, dict):
+            from tdscheme.runtime.ray_lease import check_init_keys
+
+            try:
+                check_init_keys(config)
+            except ValueError as err:
+                return f"argument --ray-init-config: {err}"
+    return None
 
 
 def _early_ray(argv: list[str]) -> tuple[bool, dict[str, Any] | None]:
@@ -149,10 +215,6 @@ def _import_commands() -> None:
         importlib.import_module(_COMMANDS_MODULE)
     except BaseException:  # noqa: BLE001 - the main thread's import raises it again
         pass
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

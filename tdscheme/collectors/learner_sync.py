@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.collectors.torchrl_args import is_policy_service
+from tdscheme.collectors.weight_schema import check_finite
 from tdscheme.collectors.weights import POLICY_MODEL_ID, weights_from
 from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
 
@@ -172,7 +173,10 @@ class LearnerWeightSyncMixin:
                 "update_policy_weights_ with an inference service as the policy needs exactly "
                 f"one of policy_or_weights, weights and policy; got {len(given)}"
             )
-        self.config.policy.update_model_weights(weights_from(given[0]))
+        weights = weights_from(given[0])
+        if isinstance(weights, TensorDictBase):
+            check_finite(weights)  # NaN weights never reach the server (nothing is sent)
+        self.config.policy.update_model_weights(weights)
         self._stats.weight_pushes += 1
 
     def _auto_push(self, worker_ids: list[int]) -> None:

@@ -19,12 +19,14 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.learner_sync import SchemeReceiverMixin
+from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
 from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import (
     Collector,
     default_collector_kwargs,
+    env_output_keys,
     is_multi_collector,
     takes_argument,
 )
@@ -166,6 +168,8 @@ class CollectorWorker(SchemeReceiverMixin):
             self._load_weights(weights)
         self._iterator = iter(self._collector)
         self._steps_per_batch: int | None = None
+        self._frames_seen = 0  # frames collected over the worker's life (steps, for messages)
+        self._env_keys = env_output_keys(self._collector)
         logger.info(
             "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
             worker_id, type(self._collector).__name__, spec.frames_per_batch, seed, policy_version,
@@ -213,11 +217,24 @@ class CollectorWorker(SchemeReceiverMixin):
         start = time.perf_counter()
         self._apply_staged_weights(min_policy_version)
         version = self.policy_version
-        if self.spec.preemptible:
-            td, preempted = self._collect_steps(batch_id)
-        else:
-            td, preempted = next(self._iterator), False
+        try:
+            if self.spec.preemptible:
+                td, preempted = self._collect_steps(batch_id)
+            else:
+                td, preempted = next(self._iterator), False
+        except Exception as err:  # a NaN observation fails the policy: name it
+            named = env_output_error(
+                err, env_keys=self._env_keys, worker_id=self.worker_id,
+                first_step=self._frames_seen,
+            )  # fmt: skip
+            if named is None:
+                raise
+            raise named from err
         frames = td.numel()
+        nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=self._frames_seen)
+        if nonfinite is not None:
+            logger.warning("batch %d has %s", batch_id, nonfinite)
+        self._frames_seen += frames
         td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
         td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
         collected = time.perf_counter()

@@ -303,13 +303,25 @@ class CheckpointManager:
         """
         if path is not None:
             return load_checkpoint(path)
+        return self.load_newest()[1]
+
+    def load_newest(self) -> tuple[Path, dict[str, Any]]:
+        """The newest readable checkpoint and its state; damaged newer ones are skipped with a warning.
+
+        Returns:
+            ``(path, state)``.
+
+        Raises:
+            FileNotFoundError: there is no checkpoint.
+            CheckpointError: every checkpoint is damaged (each is named).
+        """
         paths = self.list()
         if not paths:
             raise FileNotFoundError(f"no checkpoint (ckpt_*.pt) in {self.directory}")
         errors = []
         for candidate in reversed(paths):
             try:
-                return load_checkpoint(candidate)
+                return candidate, load_checkpoint(candidate)
             except CheckpointError as err:
                 logger.warning("skipping damaged checkpoint: %s", err)
                 errors.append(str(err))

@@ -19,6 +19,7 @@ from tdscheme.engine.progress import Progress
 from tdscheme.engine.run_log import RunLogger
 from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
 from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.runtime import interrupts
 from tdscheme.scheme import Scheme
 
 __all__ = ["CONFIG_FILE", "Trainer", "TrainerConfig"]
@@ -159,7 +160,11 @@ class Trainer:
         Returns:
             The summary: ``frames``, ``iterations``, ``elapsed_s``, ``eval_return``,
             ``eval_return_std``, ``target_return``, ``target_reached``,
-            ``target_frames``, ``target_elapsed_s``, ``checkpoint`` and ``run_dir``.
+            ``target_frames``, ``target_elapsed_s``, ``checkpoint``, ``run_dir`` and
+            ``interrupted`` (``"SIGINT"`` or ``"SIGTERM"`` when the ``tdscheme``
+            command's handlers (:mod:`tdscheme.runtime.interrupts`) asked the run to
+            stop: it stopped between two steps, skipped the final evaluation and
+            wrote a final checkpoint; else ``None``).
 
         Raises:
             RuntimeError: the trainer is closed.
@@ -172,6 +177,8 @@ class Trainer:
         )  # fmt: skip
         try:
             while self.frames < cfg.total_frames and not self.target_reached:
+                if interrupts.stop_requested():
+                    break
                 before = self.frames
                 metrics = self.scheme.step()
                 metrics["time/elapsed_s"] = self.elapsed_s
@@ -188,9 +195,16 @@ class Trainer:
                     cfg.checkpoint_every_frames,
                 ):
                     self.save_checkpoint()
-            if cfg.eval_at_end and self._counters["last_eval_frames"] != self.frames:
+            stopped = interrupts.stop_requested()
+            if stopped:
+                logger.warning("%s: stopped at %d frames", stopped, self.frames)
+            elif cfg.eval_at_end and self._counters["last_eval_frames"] != self.frames:
                 self._evaluate_and_log()
-            if cfg.checkpoint_at_end and self._counters["last_checkpoint_frames"] != self.frames:
+            if (
+                (cfg.checkpoint_at_end or stopped)
+                and self.checkpoints is not None
+                and self._counters["last_checkpoint_frames"] != self.frames
+            ):
                 self.save_checkpoint()
         finally:
             progress.close()
@@ -219,6 +233,7 @@ class Trainer:
             "target_elapsed_s": c["target_elapsed_s"],
             "checkpoint": None if latest is None else str(latest),
             "run_dir": None if self.run_dir is None else str(self.run_dir),
+            "interrupted": interrupts.stop_requested(),
         }
 
     def _log(self, metrics: Mapping[str, float]) -> None:

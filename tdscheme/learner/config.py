@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from tdscheme.validation import check_bool, check_int
+
 __all__ = ["LearnerConfig"]
 
 
@@ -29,6 +31,12 @@ class LearnerConfig:
             when one minibatch holds the whole batch).
         device: where the loss module, its optimizer and the batches live, e.g.
             ``"cpu"`` or ``"cuda"``.
+        max_nonfinite_updates: an update whose batch, loss or gradient holds NaN or
+            inf is skipped and counted; this many skipped in a row stop the run
+            with an error naming what went non-finite and from which workers
+            (:mod:`tdscheme.learner.nonfinite`); ``>= 1``.
+        drop_nonfinite_frames: drop (and count) the frames holding NaN or inf
+            before training instead of skipping the whole update.
 
     Raises:
         ValueError: a value out of the ranges above, or a string that names no
@@ -49,8 +57,13 @@ class LearnerConfig:
     lr: float = 3e-4
     shuffle: bool = True
     device: str | torch.device = "cpu"
+    max_nonfinite_updates: int = 3
+    drop_nonfinite_frames: bool = False
 
     def __post_init__(self) -> None:
+        check_int("max_nonfinite_updates", self.max_nonfinite_updates, minimum=1)
+        check_bool("drop_nonfinite_frames", self.drop_nonfinite_frames)
+        check_bool("shuffle", self.shuffle)
         if not _is_int(self.num_epochs) or self.num_epochs < 1:
             raise ValueError(f"num_epochs must be an int >= 1, got {self.num_epochs!r}")
         if self.minibatch_size is not None and (

@@ -23,6 +23,7 @@ from torchrl.objectives.value import ValueEstimatorBase
 from tdscheme.learner.batches import minibatches, prepare_batch
 from tdscheme.learner.config import LearnerConfig
 from tdscheme.learner.gradients import assign_gradients_, gradients_from_parameters
+from tdscheme.learner.nonfinite import NonFiniteGuard, SkippedStep, batch_source
 
 __all__ = ["Learner"]
 
@@ -136,6 +137,10 @@ class Learner:
             )
         self.lr_scheduler = None if lr_scheduler is None else lr_scheduler(self.optimizer)
         self.version = 0
+        self._nonfinite = NonFiniteGuard(
+            max_in_a_row=self.config.max_nonfinite_updates,
+            drop_frames=self.config.drop_nonfinite_frames,
+        )
 
     # -- training -----------------------------------------------------------------
 
@@ -158,16 +163,29 @@ class Learner:
             TypeError: ``batch`` is not a TensorDict.
             ValueError: ``batch`` has no batch dimension or no valid frame.
         """
+        dropped = 0
+        if self.config.drop_nonfinite_frames:
+            batch, dropped = self._nonfinite.drop_frames(batch)
         flat = self._prepare(batch)
         lr = self._lr()
         steps = []
-        for _ in range(self.config.num_epochs):
-            for minibatch in minibatches(
-                flat, size=self.config.minibatch_size, shuffle=self.config.shuffle
-            ):
-                steps.append(self._optimizer_step(minibatch))
+        try:
+            problem = self._nonfinite.check_batch(flat)
+            if problem is not None:
+                raise SkippedStep(problem)
+            for _ in range(self.config.num_epochs):
+                for minibatch in minibatches(
+                    flat, size=self.config.minibatch_size, shuffle=self.config.shuffle
+                ):
+                    steps.append(self._optimizer_step(minibatch))
+        except SkippedStep as skip:  # NaN / inf: no step with it, no new version
+            self._nonfinite.skipped(str(skip), source=batch_source(flat))
+            skipped = self._nonfinite.metrics(skipped=True, dropped=dropped)
+            return _metrics_td(skipped, lr=lr, num_frames=flat.shape[0])
+        self._nonfinite.succeeded()
         self._finish_update()
         metrics = {key: torch.stack([s[key] for s in steps]).mean() for key in steps[0]}
+        metrics.update(self._nonfinite.metrics(skipped=False, dropped=dropped))
         return _metrics_td(metrics, lr=lr, num_frames=flat.shape[0])
 
     def compute_gradients(self, batch: TensorDictBase) -> tuple[TensorDict, TensorDict]:
@@ -216,7 +234,12 @@ class Learner:
         """
         lr = self._lr()
         assign_gradients_(self._params, grads)
-        grad_norm = self._clip_and_step()
+        try:
+            grad_norm = self._clip_and_step()
+        except SkippedStep as skip:  # NaN / inf gradients: no step, no new version
+            self._nonfinite.skipped(str(skip), source=" (in the gradients given)")
+            return _metrics_td(self._nonfinite.metrics(skipped=True, dropped=0), lr=lr)
+        self._nonfinite.succeeded()
         self._finish_update()
         return _metrics_td({"grad_norm": grad_norm}, lr=lr)
 
@@ -341,6 +364,7 @@ class Learner:
     def _optimizer_step(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
         self._zero_grad()
         metrics = self._backward(minibatch)
+        self._nonfinite.check_step({"loss": metrics["loss"]})
         metrics["grad_norm"] = self._clip_and_step()
         return metrics
 
@@ -350,6 +374,9 @@ class Learner:
         else:
             with_grad = [p for p in self._params.values() if p.grad is not None]
             grad_norm = nn.utils.clip_grad_norm_(with_grad, self.config.max_grad_norm)
+        if not bool(torch.isfinite(grad_norm)):
+            self._zero_grad()
+            raise SkippedStep(f"non-finite gradient norm ({float(grad_norm)})")
         self.optimizer.step()
         self._zero_grad()
         return grad_norm.detach()

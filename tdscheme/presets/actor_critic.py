@@ -26,6 +26,7 @@ from torchrl.data import Bounded, OneHot
 from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
+from tdscheme.env_ids import check_env_id
 from tdscheme.envs import make_env
 
 __all__ = ["ACTIVATIONS", "ActorCriticConfig", "actor_critic_modules", "eval_env", "train_env"]
@@ -96,6 +97,7 @@ class ActorCriticConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        check_env_id(self.env_id)
         self.hidden_sizes = tuple(self.hidden_sizes)
         for name in ("num_envs", "eval_num_envs", "num_epochs"):
             value = getattr(self, name)

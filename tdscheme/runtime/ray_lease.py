@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import ray
 
 from tdscheme.log_levels import driver_log_level
+from tdscheme.runtime import interrupts
 from tdscheme.validation import invalid
 
 logger = logging.getLogger(__name__)
@@ -252,7 +254,15 @@ class RayLease:
             logger.info("starting Ray with %s", kwargs)
             if kwargs.get("address") == "local":
                 select_token_auth()
-            _ray_init(kwargs)
+            try:
+                _ray_init(kwargs)
+            except SystemExit as err:  # Ray's own SIGTERM handler ran during ray.init
+                if err.code != signal.SIGTERM or not interrupts.installed():
+                    raise
+                ray.shutdown()  # what ray.init had started
+                interrupts.request(signal.SIGTERM)
+                raise KeyboardInterrupt("SIGTERM while Ray was starting") from None
+            interrupts.reinstall()  # ray.init installs its own SIGTERM handler
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.
             _StartedRay.leases += 1

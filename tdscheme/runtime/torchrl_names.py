@@ -145,3 +145,12 @@ def env_creator_class() -> type:
     from torchrl.envs import EnvCreator
 
     return EnvCreator
+
+
+def env_output_keys(collector: Any) -> set[Any] | None:
+    """The keys a torchrl single-process collector's env writes (its ``_env_output_keys``).
+
+    ``None`` when the collector does not say (a multiprocess collector, another release).
+    """
+    keys = getattr(collector, "_env_output_keys", None)
+    return set(keys) if keys else None

@@ -59,7 +59,8 @@ class CollectorDriver:
         got_batch = time.perf_counter()
         learner_metrics = self.learner.update(batch)
         learned = time.perf_counter()
-        self._updates_since_push += 1
+        # An update skipped for NaN / inf left the weights as they were: nothing new to push.
+        self._updates_since_push += 0 if float(learner_metrics.get("nonfinite_skipped", 0)) else 1
         pushed = self._updates_since_push >= self.config.weight_push_interval
         if pushed:
             self.push_weights()

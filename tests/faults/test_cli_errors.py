@@ -1,0 +1,105 @@
+"""The command's messages for a user's mistakes: one line naming the option, no traceback, before Ray.
+
+The early checks run in real subprocesses (each is a fresh ``tdscheme train``) with a
+``RAY_TMPDIR`` of their own: no Ray session may appear in it. ``--resume`` and ``eval``
+run in-process (they need torch, which the test process has already imported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tdscheme.cli.main import _early_usage_error, main
+from tdscheme.engine import CheckpointManager
+from tdscheme.presets import get_preset
+
+TDSCHEME = [sys.executable, "-m", "tdscheme.cli"]
+
+
+@pytest.mark.timeout(60)
+def test_unknown_env_id_is_one_line_before_ray_starts(tmp_path):
+    ray_tmp = tmp_path / "r"
+    ray_tmp.mkdir()
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    env.pop("RAY_ADDRESS", None)
+    result = subprocess.run(
+        [*TDSCHEME, "train", "--env-id", "Cartpole-v1"], capture_output=True, text=True,
+        timeout=60, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr
+    assert "argument --env-id: env_id='Cartpole-v1' is invalid" in errors[0]
+    assert "did you mean 'CartPole-v1'" in errors[0]
+    assert list(ray_tmp.iterdir()) == [], "Ray was started before the usage error"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "--env-id=CartPole-v9"], "argument --env-id: env_id='CartPole-v9' is invalid"),
+        (["train", "--ray-init-config", '{"num_cpu": 2}'],
+         "argument --ray-init-config: ray_init_config['num_cpu']=2 is invalid"),
+        (["train", "--env-id", "Pendulum-v1", "--ray-init-config", '{"num_cpus": 1}'], None),
+        (["eval", "--env-id", "nope"], None),  # not train: the parser reports it
+    ],
+)  # fmt: skip
+def test_early_checks(argv, expected):
+    error = _early_usage_error(argv)
+    assert error == expected if expected is None else expected in error
+
+
+def saved_run(run_dir: Path, **overrides) -> Path:
+    """A run directory as `tdscheme train` leaves it: config.json and two checkpoints."""
+    preset = get_preset("ppo-cartpole").override({"num_collectors": 1, **overrides})
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(preset.to_dict()))
+    learner = preset.learner_factory()(**preset.policy_factory()())
+    manager = CheckpointManager(run_dir / "checkpoints")
+    for frames in (512, 1024):
+        state = {"scheme": {"learner": learner.state_dict(), "frames": frames}}
+        manager.save({**state, "config": preset.to_dict()}, frames)
+    return run_dir
+
+
+def test_resume_with_changed_shapes_names_each_option(tmp_path, capsys):
+    run_dir = saved_run(tmp_path / "run")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--resume", str(run_dir), "--hidden-sizes", "32,32",
+              "--env-id", "Acrobot-v1", "--total-frames", "4096"])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --hidden-sizes: hidden_sizes=(32, 32) differs from the run" in err
+    assert "argument --env-id: env_id='Acrobot-v1' differs from the run" in err
+    error = next(line for line in err.splitlines() if "error:" in line)
+    assert "Traceback" not in err and "--total-frames" not in error
+
+
+def test_eval_falls_back_past_a_damaged_newest_checkpoint(tmp_path, capsys, caplog):
+    run_dir = saved_run(tmp_path / "run", eval_num_envs=1)
+    newest = run_dir / "checkpoints" / "ckpt_000000001024.pt"
+    newest.write_bytes(newest.read_bytes()[:-64])
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "at 512 frames" in out and "ckpt_000000000512.pt" in out
+    assert any(str(newest) in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert torch.is_tensor(torch.zeros(1))  # torch stays importable after main's handlers
+
+
+def test_resume_adopts_the_runs_number_of_collectors(tmp_path, capsys):
+    from tdscheme.cli.commands import _train_preset, build_parser
+
+    run_dir = saved_run(tmp_path / "run")
+    parser = build_parser()
+    args = parser.parse_args(["train", "--resume", str(run_dir), "--num-collectors", "3"])
+    overrides = {"num_collectors": 3}
+    preset = _train_preset(args, overrides, args.command_parser)
+    assert preset.scheme.num_collectors == 1 and preset.trainer.resume
+    assert "--num-collectors 3 ignored: the run in" in capsys.readouterr().err

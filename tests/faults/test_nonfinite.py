@@ -1,0 +1,132 @@
+"""NaN / inf from an env, in a loss or a gradient: named, skipped, counted, stopped after K in a row."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdscheme import Scheme, SchemeConfig
+from tdscheme.collectors.nonfinite import NonFiniteInputError
+from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+from tdscheme.keys import WORKER_ID_KEY
+from tdscheme.learner import Learner, LearnerConfig
+from tdscheme.learner.nonfinite import NonFiniteUpdateError
+from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+
+
+def rollout_batch(frames: int = 32, *, worker_id: int = 3) -> TensorDict:
+    modules = cartpole_modules(num_cells=8)
+    env = make_env("CartPole-v1")
+    with torch.no_grad():
+        batch = env.rollout(frames, modules["actor"], break_when_any_done=False)
+    env.close()
+    batch.set(WORKER_ID_KEY, torch.full(batch.shape, worker_id))
+    return batch
+
+
+def learner(**config) -> Learner:
+    modules = cartpole_modules(num_cells=8)
+    built = cartpole_learner(**modules, loss="ppo")
+    return Learner(
+        built.loss_module, config=LearnerConfig(**config), value_estimator=built.value_estimator
+    )
+
+
+def snapshot(model: Learner) -> TensorDict:
+    return model.weights()
+
+
+def test_inf_reward_skips_the_update_counts_it_and_stops_after_k_in_a_row():
+    model = learner(max_nonfinite_updates=2)
+    good = rollout_batch()
+    bad = good.clone()
+    bad["next", "reward"][5] = float("inf")
+    before = snapshot(model)
+    metrics = model.update(bad)
+    assert metrics["nonfinite_skipped"] == 1 and metrics["nonfinite_skipped_total"] == 1
+    assert model.version == 0
+    assert (model.weights() == before).all()  # no step was taken with it
+    assert model.update(good)["nonfinite_skipped"] == 0  # a good one ends the run of skips
+    assert model.version == 1
+    model.update(bad)
+    with pytest.raises(
+        NonFiniteUpdateError, match=r"2 updates in a row .*'reward'.*worker\(s\) \[3\]"
+    ):
+        model.update(bad)
+
+
+def test_nan_loss_skips_the_step_and_never_changes_the_weights():
+    model = learner(max_nonfinite_updates=5)
+    batch = rollout_batch()
+    batch["action_log_prob"] = torch.full_like(batch["action_log_prob"], float("nan"))
+    before = snapshot(model)
+    metrics = model.update(batch)
+    assert metrics["nonfinite_skipped"] == 1
+    assert (model.weights() == before).all()
+
+
+def test_drop_option_drops_and_counts_the_frames():
+    model = learner(drop_nonfinite_frames=True)
+    batch = rollout_batch()
+    batch["next", "reward"][4] = float("nan")
+    batch["next", "observation"][7, 0] = float("inf")
+    metrics = model.update(batch)
+    assert metrics["nonfinite_skipped"] == 0 and metrics["nonfinite_frames_dropped"] == 2
+    assert metrics["num_frames"] == 30 and model.version == 1
+    assert all(torch.isfinite(v).all() for v in model.weights().values(True, True))
+
+
+def test_nan_gradients_are_not_applied():
+    model = learner()
+    grads, _ = model.compute_gradients(rollout_batch())
+    key = next(iter(grads.keys(True, True)))
+    grads[key] = torch.full_like(grads[key], float("nan"))
+    before = snapshot(model)
+    assert model.apply_gradients(grads)["nonfinite_skipped"] == 1
+    assert model.version == 0 and (model.weights() == before).all()
+
+
+@pytest.mark.parametrize("field", ["max_nonfinite_updates", "drop_nonfinite_frames"])
+def test_config_checks_the_new_fields(field):
+    with pytest.raises(ValueError, match=rf"{field}=0.5 is invalid; accepted: "):
+        LearnerConfig(**{field: 0.5})
+
+
+def test_nan_observation_in_a_worker_names_key_worker_and_step():
+    env_fn = functools.partial(
+        make_env, "CartPole-v1", nonfinite_at_step=7, nonfinite_in="observation",
+        nonfinite_every=True,
+    )  # fmt: skip
+    actor = cartpole_modules(num_cells=8)["actor"]
+    worker = CollectorWorker(2, WorkerSpec(env_fn, actor, frames_per_batch=20))
+    try:
+        with pytest.raises(
+            NonFiniteInputError, match=r"'observation' \(first at step 8\) from worker 2"
+        ):
+            worker.collect(0)
+    finally:
+        worker.shutdown()
+
+
+@pytest.mark.timeout(180)
+def test_inf_rewards_in_a_run_skip_updates_push_nothing_and_stop(ray_clean):
+    env_fn = functools.partial(make_env, "CartPole-v1", nonfinite_at_step=100, nonfinite_every=True)
+    config = SchemeConfig(
+        num_collectors=1, frames_per_batch=64, collector_resources={"num_cpus": 0.5}, seed=0
+    )
+    learner_fn = functools.partial(cartpole_learner, loss="ppo")
+    modules_fn = functools.partial(cartpole_modules, num_cells=8)
+    with Scheme(
+        env_factory=env_fn, policy_factory=modules_fn, learner_factory=learner_fn, config=config
+    ) as scheme:
+        assert scheme.step()["learner/nonfinite_skipped"] == 0  # frames 1-64: finite until step 100
+        pushes = scheme.collector.stats()["weight_pushes"]
+        with pytest.raises(NonFiniteUpdateError, match=r"'reward'.*worker\(s\) \[0\]"):
+            for _ in range(4):
+                metrics = scheme.step()
+                assert metrics["learner/nonfinite_skipped"] == 1
+        assert scheme.collector.stats()["weight_pushes"] == pushes  # NaN weights never pushed
+        assert scheme.learner.version == 1
