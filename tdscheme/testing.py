@@ -28,13 +28,16 @@ from tdscheme import envs
 
 
 class FaultyEnv(gym.Wrapper):
-    """A gymnasium wrapper that sleeps at every step, raises or exits the process at step N.
+    """A gymnasium wrapper that sleeps at every step, raises, exits or hangs at step N.
 
     Args:
         env: the gymnasium env to wrap.
         sleep_s: seconds to sleep in each ``step``.
         raise_at_step: raise ``RuntimeError`` at this step (counted from 1 over the env's life).
         exit_at_step: ``os._exit(1)`` at this step, killing the process like a crash.
+        hang_at_step: sleep (nearly) forever at this step, like a hung simulator.
+        hang_once_path: with ``hang_at_step``, only the first env to create this
+            file hangs (so a rebuilt worker does not hang again).
     """
 
     def __init__(
@@ -44,11 +47,15 @@ class FaultyEnv(gym.Wrapper):
         sleep_s: float = 0.0,
         raise_at_step: int | None = None,
         exit_at_step: int | None = None,
+        hang_at_step: int | None = None,
+        hang_once_path: str | None = None,
     ) -> None:
         super().__init__(env)
         self.sleep_s = sleep_s
         self.raise_at_step = raise_at_step
         self.exit_at_step = exit_at_step
+        self.hang_at_step = hang_at_step
+        self.hang_once_path = hang_once_path
         self.steps = 0
 
     def step(self, action: Any) -> Any:
@@ -59,7 +66,18 @@ class FaultyEnv(gym.Wrapper):
             raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
         if self.exit_at_step is not None and self.steps >= self.exit_at_step:
             os._exit(1)
+        if self.hang_at_step is not None and self.steps == self.hang_at_step and self._may_hang():
+            time.sleep(24 * 3600)
         return self.env.step(action)
+
+    def _may_hang(self) -> bool:
+        if self.hang_once_path is None:
+            return True
+        try:
+            with open(self.hang_once_path, "x"):
+                return True
+        except FileExistsError:
+            return False
 
 
 def make_env(
@@ -69,6 +87,8 @@ def make_env(
     sleep_s: float = 0.0,
     raise_at_step: int | None = None,
     exit_at_step: int | None = None,
+    hang_at_step: int | None = None,
+    hang_once_path: str | None = None,
     obs_shape: tuple[int, ...] | None = None,
 ) -> EnvBase:
     """Builds a torchrl env from a gymnasium id, optionally batched or faulty.
@@ -79,7 +99,8 @@ def make_env(
         env_id: a gymnasium env id.
         num_envs: ``> 1`` steps that many copies in one process (gymnasium's
             synchronous vector env), batch size ``[num_envs]``.
-        sleep_s, raise_at_step, exit_at_step: see :class:`FaultyEnv` (single env only).
+        sleep_s, raise_at_step, exit_at_step, hang_at_step, hang_once_path: see
+            :class:`FaultyEnv` (single env only).
         obs_shape: if given, replaces observations with uint8 frames of this
             shape (e.g. ``(4, 84, 84)``), to measure large-observation transport.
 
@@ -89,7 +110,7 @@ def make_env(
     Raises:
         ValueError: faults or ``obs_shape`` with ``num_envs > 1``, or ``num_envs < 1``.
     """
-    faulty = bool(sleep_s or raise_at_step or exit_at_step or obs_shape)
+    faulty = bool(sleep_s or raise_at_step or exit_at_step or hang_at_step or obs_shape)
     if not faulty:
         return envs.make_env(env_id, num_envs=num_envs)
     if num_envs > 1:
@@ -97,7 +118,14 @@ def make_env(
     env: gym.Env = gym.make(env_id)
     if obs_shape is not None:
         env = PixelsLikeObs(env, obs_shape)
-    env = FaultyEnv(env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step)
+    env = FaultyEnv(
+        env,
+        sleep_s=sleep_s,
+        raise_at_step=raise_at_step,
+        exit_at_step=exit_at_step,
+        hang_at_step=hang_at_step,
+        hang_once_path=hang_once_path,
+    )
     return GymWrapper(env)
 
 
