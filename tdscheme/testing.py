@@ -28,7 +28,7 @@ from tdscheme import envs
 
 
 class FaultyEnv(gym.Wrapper):
-    """A gymnasium wrapper that sleeps at every step, raises, exits or returns a bad number at step N.
+    """A gymnasium wrapper that sleeps each step, raises, exits, hangs or gives a bad number at step N.
 
     Args:
         env: the gymnasium env to wrap.
@@ -40,6 +40,9 @@ class FaultyEnv(gym.Wrapper):
         nonfinite_in: ``"reward"`` or ``"observation"`` (its first entry).
         nonfinite_value: e.g. ``float("nan")`` or ``float("inf")``.
         nonfinite_every: every step from ``nonfinite_at_step`` on, not just that one.
+        hang_at_step: sleep (nearly) forever at this step, like a hung simulator.
+        hang_once_path: with ``hang_at_step``, only the first env to create this
+            file hangs (so a rebuilt worker does not hang again).
     """
 
     def __init__(
@@ -53,6 +56,8 @@ class FaultyEnv(gym.Wrapper):
         nonfinite_in: str = "reward",
         nonfinite_value: float = float("nan"),
         nonfinite_every: bool = False,
+        hang_at_step: int | None = None,
+        hang_once_path: str | None = None,
     ) -> None:
         super().__init__(env)
         self.sleep_s = sleep_s
@@ -62,6 +67,8 @@ class FaultyEnv(gym.Wrapper):
         self.nonfinite_in = nonfinite_in
         self.nonfinite_value = nonfinite_value
         self.nonfinite_every = nonfinite_every
+        self.hang_at_step = hang_at_step
+        self.hang_once_path = hang_once_path
         self.steps = 0
 
     def step(self, action: Any) -> Any:
@@ -72,6 +79,8 @@ class FaultyEnv(gym.Wrapper):
             raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
         if self.exit_at_step is not None and self.steps >= self.exit_at_step:
             os._exit(1)
+        if self.hang_at_step is not None and self.steps == self.hang_at_step and self._may_hang():
+            time.sleep(24 * 3600)
         obs, reward, terminated, truncated, info = self.env.step(action)
         at = self.nonfinite_at_step
         if at is not None and (self.steps == at or (self.nonfinite_every and self.steps > at)):
@@ -82,6 +91,15 @@ class FaultyEnv(gym.Wrapper):
                 obs[0] = self.nonfinite_value
         return obs, reward, terminated, truncated, info
 
+    def _may_hang(self) -> bool:
+        if self.hang_once_path is None:
+            return True
+        try:
+            with open(self.hang_once_path, "x"):
+                return True
+        except FileExistsError:
+            return False
+
 
 def make_env(
     env_id: str = "CartPole-v1",
@@ -90,6 +108,8 @@ def make_env(
     sleep_s: float = 0.0,
     raise_at_step: int | None = None,
     exit_at_step: int | None = None,
+    hang_at_step: int | None = None,
+    hang_once_path: str | None = None,
     obs_shape: tuple[int, ...] | None = None,
     nonfinite_at_step: int | None = None,
     nonfinite_in: str = "reward",
@@ -104,8 +124,9 @@ def make_env(
         env_id: a gymnasium env id.
         num_envs: ``> 1`` steps that many copies in one process (gymnasium's
             synchronous vector env), batch size ``[num_envs]``.
-        sleep_s, raise_at_step, exit_at_step, nonfinite_at_step, nonfinite_in,
-            nonfinite_value, nonfinite_every: see :class:`FaultyEnv` (single env only).
+        sleep_s, raise_at_step, exit_at_step, hang_at_step, hang_once_path,
+            nonfinite_at_step, nonfinite_in, nonfinite_value, nonfinite_every: see
+            :class:`FaultyEnv` (single env only).
         obs_shape: if given, replaces observations with uint8 frames of this
             shape (e.g. ``(4, 84, 84)``), to measure large-observation transport.
 
@@ -115,7 +136,9 @@ def make_env(
     Raises:
         ValueError: faults or ``obs_shape`` with ``num_envs > 1``, or ``num_envs < 1``.
     """
-    faulty = bool(sleep_s or raise_at_step or exit_at_step or obs_shape or nonfinite_at_step)
+    faulty = bool(
+        sleep_s or raise_at_step or exit_at_step or hang_at_step or obs_shape or nonfinite_at_step
+    )
     if not faulty:
         return envs.make_env(env_id, num_envs=num_envs)
     if num_envs > 1:
@@ -125,6 +148,7 @@ def make_env(
         env = PixelsLikeObs(env, obs_shape)
     env = FaultyEnv(
         env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step,
+        hang_at_step=hang_at_step, hang_once_path=hang_once_path,
         nonfinite_at_step=nonfinite_at_step, nonfinite_in=nonfinite_in,
         nonfinite_value=nonfinite_value, nonfinite_every=nonfinite_every,
     )  # fmt: skip

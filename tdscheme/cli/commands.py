@@ -24,6 +24,7 @@ from tdscheme.engine.trainer import CONFIG_FILE
 from tdscheme.log_levels import configure_driver_logging
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
+from tdscheme.runtime.placement import PlacementError
 
 __all__ = ["build_parser", "run"]
 
@@ -96,7 +97,7 @@ def run(argv: Sequence[str], started: float, ray_lease: RayLease | None = None) 
         if args.command == "train":
             return _train(args, started, ray_lease)
         return {"eval": _eval, "plot": _plot}[args.command](args)
-    except (CheckpointError, FileNotFoundError) as err:
+    except (CheckpointError, FileNotFoundError, PlacementError) as err:
         print(f"tdscheme {args.command}: error: {err}", file=sys.stderr)
         return 1
 

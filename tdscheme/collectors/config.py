@@ -133,6 +133,9 @@ class RayCollectorConfig:
     max_restarts: int = 3
     seed: int | None = None
     batch_timeout_s: float = 600.0
+    actor_start_timeout_s: float = 120.0
+    worker_stall_timeout_s: float | None = 120.0
+    min_workers: int | None = None
     replay_buffer: Any = None
     trajs_per_batch: int | None = None
     # torchrl's arguments about each worker's collector and its weight path (torchrl_args.py)
@@ -169,6 +172,11 @@ class RayCollectorConfig:
             raise ValueError("pass either policy or policy_factory, not both")
         if is_policy_service(self.policy) and self.trust_policy is None:
             self.trust_policy = True  # torchrl's default: the workers get the server's clients
+        if self.min_workers is not None and self.min_workers > self.num_collectors:
+            raise invalid(
+                "min_workers", self.min_workers, f"None or an int in [1, {self.num_collectors}]",
+                context=f"num_collectors={self.num_collectors}",
+            )  # fmt: skip
         if self.replay_buffer is not None and not is_ray_replay_buffer(self.replay_buffer):
             raise TypeError(
                 f"replay_buffer={type(self.replay_buffer).__name__}(...) is a buffer in this "
@@ -196,6 +204,10 @@ class RayCollectorConfig:
         if isinstance(mw, bool) or not isinstance(mw, int) or mw < -1:
             raise invalid("max_weight_update_interval", mw, "-1 (never forced) or an int >= 0")
         check_positive_number("batch_timeout_s", self.batch_timeout_s)
+        check_positive_number("actor_start_timeout_s", self.actor_start_timeout_s)
+        if self.worker_stall_timeout_s is not None:
+            check_positive_number("worker_stall_timeout_s", self.worker_stall_timeout_s)
+        check_int("min_workers", self.min_workers, minimum=1, optional=True)
 
     def _env_fns(self) -> list[Any]:
         fns = self.create_env_fn

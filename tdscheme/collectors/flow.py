@@ -9,6 +9,7 @@ dropping batches that are too stale, decoding, and counting everything in
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -17,6 +18,8 @@ from typing import Any, NamedTuple
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.config import RayCollectorConfig
+from tdscheme.collectors.ledger import BatchRecord, TrajectoryIds, cut_to_fit
+from tdscheme.collectors.liveness import StallMonitor
 from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.preemption import stack_rollouts
 from tdscheme.collectors.replay import last_write
@@ -26,6 +29,8 @@ from tdscheme.transport import TensorDictCodec
 
 _POLL_S = 1.0
 
+logger = logging.getLogger(__name__)
+
 
 class _Request(NamedTuple):
     """A request in flight: who was asked, for which batch, and how many frames at most."""
@@ -33,6 +38,7 @@ class _Request(NamedTuple):
     worker_id: int
     batch_id: int
     frames: int  # the frames asked for; with a replay buffer, the request's budget
+    incarnation: int = 0  # the worker's generation when asked (restarts so far)
 
 
 class BatchFlow:
@@ -70,6 +76,18 @@ class BatchFlow:
         self._next_batch_id = 0
         self._requests: dict[Any, _Request] = {}  # the requests in flight, by future
         self._budget_closed = False
+        self._traj_ids = TrajectoryIds()
+        stall_s = config.worker_stall_timeout_s
+        self._monitor = (
+            None
+            if stall_s is None
+            else StallMonitor(pool, stall_s, start_timeout_s=config.actor_start_timeout_s)
+        )
+
+    def frames_done(self) -> bool:
+        """Whether ``total_frames`` frames were yielded (or written)."""
+        total = self.config.total_frames
+        return total >= 0 and self.stats.frames >= total
 
     def more_frames(self, in_flight: int) -> bool:
         """Whether frames beyond those yielded and ``in_flight`` are still wanted."""
@@ -97,7 +115,12 @@ class BatchFlow:
             else:  # a batch of whole trajectories has no fixed size: share what is left
                 budget = max(0, left // max(1, len(self.pool)))
         ref = self.pool.collect(worker_id, batch_id, budget)
-        self._requests[ref] = _Request(worker_id, batch_id, frames if budget is None else budget)
+        self._requests[ref] = _Request(
+            worker_id,
+            batch_id,
+            frames if budget is None else budget,
+            self.pool.generation(worker_id),
+        )
         return ref
 
     def _in_flight_frames(self) -> int:
@@ -124,26 +147,29 @@ class BatchFlow:
 
         self.stats.start_clock()
         try:
-            for worker_id in range(len(self.pool)):
+            for worker_id in self.pool.active_ids():
                 top_up(worker_id, max(1, prefetch))
-            while owner:
+            while owner and not self.frames_done():
                 ref = self._wait_one(list(owner))
                 worker_id = owner.pop(ref)
                 result = self._receive(ref, fpb)
                 if result is None:
-                    top_up(worker_id, max(1, prefetch))
+                    if worker_id not in pool.retired:
+                        top_up(worker_id, max(1, prefetch))
                     continue
                 batch = self._account([result], self._decode(result))
+                if batch is None and result.payload is not None:
+                    continue  # cut to fit total_frames, nothing left
                 top_up(worker_id, prefetch)
                 yield batch
                 self.after_batch([worker_id])
                 top_up(worker_id, max(1, prefetch))
-                for other in range(len(self.pool)):
+                for other in self.pool.active_ids():
                     if other not in owner.values():  # a worker added while iterating
                         top_up(other, max(1, prefetch))
         finally:
             pool.forget(owner)
-            self._requests.clear()
+            self._discard_in_flight()
 
     def stacked(self) -> Iterator[TensorDictBase | None]:
         """Yields one batch stacked from every worker's rollout (``sync=True``)."""
@@ -155,7 +181,7 @@ class BatchFlow:
             while len(queue) < target and self.more_frames(self._in_flight_frames()):
                 batch_id = self._new_batch_id()
                 refs = {}
-                for w in range(len(self.pool)):
+                for w in self.pool.active_ids():
                     refs[w] = self._request(w, batch_id, cfg.frames_per_worker)
                 queue.append((batch_id, refs))
             self.stats.dispatch_s += time.perf_counter() - start
@@ -163,20 +189,22 @@ class BatchFlow:
         self.stats.start_clock()
         try:
             top_up(max(1, cfg.prefetch_batches))
-            while queue:
+            while queue and not self.frames_done():
                 batch_id, refs = queue.popleft()
                 results = self._gather(batch_id, refs)
                 parts = [self._decode(results[w]) for w in sorted(results)]
                 stacked = None if parts[0] is None else self._stack(parts)
-                batch = self._account(list(results.values()), stacked)
+                batch = self._account([results[w] for w in sorted(results)], stacked)
+                if batch is None and parts[0] is not None:
+                    continue  # cut to fit total_frames, nothing left
                 top_up(cfg.prefetch_batches)
                 yield batch
-                self.after_batch(list(range(len(self.pool))))
+                self.after_batch(sorted(results))
                 top_up(max(1, cfg.prefetch_batches))
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())
-            self._requests.clear()
+            self._discard_in_flight()
 
     def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
         """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
@@ -190,7 +218,8 @@ class BatchFlow:
             worker_id = pending.pop(ref)
             result = self._receive(ref, fpw)
             if result is None:
-                pending[self._request(worker_id, batch_id, fpw)] = worker_id
+                if worker_id not in pool.retired:
+                    pending[self._request(worker_id, batch_id, fpw)] = worker_id
                 continue
             results[worker_id] = result
             frames_in = sum(r.frames for r in results.values())
@@ -210,10 +239,14 @@ class BatchFlow:
         result = self.pool.result(ref)
         if result is None:
             result = self._written_before_death(request.worker_id, request.batch_id)
+        if result is not None:
+            result.incarnation = request.incarnation
         if result is None:
             self.stats.frames_lost += min(budget, expected_frames)
+            self.stats.ledger.add(lost=min(budget, expected_frames))
             return None
         self.stats.frames_dropped += result.frames_dropped  # too stale when written
+        self.stats.ledger.add(dropped=result.frames_dropped, discarded=result.frames_discarded)
         if result.frames_discarded:  # the budget bound
             self.stats.frames_discarded += result.frames_discarded
             # Near the end (a budget under a batch), what is left fits no row or trajectory.
@@ -223,8 +256,22 @@ class BatchFlow:
         lag = self.pool.version - result.policy_version
         if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
             self.stats.frames_dropped += result.frames
+            self.stats.ledger.add(dropped=result.frames, preempted=self._not_collected(result))
             return None
         return result
+
+    def _not_collected(self, result: WorkerBatch) -> int:
+        """Frames a preempted request asked for but its worker did not collect."""
+        if not result.preempted:
+            return 0
+        stepped = result.frames + result.frames_discarded + result.frames_dropped
+        return max(0, self.config.frames_per_worker - stepped)
+
+    def _discard_in_flight(self) -> None:
+        """Books the requests still in flight when iteration stops as discarded."""
+        for request in self._requests.values():
+            self.stats.ledger.add(discarded=request.frames)
+        self._requests.clear()
 
     def _written_before_death(self, worker_id: int, batch_id: int) -> WorkerBatch | None:
         """The reply of a worker that died after writing its batch (see :mod:`.replay`)."""
@@ -239,9 +286,11 @@ class BatchFlow:
     def _wait_one(self, refs: list[Any]) -> Any:
         start = time.perf_counter()
         deadline = start + self.config.batch_timeout_s
+        poll_s = _POLL_S if self._monitor is None else min(_POLL_S, self._monitor.interval_s)
         try:
             while True:
-                ready = self.pool.wait(refs, timeout_s=min(_POLL_S, deadline - time.perf_counter()))
+                self._kill_stalled()
+                ready = self.pool.wait(refs, timeout_s=min(poll_s, deadline - time.perf_counter()))
                 if ready:
                     return ready[0]
                 if time.perf_counter() >= deadline:
@@ -254,11 +303,31 @@ class BatchFlow:
         finally:
             self.stats.wait_s += time.perf_counter() - start
 
+    def _kill_stalled(self) -> None:
+        """Kills the busy workers without progress for ``worker_stall_timeout_s``.
+
+        Their futures then report a death: the batch is counted as lost and the
+        worker rebuilt (or retired), as for a crash.
+        """
+        if self._monitor is None:
+            return
+        busy = {request.worker_id for request in self._requests.values()}
+        for worker_id in self._monitor.check(busy):
+            reason = (
+                f"hung: no progress (env steps) for worker_stall_timeout_s="
+                f"{self.config.worker_stall_timeout_s:g} s"
+            )
+            logger.warning("collector worker %d declared %s; killing it", worker_id, reason)
+            self.stats.hung += 1
+            self._monitor.forget(worker_id)
+            self.pool.kill(worker_id, reason)
+
     def _decode(self, result: WorkerBatch) -> TensorDictBase | None:
         if result.payload is None:  # written into the replay buffer by the worker
             return None
         start = time.perf_counter()
         td = self.codec.decode(result.payload)
+        self._traj_ids.shift_(td, result.worker_id, result.incarnation)
         self.stats.decode_s += time.perf_counter() - start
         return td
 
@@ -268,14 +337,35 @@ class BatchFlow:
     def _account(
         self, results: list[WorkerBatch], batch: TensorDictBase | None
     ) -> TensorDictBase | None:
+        """Counts a batch (``results`` in the order of its parts); cuts it to fit ``total_frames``.
+
+        Returns:
+            The batch, cut along time when it would pass ``total_frames`` (``None``
+            when nothing of it fits).
+        """
         stats = self.stats
         self.newest_version = max(
             [self.newest_version, self.pool.version, *(r.policy_version for r in results)]
         )
-        for r in results:
-            stats.frames += r.frames
-            stats.frames_per_worker[r.worker_id] += r.frames
-            stats.frames_preempted += self.config.frames_per_worker - r.frames if r.preempted else 0
+        kept = [r.frames for r in results]
+        if batch is not None and self.config.total_frames >= 0:
+            left = max(0, self.config.total_frames - stats.frames)
+            batch, cut = cut_to_fit(batch, left, stacked=self.config.sync)
+            if cut is not None:
+                kept = cut
+                self._budget_closed = True
+                if sum(kept) == 0:
+                    batch = None
+        for r, frames in zip(results, kept, strict=True):
+            not_collected = self._not_collected(r)
+            stats.frames += frames
+            stats.frames_per_worker[r.worker_id] += frames
+            stats.frames_discarded += r.frames - frames
+            stats.frames_preempted += not_collected
+            stats.ledger.add(yielded=frames, discarded=r.frames - frames, preempted=not_collected)
+            stats.ledger.record(
+                BatchRecord(r.worker_id, r.incarnation, r.batch_id, r.policy_version, frames)
+            )
             stats.lag_counts[self.newest_version - r.policy_version] += 1
             self.running_versions[r.worker_id] = r.policy_version
             stats.collect_s += r.collect_s

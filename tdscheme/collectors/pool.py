@@ -40,12 +40,17 @@ class WorkerPool(ActorPool):
     Args:
         max_restarts: rebuilds allowed per worker before a :class:`WorkerError`.
         seed: base seed; worker ``i`` of generation ``g`` gets a distinct seed.
+        min_workers: elastic: a worker past ``max_restarts`` is retired instead of
+            raising, as long as this many workers remain (``None``: never).
     """
 
     error_class = WorkerError
 
-    def __init__(self, *, max_restarts: int = 3, seed: int | None = None) -> None:
+    def __init__(
+        self, *, max_restarts: int = 3, seed: int | None = None, min_workers: int | None = None
+    ) -> None:
         super().__init__(CollectorWorker, max_restarts=max_restarts, seed=seed)
+        self.min_workers = min_workers
         self._versions: list[_Versions] = []
         self._weights_ref: Any = None
         self._version = 0
@@ -66,10 +71,22 @@ class WorkerPool(ActorPool):
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]
         """Replaces a dead worker with a fresh one (current weights and version, fresh seed).
 
+        With ``min_workers``, a worker past ``max_restarts`` is retired instead
+        (logged; :attr:`retired`) while at least ``min_workers`` others remain.
+
         Raises:
-            WorkerError: the worker has used up ``max_restarts``.
+            WorkerError: the worker has used up ``max_restarts`` (and cannot retire).
         """
-        super().restart(worker_id, reason, weights=self._weights_ref, policy_version=self._version)
+        try:
+            super().restart(
+                worker_id, reason, weights=self._weights_ref, policy_version=self._version
+            )
+        except WorkerError as err:
+            remaining = len(self.active_ids()) - 1
+            if self.min_workers is None or remaining < self.min_workers:
+                raise
+            self.retire(worker_id, f"{err} (min_workers={self.min_workers})")
+            return
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
 
     # -- collecting ----------------------------------------------------------------
@@ -107,7 +124,8 @@ class WorkerPool(ActorPool):
         Raises:
             WorkerError: a worker answers neither a ping nor a death within ``timeout_s``.
         """
-        dead = [i for i, alive in enumerate(self.alive(timeout_s)) if not alive]
+        answers = self.alive(timeout_s)
+        dead = [i for i in self.active_ids() if not answers[i]]
         for worker_id in dead:
             self.restart(worker_id, f"no answer to a ping: {self.last_death.get(worker_id)}")
         return dead
@@ -133,6 +151,8 @@ class WorkerPool(ActorPool):
         self._weights_ref = ref
         self._version = version
         for worker_id in worker_ids:
+            if worker_id in self.retired:
+                continue
             versions = self._versions[worker_id]
             versions.pending_ack = self._slots[worker_id].actor.set_weights.remote(ref, version)
             versions.pushed = version
@@ -210,6 +230,7 @@ class WorkerPool(ActorPool):
             [
                 slot.actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
                 for slot in self._slots
+                if slot.actor is not None
             ],
             timeout=timeout_s,
         )

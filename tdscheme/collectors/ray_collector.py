@@ -25,6 +25,12 @@ from tdscheme.transport import TensorDictCodec
 
 logger = logging.getLogger(__name__)
 
+#: The arguments that set a worker's Ray resources, as the user may have written them.
+_RESOURCE_ARGUMENTS = (
+    "num_collectors x remote_configs; Scheme: collector_resources; "
+    "command: --num-collectors x --collector-resources"
+)
+
 
 class RayCollector(
     TorchrlSurface,
@@ -120,6 +126,18 @@ class RayCollector(
         seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
         batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
             while every worker still answers pings.
+        actor_start_timeout_s: a worker Ray has not placed (or whose constructor
+            has not returned) this long after it was asked for is a
+            :class:`~tdscheme.runtime.placement.PlacementError`; requests the
+            cluster could never satisfy (``num_collectors`` x ``remote_configs`` past
+            its total resources) are one at once (:mod:`tdscheme.runtime.placement`).
+        worker_stall_timeout_s: a worker that makes no progress (env steps) for
+            this long while it has a request is declared hung, killed and rebuilt
+            like a dead one (its batch counted as lost); ``None``: no check.
+        min_workers: elastic collection (RLlib's ``ignore_env_runner_failures``):
+            a worker that used up ``max_restarts`` is retired (logged and counted)
+            and the others go on, as long as ``min_workers`` remain; ``None``:
+            such a worker stops the run with a ``WorkerError``.
         replay_buffer: a Ray-held torchrl buffer (``RayReplayBuffer(...)`` or
             ``ReplayBuffer(..., service_backend="ray")``): each worker writes its
             stamped frames into it through its own client and iteration yields
@@ -194,6 +212,9 @@ class RayCollector(
         max_restarts: int = 3,
         seed: int | None = None,
         batch_timeout_s: float = 600.0,
+        actor_start_timeout_s: float = 120.0,
+        worker_stall_timeout_s: float | None = 120.0,
+        min_workers: int | None = None,
         replay_buffer: Any = None,
         trajs_per_batch: int | None = None,
         trust_policy: bool | None = None,
@@ -219,7 +240,9 @@ class RayCollector(
             max_weight_update_interval=max_weight_update_interval,
             max_policy_lag=max_policy_lag, preemption=preemption, compress=compress,
             prefetch_batches=prefetch_batches, max_restarts=max_restarts, seed=seed,
-            batch_timeout_s=batch_timeout_s, replay_buffer=replay_buffer,
+            batch_timeout_s=batch_timeout_s, actor_start_timeout_s=actor_start_timeout_s,
+            worker_stall_timeout_s=worker_stall_timeout_s, min_workers=min_workers,
+            replay_buffer=replay_buffer,
             trajs_per_batch=trajs_per_batch, trust_policy=trust_policy,
             use_env_creator=use_env_creator, no_cuda_sync=no_cuda_sync,
             pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
@@ -255,18 +278,29 @@ class RayCollector(
         self._iterator = None
         self._closed = False
         self._lease = RayLease.acquire(config.ray_init_config)
-        self._pool = WorkerPool(max_restarts=config.max_restarts, seed=config.seed)
+        self._pool = WorkerPool(
+            max_restarts=config.max_restarts, seed=config.seed, min_workers=config.min_workers
+        )
         self._flow = BatchFlow(self._pool, config, self._stats, self._codec, self._auto_push)
         self._background = BackgroundCollection(self._batches, self._flow.request_stop)
         try:
-            for spec, remote in zip(
-                config.worker_specs(), config.remote_config_list(), strict=True
-            ):
-                self._pool.add(spec, remote)
-                self._auto_pushes.add_workers(1)
+            self._add_workers(config)
         except BaseException:
             self.shutdown()
             raise
+
+    def _add_workers(self, config: RayCollectorConfig) -> list[int]:
+        """Starts one worker per spec of ``config``, once Ray can place them; returns their ids."""
+        remotes = config.remote_config_list()
+        self._pool.check_fits(remotes, argument=_RESOURCE_ARGUMENTS)
+        ids = []
+        for spec, remote in zip(config.worker_specs(), remotes, strict=True):
+            ids.append(self._pool.add(spec, remote))
+            self._auto_pushes.add_workers(1)
+        self._pool.wait_started(
+            ids, timeout_s=self.config.actor_start_timeout_s, argument=_RESOURCE_ARGUMENTS
+        )
+        return ids
 
     # -- the public surface ----------------------------------------------------------
 
@@ -364,10 +398,7 @@ class RayCollector(
             collector_kwargs=collector_kwargs,
             remote_configs=remote_configs,
         )
-        ids = []
-        for spec, remote in zip(extra.worker_specs(), extra.remote_config_list(), strict=True):
-            ids.append(self._pool.add(spec, remote))
-            self._auto_pushes.add_workers(1)
+        ids = self._add_workers(extra)
         self.config.num_collectors = len(self._pool)
         return ids
 

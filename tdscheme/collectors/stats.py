@@ -7,6 +7,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from tdscheme.collectors.ledger import FrameLedger
+
 
 @dataclasses.dataclass
 class CollectorStats:
@@ -31,6 +33,9 @@ class CollectorStats:
         collect_s, encode_s: worker-side time stepping envs and encoding, summed over batches.
         bytes_received: payload bytes received from workers.
         weight_pushes: number of ``update_policy_weights_`` pushes.
+        ledger: where every frame asked of a worker went
+            (:class:`~tdscheme.collectors.ledger.FrameLedger`).
+        hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
     """
 
     frames: int = 0
@@ -51,6 +56,8 @@ class CollectorStats:
     bytes_received: int = 0
     weight_pushes: int = 0
     started_at: float | None = None
+    ledger: FrameLedger = dataclasses.field(default_factory=FrameLedger)
+    hung: int = 0
 
     def start_clock(self) -> None:
         """Starts the frames-per-second clock at the first request."""
@@ -84,6 +91,8 @@ class CollectorStats:
             "worker_encode_ms": 1e3 * self.encode_s,
             "bytes_received": self.bytes_received,
             "weight_pushes": self.weight_pushes,
+            "workers_hung": self.hung,
+            "ledger": self.ledger.as_dict(),
         }
 
     def report(
@@ -202,5 +211,6 @@ class StatsMixin:
             ],
             restarts=sum(self._pool.restarts()),
             restarts_per_worker=self._pool.restarts(),
+            workers_retired=sorted(self._pool.retired),
             num_collectors=self.num_collectors,
         )

@@ -20,6 +20,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.learner_sync import SchemeReceiverMixin
 from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
+from tdscheme.collectors.liveness import count_env_steps
 from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
@@ -98,6 +99,7 @@ class WorkerBatch:
             frame budget, or a trajectory that did not fit in it.
         frames_dropped: frames not written because they were collected with
             weights more than ``max_policy_lag`` versions older than the newest.
+        incarnation: the worker's restarts when it collected the batch (set by the driver).
     """
 
     worker_id: int
@@ -110,6 +112,7 @@ class WorkerBatch:
     encode_s: float
     frames_discarded: int = 0
     frames_dropped: int = 0
+    incarnation: int = 0
 
 
 class CollectorWorker(SchemeReceiverMixin):
@@ -161,7 +164,9 @@ class CollectorWorker(SchemeReceiverMixin):
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
+        self.env_steps = 0  # progress, read by the driver through progress()
         self._collector = self._build_collector(spec, worker_id)
+        self._steps_counted = count_env_steps(self._collector, self._add_steps)
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:
@@ -235,6 +240,8 @@ class CollectorWorker(SchemeReceiverMixin):
         if nonfinite is not None:
             logger.warning("batch %d has %s", batch_id, nonfinite)
         self._frames_seen += frames
+        if not self._steps_counted:
+            self._add_steps(frames)
         td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
         td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
         collected = time.perf_counter()
@@ -292,6 +299,14 @@ class CollectorWorker(SchemeReceiverMixin):
         ``collect`` runs. A batch always keeps at least one step.
         """
         self._preempt_upto = max(self._preempt_upto, batch_id)
+
+    def _add_steps(self, frames: int) -> None:
+        self.env_steps += frames
+
+    @ray.method(concurrency_group="control")
+    def progress(self) -> int:
+        """Env steps taken so far (frames), answered even while collecting."""
+        return self.env_steps
 
     @ray.method(concurrency_group="control")
     def ping(self) -> int:

@@ -57,6 +57,8 @@ class GradientWorkersConfig:
         max_restarts: times each worker may be recreated after dying.
         timeout_s: longest wait for a gradient (or a decentralized step) before
             a ``TimeoutError`` names the silent workers.
+        actor_start_timeout_s: a worker Ray has not placed or built this long after
+            it was asked for is an error (see :mod:`tdscheme.runtime.placement`).
         collector_kwargs: extra keyword arguments for every torchrl collector.
 
     Raises:
@@ -89,6 +91,7 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
     seed: int | None = None
     max_restarts: int = 3
     timeout_s: float = 300.0
+    actor_start_timeout_s: float = 120.0
     collector_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -107,6 +110,7 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
                 context=f"num_collectors={self.num_collectors}",
             )
         check_positive_number("timeout_s", self.timeout_s)
+        check_positive_number("actor_start_timeout_s", self.actor_start_timeout_s)
         self.preemption = PreemptionConfig.from_arg(self.preemption)
         for name in ("worker_resources", "collector_kwargs"):
             value = getattr(self, name)

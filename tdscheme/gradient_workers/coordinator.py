@@ -26,6 +26,12 @@ __all__ = ["GradientCoordinator"]
 
 logger = logging.getLogger(__name__)
 
+#: The arguments that set a gradient worker's Ray resources, as the user may have written them.
+_RESOURCE_ARGUMENTS = (
+    "num_grad_workers x worker_resources; Scheme: grad_worker_resources; "
+    "command: --num-grad-workers x --grad-worker-resources"
+)
+
 _TOTALS = (
     "steps",
     "updates",
@@ -90,7 +96,13 @@ class GradientCoordinator:
             max_restarts=config.max_restarts,
         )
         try:
+            workers = range(len(specs))
+            options = [config.remote_options() for _ in workers]
+            self.pool.check_fits(options, argument=_RESOURCE_ARGUMENTS)
             self.pool.start_all(self._weights_ref(), learner.version)
+            self.pool.wait_started(
+                workers, timeout_s=config.actor_start_timeout_s, argument=_RESOURCE_ARGUMENTS
+            )
             self._setup()
         except BaseException:
             self.shutdown()

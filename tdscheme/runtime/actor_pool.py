@@ -32,6 +32,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from tdscheme.log_levels import driver_log_level
+from tdscheme.runtime import placement
 
 __all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
 
@@ -128,6 +129,9 @@ class ActorPool:
         self._slots: list[ActorSlot] = []
         self._calls: dict[Any, tuple[int, int, str]] = {}  # ref -> (worker, generation, method)
         self.last_death: dict[int, str] = {}  # worker id -> why its last actor died
+        #: workers retired past ``max_restarts`` (elastic pools); never called again
+        self.retired: set[int] = set()
+        self._killed: dict[int, tuple[int, str]] = {}  # worker -> (generation, why) by kill()
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -148,6 +152,33 @@ class ActorPool:
             seed=self.worker_seed(worker_id, slot.generation),
             log_level=driver_log_level(),
             **start_kwargs,
+        )
+
+    def check_fits(self, options: Sequence[dict[str, Any]], *, argument: str) -> None:
+        """Raises before any actor starts if Ray could never place actors with ``options``.
+
+        Args:
+            options: the Ray options of every actor about to be started.
+            argument: the user's argument(s) that set them, for the message.
+
+        Raises:
+            PlacementError: see :func:`tdscheme.runtime.placement.check_fits`.
+        """
+        what = f"{len(options)} {self.error_class.role}s"
+        placement.check_fits(options, what=what, argument=argument)
+
+    def wait_started(self, worker_ids: Sequence[int], *, timeout_s: float, argument: str) -> None:
+        """Waits until the actors of ``worker_ids`` are placed and built (answer a ping).
+
+        Raises:
+            PlacementError: some did not start within ``timeout_s`` (``actor_start_timeout_s``).
+        """
+        placement.wait_started(
+            [self._slots[i].actor for i in worker_ids],
+            lambda actor: actor.ping.remote(),
+            timeout_s=timeout_s,
+            what=self.error_class.role,
+            argument=argument,
         )
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
@@ -173,6 +204,33 @@ class ActorPool:
         slot.generation += 1
         self.start(worker_id, **start_kwargs)
 
+    def active_ids(self) -> list[int]:
+        """The workers not retired, in order."""
+        return [i for i in range(len(self._slots)) if i not in self.retired]
+
+    def retire(self, worker_id: int, reason: str) -> None:
+        """Kills a worker's actor for good; the pool stops calling it (elastic runs)."""
+        logger.warning(
+            "retiring %s %d: %s; %d of %d workers go on",
+            self.error_class.role, worker_id, reason,
+            len(self._slots) - len(self.retired) - 1, len(self._slots),
+        )  # fmt: skip
+        self.retired.add(worker_id)
+        self._kill(self._slots[worker_id])
+
+    def kill(self, worker_id: int, reason: str) -> None:
+        """Kills a worker's current actor (e.g. a hung one); its futures then report a death.
+
+        The caller's next read of one of them restarts it (as for any death).
+        """
+        slot = self._slots[worker_id]
+        self._killed[worker_id] = (slot.generation, reason)
+        if slot.actor is not None:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone is fine
+                pass
+
     def actors(self) -> list[Any]:
         """The current actor handle of every worker (for custom calls; do not kill them)."""
         return [slot.actor for slot in self._slots]
@@ -180,6 +238,10 @@ class ActorPool:
     def specs(self) -> list[Any]:
         """The spec each worker is built from."""
         return [slot.spec for slot in self._slots]
+
+    def generation(self, worker_id: int) -> int:
+        """How many times ``worker_id``'s actor was rebuilt (its current incarnation)."""
+        return self._slots[worker_id].generation
 
     def restarts(self) -> list[int]:
         """Restarts per worker."""
@@ -225,7 +287,7 @@ class ActorPool:
                 actor failed in its constructor, or the value could not be fetched
                 within :data:`FETCH_TIMEOUT_S`.
         """
-        worker_id, _, method = self._calls.pop(ref)
+        worker_id, generation, method = self._calls.pop(ref)
         try:
             return ray.get(ref, timeout=FETCH_TIMEOUT_S)
         except RayTaskError as err:
@@ -234,7 +296,11 @@ class ActorPool:
         except RayActorError as err:
             if err.actor_init_failed:
                 raise self.error_class(worker_id, "failed while starting", str(err)) from None
-            self.last_death[worker_id] = f"{type(err).__name__}: {err}"
+            killed = self._killed.get(worker_id)
+            if killed is not None and killed[0] == generation:
+                self.last_death[worker_id] = killed[1]
+            else:
+                self.last_death[worker_id] = f"{type(err).__name__}: {err}"
             return DIED
         except GetTimeoutError:
             raise self.error_class(
@@ -249,11 +315,13 @@ class ActorPool:
             WorkerError: (``error_class``) a worker raised, died, or did not
                 answer in ``timeout_s``.
         """
-        refs = [
-            self.submit(worker_id, method, *args)
-            for worker_id, args in zip(range(len(self._slots)), args_per_worker, strict=True)
-        ]
-        return self._values(refs, method, timeout_s)
+        pairs = list(zip(range(len(self._slots)), args_per_worker, strict=True))
+        active = [(worker_id, args) for worker_id, args in pairs if worker_id not in self.retired]
+        refs = [self.submit(worker_id, method, *args) for worker_id, args in active]
+        values = dict(
+            zip([w for w, _ in active], self._values(refs, method, timeout_s), strict=True)
+        )
+        return [values.get(worker_id) for worker_id in range(len(self._slots))]
 
     def call(self, worker_id: int, method: str, *args: Any, timeout_s: float) -> Any:
         """Calls ``method(*args)`` on one worker and returns its value.
@@ -289,7 +357,8 @@ class ActorPool:
             WorkerError: (``error_class``) a worker answers neither a ping nor
                 a death in ``timeout_s``.
         """
-        refs = [self.submit(worker_id, "ping") for worker_id in range(len(self._slots))]
+        active = self.active_ids()
+        refs = [self.submit(worker_id, "ping") for worker_id in active]
         ready = self.wait(refs, num_returns=len(refs), timeout_s=timeout_s)
         if len(ready) < len(refs):
             silent = [self.owner(ref) for ref in refs if ref not in ready]
@@ -297,26 +366,27 @@ class ActorPool:
             raise self.error_class(
                 silent[0], f"workers {silent} did not answer a ping in {timeout_s} s"
             )
-        return [self.outcome(ref) is not DIED for ref in refs]
+        answers = dict(zip(active, [self.outcome(ref) is not DIED for ref in refs], strict=True))
+        return [answers.get(worker_id, False) for worker_id in range(len(self._slots))]
 
     def answering(self, timeout_s: float) -> list[bool]:
         """Pings every worker: whether each answered within ``timeout_s`` (never raises).
 
         For monitoring: a dead, hung or failing worker is simply ``False``.
         """
-        refs = [self.submit(worker_id, "ping") for worker_id in range(len(self._slots))]
+        active = self.active_ids()
+        refs = [self.submit(worker_id, "ping") for worker_id in active]
         ready = set(self.wait(refs, num_returns=len(refs), timeout_s=timeout_s))
-        answers = []
-        for ref in refs:
+        answers = dict.fromkeys(range(len(self._slots)), False)  # retired: never answer
+        for worker_id, ref in zip(active, refs, strict=True):
             if ref not in ready:
                 self.forget([ref])
-                answers.append(False)
                 continue
             try:
-                answers.append(self.outcome(ref) is not DIED)
+                answers[worker_id] = self.outcome(ref) is not DIED
             except WorkerError:
-                answers.append(False)
-        return answers
+                pass
+        return list(answers.values())
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -79,6 +79,13 @@ class SchemeConfig:
             weights) and each worker distinctly; ``None`` leaves them unseeded.
         batch_timeout_s: raise if no batch arrives for this long while the workers
             still answer; with gradient workers: the longest wait for a gradient.
+        actor_start_timeout_s: a worker Ray has not placed or built this long
+            after it was asked for is an error (impossible requests are one at once).
+        worker_stall_timeout_s: a collector worker without progress (env steps)
+            this long is declared hung, killed and rebuilt (``None``: no check).
+        min_workers: elastic collection: a collector worker past its restarts is
+            retired and the run goes on while this many remain (``None``: it stops
+            the run).
         num_grad_workers: gradient workers (Ray actors), each with its own
             collectors and learner copy; 0: none (the driver learns on collected
             batches).
@@ -131,6 +138,9 @@ synchronous step)
     ray_init_config: Mapping[str, Any] | None = None
     seed: int | None = 0
     batch_timeout_s: float = 600.0
+    actor_start_timeout_s: float = 120.0
+    worker_stall_timeout_s: float | None = 120.0
+    min_workers: int | None = None
     num_grad_workers: int = 0
     grad_communication: str = dataclasses.field(
         default="synchronous", metadata={"choices": GRAD_COMMUNICATIONS}
@@ -222,6 +232,9 @@ synchronous step)
             ray_init_config=self.ray_init_config,
             seed=self.seed,
             batch_timeout_s=self.batch_timeout_s,
+            actor_start_timeout_s=self.actor_start_timeout_s,
+            worker_stall_timeout_s=self.worker_stall_timeout_s,
+            min_workers=self.min_workers,
         )
 
     def grad_workers_config(self) -> GradientWorkersConfig:
@@ -266,6 +279,7 @@ synchronous step)
             preemption=self.preemption,
             seed=self.seed,
             timeout_s=float(self.batch_timeout_s),
+            actor_start_timeout_s=float(self.actor_start_timeout_s),
         )
 
     def _grad_staleness_bound(self) -> int | None:

@@ -84,15 +84,21 @@ def lag_metrics(batch: TensorDictBase, newest_version: int) -> dict[str, float]:
 def numeric_stats(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
     """The numbers of a stats dict as ``<prefix>/<name>`` floats (lists, strings, bools left out).
 
+    Nested dicts (the frame ledger) become ``<prefix>/<name>/<key>``.
+
     Example:
         >>> numeric_stats({"frames": 10, "fps": 2.5, "restarts_per_worker": [0], "ok": True}, "c")
         {'c/frames': 10.0, 'c/fps': 2.5}
+        >>> numeric_stats({"ledger": {"collected": 4, "lost": 4, "balanced": True}}, "c")
+        {'c/ledger/collected': 4.0, 'c/ledger/lost': 4.0}
     """
-    return {
-        f"{prefix}/{key}": float(value)
-        for key, value in stats.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        if isinstance(value, Mapping) and key == "ledger":
+            out.update(numeric_stats(value, f"{prefix}/{key}"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[f"{prefix}/{key}"] = float(value)
+    return out
 
 
 def _mean(values: list[float]) -> float:

@@ -155,14 +155,15 @@ def test_preemption_cuts_a_sleeping_straggler(ray_clean):
         batches = list(collector)
         stats = collector.stats()
     for b in batches:
-        assert tuple(b.batch_size) == (2, 100)
+        assert tuple(b.batch_size) == (2, 100) or b is batches[-1]  # the last one cut to fit
         mask = b[MASK_KEY]
         assert mask[1].all()  # the fast worker always completes
         assert 1 <= mask[0].sum() < 100  # the sleeper (5 s per full rollout) is cut short
         assert (b["observation"][0][~mask[0]] == 0).all()  # padding is zeros
     valid = sum(int(b[MASK_KEY].sum()) for b in batches)
-    assert stats["frames"] == valid
-    assert stats["frames_preempted"] == len(batches) * 200 - valid
+    assert stats["frames"] == valid and 599 <= valid <= 600  # never past total_frames
+    not_yielded = stats["frames_preempted"] + stats["frames_discarded"]
+    assert not_yielded == len(batches) * 200 - valid
 
 
 def test_compressed_transport_gives_the_same_keys(ray_clean):

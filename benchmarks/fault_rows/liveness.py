@@ -1,0 +1,563 @@
+"""Fault rows of issue 12, sections 1 and 2: placement, liveness, elastic workers, the frame ledger.
+
+Each row is a function returning the dict ``benchmarks/faults.py`` records; it runs
+one real fault (a real Ray, real CartPole collection) and checks the frame ledger
+(``collected == yielded + dropped + preempted + lost + discarded`` and ``yielded``
+equal to the frames the loop received). Heavy imports stay inside the functions.
+
+Run one module's rows without the table runner (one Ray for all, in this process)::
+
+    .venv/bin/python benchmarks/fault_rows/liveness.py [substring]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+TIMEOUT_S = 240.0
+
+_PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
+
+
+def _row(
+    fault: str,
+    outcome: str,
+    seconds: float,
+    bound_s: float,
+    *,
+    ledger: str = "n/a",
+    detail: str = "",
+) -> dict[str, Any]:
+    return {
+        "fault": fault, "outcome": outcome, "seconds": round(seconds, 2), "bound_s": bound_s,
+        "ledger": ledger, "detail": detail,
+    }  # fmt: skip
+
+
+def _ledger(stats: dict[str, Any], received: int) -> str:
+    led = stats["ledger"]
+    ok = led["collected"] == sum(led[p] for p in _PARTS) and led["yielded"] == received
+    return "balanced" if ok else "unbalanced"
+
+
+def _led_text(stats: dict[str, Any]) -> str:
+    led = stats["ledger"]
+    return " ".join(f"{k}={led[k]}" for k in ("collected", *_PARTS))
+
+
+@contextlib.contextmanager
+def _ray() -> Iterator[Any]:
+    from tdscheme.runtime import RayLease
+
+    lease = RayLease.acquire(None)
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _valid_frames(batch: Any) -> int:
+    from tdscheme.keys import MASK_KEY
+
+    if batch is None:
+        return 0
+    mask = batch.get(MASK_KEY, None)
+    return batch.numel() if mask is None else int(mask.sum())
+
+
+def _collect(
+    fault: str,
+    bound_s: float,
+    *,
+    total_frames: int,
+    check: Callable[[dict[str, Any]], str] = lambda stats: "",
+    during: Callable[[Any, int], None] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Runs a RayCollector to ``total_frames``; survived when every frame came and ``check`` is happy.
+
+    ``check(stats)`` returns what is wrong ("" when nothing); ``during(collector, i)``
+    is called after the ``i``-th batch (to inject a fault).
+    """
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    kwargs.setdefault("create_env_fn", make_env)
+    start = time.perf_counter()
+    with _ray():
+        try:
+            with RayCollector(
+                total_frames=total_frames, seed=0, batch_timeout_s=2 * bound_s, **kwargs
+            ) as collector:
+                received = 0
+                for i, batch in enumerate(collector):
+                    received += _valid_frames(batch)
+                    if during is not None:
+                        during(collector, i)
+                stats = collector.stats(timeout_s=5)
+        except Exception as err:  # noqa: BLE001 - a row reports, it does not raise
+            message = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            return _row(fault, "wrong result", time.perf_counter() - start, bound_s, detail=message)
+    seconds = time.perf_counter() - start
+    if kwargs.get("replay_buffer") is not None:
+        received = stats["frames"]  # written by the workers
+    problems = check(stats)
+    if received != total_frames:
+        problems += f" {received} frames yielded, {total_frames} asked"
+    outcome = "wrong result" if problems else "survived"
+    detail = (problems.strip() + "; " if problems else "") + _led_text(stats)
+    return _row(fault, outcome, seconds, bound_s, ledger=_ledger(stats, received), detail=detail)
+
+
+def _expect_error(
+    fault: str, bound_s: float, build: Callable[[], Any], names: tuple[str, ...]
+) -> dict[str, Any]:
+    from tdscheme.runtime.placement import PlacementError
+
+    start = time.perf_counter()
+    with _ray():
+        try:
+            built = build()
+        except PlacementError as err:
+            seconds = time.perf_counter() - start
+            missing = [n for n in names if n not in str(err)]
+            outcome = "wrong result" if missing else "clean error"
+            detail = str(err)[:300] + (f" (does not name {missing})" if missing else "")
+            return _row(fault, outcome, seconds, bound_s, detail=detail)
+        except Exception as err:  # noqa: BLE001
+            detail = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            return _row(fault, "wrong result", time.perf_counter() - start, bound_s, detail=detail)
+        built.shutdown()
+    return _row(fault, "wrong result", time.perf_counter() - start, bound_s, detail="no error")
+
+
+def _cpus() -> int:
+    import ray
+
+    return int(ray.cluster_resources().get("CPU", 1))
+
+
+# -- 1. placement -------------------------------------------------------------------------
+
+
+def placement_too_many_collectors() -> dict[str, Any]:
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    def build() -> Any:
+        return RayCollector(make_env, frames_per_batch=20, num_collectors=2 * _cpus() + 2)
+
+    return _expect_error(
+        "num_collectors = 2 x cores + 2 (1 CPU each)", 30.0, build,
+        ("num_collectors", "--num-collectors", "asked in all", "CPU="),
+    )  # fmt: skip
+
+
+def placement_one_worker_too_big() -> dict[str, Any]:
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    def build() -> Any:
+        return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_cpus": 1000})
+
+    return _expect_error(
+        "remote_configs={'num_cpus': 1000}", 30.0, build,
+        ("remote_configs", "collector_resources", "1000", "largest node"),
+    )  # fmt: skip
+
+
+def placement_gpu_on_cpu_cluster() -> dict[str, Any]:
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    def build() -> Any:
+        return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_gpus": 1})
+
+    return _expect_error(
+        "remote_configs={'num_gpus': 1} on a cluster without GPU", 30.0, build,
+        ("remote_configs", "GPU"),
+    )  # fmt: skip
+
+
+def placement_custom_resource_missing() -> dict[str, Any]:
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    def build() -> Any:
+        return RayCollector(
+            make_env, frames_per_batch=20, remote_configs={"resources": {"accelerator_tpu": 1}}
+        )
+
+    return _expect_error(
+        "remote_configs with a resource no node has", 30.0, build, ("accelerator_tpu",)
+    )
+
+
+def placement_pending_past_actor_start_timeout() -> dict[str, Any]:
+    import ray
+
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    holder: list[Any] = []
+
+    def build() -> Any:
+        placeholder = ray.remote(num_cpus=_cpus())(_Placeholder).remote()
+        holder.append(placeholder)
+        ray.get(placeholder.ping.remote(), timeout=60)
+        return RayCollector(make_env, frames_per_batch=20, actor_start_timeout_s=3)
+
+    try:
+        return _expect_error(
+            "every CPU held by another actor, actor_start_timeout_s=3", 30.0, build,
+            ("actor_start_timeout_s=3", "Free resources"),
+        )  # fmt: skip
+    finally:
+        for actor in holder:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+
+class _Placeholder:
+    def ping(self) -> int:
+        return 1
+
+
+def placement_grad_workers_too_big() -> dict[str, Any]:
+    from tdscheme import Scheme
+    from tdscheme.presets import get_preset
+
+    def build() -> Any:
+        preset = get_preset("a3c-cartpole").override({"grad_worker_resources": {"num_cpus": 1000}})
+        return Scheme(**preset.factories(), config=preset.scheme)
+
+    return _expect_error(
+        "grad_worker_resources={'num_cpus': 1000}", 30.0, build,
+        ("grad_worker_resources", "--num-grad-workers"),
+    )  # fmt: skip
+
+
+def placement_cli_too_many_collectors() -> dict[str, Any]:
+    import os
+    import subprocess
+
+    start = time.perf_counter()
+    command = [
+        os.path.join(os.path.dirname(sys.executable), "tdscheme"), "train", "ppo-cartpole",
+        "--num-collectors", str(2 * (os.cpu_count() or 1) + 2), "--total-frames", "2000",
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run(
+            [*command, "--run-dir", d], capture_output=True, text=True, timeout=300
+        )
+    seconds = time.perf_counter() - start
+    text = (proc.stdout + proc.stderr).strip()
+    ok = proc.returncode != 0 and "cannot place" in text and "--num-collectors" in text
+    line = next((x for x in text.splitlines() if "cannot place" in x), text[-300:])
+    return _row(
+        "tdscheme train --num-collectors 2 x cores + 2", "clean error" if ok else "wrong result",
+        seconds, 120.0, detail=f"exit {proc.returncode}: {line[:300]}",
+    )  # fmt: skip
+
+
+# -- 1. liveness ---------------------------------------------------------------------------
+
+
+def _hang_env(tmp: str) -> Callable[[], Any]:
+    from tdscheme.testing import make_env
+
+    return functools.partial(make_env, hang_at_step=45, hang_once_path=f"{tmp}/hung")
+
+
+def _hung_once(stats: dict[str, Any]) -> str:
+    wrong = []
+    if stats["workers_hung"] != 1:
+        wrong.append(f"workers_hung={stats['workers_hung']}")
+    if stats["ledger"]["lost"] <= 0:
+        wrong.append("no frame counted lost")
+    return ", ".join(wrong)
+
+
+def hung_worker_first_ready() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return _collect(
+            "an env hangs (first-ready, worker_stall_timeout_s=5)", 90.0, total_frames=600,
+            create_env_fn=_hang_env(tmp), frames_per_batch=40, num_collectors=2,
+            worker_stall_timeout_s=5.0, check=_hung_once,
+        )  # fmt: skip
+
+
+def hung_worker_stacked() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return _collect(
+            "an env hangs (stacked, worker_stall_timeout_s=5)", 90.0, total_frames=600,
+            create_env_fn=_hang_env(tmp), frames_per_batch=40, num_collectors=2, sync=True,
+            worker_stall_timeout_s=5.0, check=_hung_once,
+        )  # fmt: skip
+
+
+def hung_worker_stacked_preemption() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return _collect(
+            "an env hangs (stacked with preemption)", 90.0, total_frames=600,
+            create_env_fn=_hang_env(tmp), frames_per_batch=40, num_collectors=2, sync=True,
+            preemption={"fraction_workers": 0.5, "fraction_samples": 0.5},
+            worker_stall_timeout_s=5.0, check=_hung_once,
+        )  # fmt: skip
+
+
+def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
+    import functools as ft
+
+    from tdscheme import RayCollector
+    from tdscheme.runtime.actor_pool import WorkerError
+    from tdscheme.testing import make_env
+
+    start = time.perf_counter()
+    with _ray():
+        try:
+            with RayCollector(
+                ft.partial(make_env, hang_at_step=5), frames_per_batch=20, total_frames=400,
+                max_restarts=1, worker_stall_timeout_s=3.0, seed=0,
+            ) as collector:  # fmt: skip
+                for _ in collector:
+                    pass
+        except WorkerError as err:
+            seconds = time.perf_counter() - start
+            ok = "hung" in str(err) and "max_restarts=1" in str(err)
+            return _row(
+                "every incarnation hangs (max_restarts=1)", "clean error" if ok else "wrong result",
+                seconds, 120.0, detail=str(err).splitlines()[0][:300],
+            )  # fmt: skip
+    return _row("every incarnation hangs", "wrong result", time.perf_counter() - start, 120.0)
+
+
+def elastic_min_workers() -> dict[str, Any]:
+    from tdscheme.testing import make_env
+
+    def retired(stats: dict[str, Any]) -> str:
+        return "" if stats["workers_retired"] == [0] else f"retired={stats['workers_retired']}"
+
+    return _collect(
+        "a worker crashes every incarnation, min_workers=1", 60.0, total_frames=400,
+        create_env_fn=[functools.partial(make_env, exit_at_step=5), make_env],
+        frames_per_batch=20, max_restarts=1, min_workers=1, check=retired,
+    )  # fmt: skip
+
+
+def restarts_exhausted_without_min_workers() -> dict[str, Any]:
+    from tdscheme import RayCollector
+    from tdscheme.runtime.actor_pool import WorkerError
+    from tdscheme.testing import make_env
+
+    start = time.perf_counter()
+    with _ray():
+        try:
+            with RayCollector(
+                [functools.partial(make_env, exit_at_step=5), make_env], frames_per_batch=20,
+                total_frames=400, max_restarts=1, seed=0,
+            ) as collector:  # fmt: skip
+                for _ in collector:
+                    pass
+        except WorkerError as err:
+            ok = "max_restarts=1" in str(err) and "collector worker 0" in str(err)
+            return _row(
+                "restarts exhausted, no min_workers", "clean error" if ok else "wrong result",
+                time.perf_counter() - start, 60.0, detail=str(err).splitlines()[0][:300],
+            )  # fmt: skip
+    return _row("restarts exhausted", "wrong result", time.perf_counter() - start, 60.0)
+
+
+# -- 2. the ledger under the faults that already held ---------------------------------------
+
+
+def ledger_worker_sigkill() -> dict[str, Any]:
+    import ray
+
+    def kill_once(collector: Any, i: int) -> None:
+        if i == 2:
+            ray.kill(collector.workers[0], no_restart=True)
+
+    def restarted(stats: dict[str, Any]) -> str:
+        return "" if stats["restarts"] == 1 else f"restarts={stats['restarts']}"
+
+    return _collect(
+        "a worker SIGKILLed mid-run (ray.kill)", 60.0, total_frames=600, frames_per_batch=40,
+        num_collectors=2, during=kill_once, check=restarted,
+    )  # fmt: skip
+
+
+def ledger_env_crash() -> dict[str, Any]:
+    from tdscheme.testing import make_env
+
+    return _collect(
+        "an env exits its process every 150 steps", 90.0, total_frames=600, frames_per_batch=40,
+        create_env_fn=[functools.partial(make_env, exit_at_step=150), make_env], max_restarts=5,
+        check=lambda s: "" if s["ledger"]["lost"] > 0 else "no frame counted lost",
+    )  # fmt: skip
+
+
+def ledger_preemption() -> dict[str, Any]:
+    from tdscheme.testing import make_env
+
+    return _collect(
+        "a slow worker preempted (stacked)", 60.0, total_frames=400, frames_per_batch=80,
+        create_env_fn=[make_env, functools.partial(make_env, sleep_s=0.02)], sync=True,
+        preemption={"fraction_workers": 0.5, "fraction_samples": 0.5},
+        check=lambda s: "" if s["ledger"]["preempted"] > 0 else "nothing preempted",
+    )  # fmt: skip
+
+
+def ledger_lag_drop() -> dict[str, Any]:
+    def push(collector: Any, i: int) -> None:
+        collector.update_policy_weights_()
+
+    from tdscheme.testing import mlp_policy
+
+    return _collect(
+        "stale batches dropped (max_policy_lag=0, prefetch 1, a push per batch)", 60.0,
+        total_frames=400, frames_per_batch=40, policy=mlp_policy(4, 2), max_policy_lag=0,
+        prefetch_batches=1, during=push,
+        check=lambda s: "" if s["ledger"]["dropped"] > 0 else "nothing dropped",
+    )  # fmt: skip
+
+
+def ledger_background_writes() -> dict[str, Any]:
+    from torchrl.data import LazyTensorStorage, RayReplayBuffer
+
+    buffer = RayReplayBuffer(storage=LazyTensorStorage, storage_kwargs={"max_size": 10_000})
+    try:
+        return _collect(
+            "workers write into a Ray-held buffer, total_frames=500", 60.0, total_frames=500,
+            frames_per_batch=200, num_collectors=2, replay_buffer=buffer,
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):
+            buffer.close()
+
+
+# -- total_frames exact ----------------------------------------------------------------------
+
+
+def total_frames_exact_first_ready() -> dict[str, Any]:
+    return _collect(
+        "total_frames=500, frames_per_batch=200 (first-ready)", 60.0, total_frames=500,
+        frames_per_batch=200, num_collectors=2,
+    )  # fmt: skip
+
+
+def total_frames_exact_stacked() -> dict[str, Any]:
+    return _collect(
+        "total_frames=500, frames_per_batch=200 (stacked)", 60.0, total_frames=500,
+        frames_per_batch=200, num_collectors=2, sync=True,
+    )  # fmt: skip
+
+
+def total_frames_under_one_batch() -> dict[str, Any]:
+    return _collect(
+        "total_frames=50, frames_per_batch=200", 60.0, total_frames=50, frames_per_batch=200,
+        num_collectors=2,
+    )  # fmt: skip
+
+
+def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
+    import ray
+
+    from tdscheme import RayCollector
+    from tdscheme.keys import WORKER_ID_KEY
+    from tdscheme.testing import make_env
+
+    start = time.perf_counter()
+    last: dict[int, int] = {}
+    spliced = 0
+    with _ray(), RayCollector(make_env, frames_per_batch=40, total_frames=400, seed=0) as coll:
+        for i, batch in enumerate(coll):
+            ids = batch.get(("collector", "traj_ids"))
+            worker = int(batch.get(WORKER_ID_KEY).reshape(-1)[0])
+            valid = ids[ids >= 0]
+            if worker in last and int(valid.min()) < last[worker]:
+                spliced += 1
+            last[worker] = int(valid.max())
+            if i == 3:
+                ray.kill(coll.workers[0], no_restart=True)
+        stats = coll.stats(timeout_s=5)
+    outcome = "survived" if spliced == 0 and stats["restarts"] == 1 else "wrong result"
+    return _row(
+        "trajectory ids after a restart (no splicing)", outcome, time.perf_counter() - start,
+        60.0, ledger=_ledger(stats, 400), detail=f"{spliced} batches reused old ids",
+    )  # fmt: skip
+
+
+def object_store_pressure() -> dict[str, Any]:
+    import ray
+
+    from tdscheme import RayCollector
+    from tdscheme.testing import make_env
+
+    start = time.perf_counter()
+    bound_s = 180.0
+    if ray.is_initialized():
+        return _row("object store pressure", "wrong result", 0.0, bound_s, detail="Ray running")
+    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False)
+    try:
+        env = functools.partial(make_env, obs_shape=(4, 84, 84))  # 28 KB a frame, x2 (next)
+        with RayCollector(
+            env, frames_per_batch=1000, total_frames=6000, num_collectors=2, seed=0
+        ) as collector:  # ~56 MB batches through an 80 MiB object store
+            received = sum(batch.numel() for batch in collector)
+            stats = collector.stats(timeout_s=5)
+    except Exception as err:  # noqa: BLE001
+        detail = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        return _row("object store pressure", "wrong result", time.perf_counter() - start,
+                    bound_s, detail=detail)  # fmt: skip
+    finally:
+        ray.shutdown()
+    outcome = "survived" if received == 6000 else "wrong result"
+    return _row(
+        "56 MB batches through an 80 MiB object store", outcome, time.perf_counter() - start,
+        bound_s, ledger=_ledger(stats, received), detail=_led_text(stats),
+    )  # fmt: skip
+
+
+ROWS: list[tuple[str, Callable[[], dict]]] = [
+    (fn.__name__, fn)
+    for fn in (
+        placement_too_many_collectors,
+        placement_one_worker_too_big,
+        placement_gpu_on_cpu_cluster,
+        placement_custom_resource_missing,
+        placement_pending_past_actor_start_timeout,
+        placement_grad_workers_too_big,
+        placement_cli_too_many_collectors,
+        hung_worker_first_ready,
+        hung_worker_stacked,
+        hung_worker_stacked_preemption,
+        hung_worker_every_incarnation_is_an_error,
+        elastic_min_workers,
+        restarts_exhausted_without_min_workers,
+        ledger_worker_sigkill,
+        ledger_env_crash,
+        ledger_preemption,
+        ledger_lag_drop,
+        ledger_background_writes,
+        total_frames_exact_first_ready,
+        total_frames_exact_stacked,
+        total_frames_under_one_batch,
+        traj_ids_not_spliced_after_restart,
+        object_store_pressure,
+    )
+]
+
+
+if __name__ == "__main__":
+    wanted = sys.argv[1] if len(sys.argv) > 1 else ""
+    for name, fn in ROWS:
+        if wanted in name:
+            print(json.dumps({"row": name, **fn()}), flush=True)

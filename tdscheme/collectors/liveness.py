@@ -1,0 +1,152 @@
+"""Liveness: workers report env steps; the driver declares a worker without progress hung.
+
+One long batch timeout cannot tell a slow worker from a hung one. Instead each
+:class:`~tdscheme.collectors.worker.CollectorWorker` counts its env steps
+(:func:`count_env_steps`) and answers ``progress()`` in its ``control``
+concurrency group, so the driver reads it without waiting for the batch. The
+driver's :class:`StallMonitor` probes the workers that have a request in flight
+and reports those whose count has not moved for ``worker_stall_timeout_s`` (a
+probe left unanswered counts as no progress); the flow then kills such a worker
+and rebuilds it like a dead one, its batch counted as lost (RLlib's
+``sample_timeout_s`` with its restart of failed env runners).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tdscheme.runtime.actor_pool import DIED, WorkerError
+
+__all__ = ["StallMonitor", "count_env_steps"]
+
+
+def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
+    """Calls ``on_steps(n)`` after each env step of a torchrl collector (``n``: env batch size).
+
+    Wraps the collector's env's ``step_and_maybe_reset`` (the call its rollout
+    makes once per step). Collectors without an env in this process (multi-process
+    ones) are left alone: their progress is counted per batch by the worker.
+
+    Returns:
+        Whether the steps are counted.
+
+    Example:
+        >>> from tdscheme.testing import make_env
+        >>> from tdscheme.runtime.torchrl_names import Collector
+        >>> steps = []
+        >>> collector = Collector(make_env(), None, frames_per_batch=5, total_frames=5)
+        >>> count_env_steps(collector, steps.append)
+        True
+        >>> _ = next(iter(collector)); sum(steps)
+        5
+        >>> collector.shutdown()
+    """
+    env = getattr(collector, "env", None)
+    step = getattr(env, "step_and_maybe_reset", None)
+    if step is None:
+        return False
+    frames = max(1, int(env.batch_size.numel()))
+
+    @functools.wraps(step)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        on_steps(frames)
+        return out
+
+    object.__setattr__(env, "step_and_maybe_reset", counted)
+    return True
+
+
+@dataclasses.dataclass
+class _Watch:
+    generation: int
+    steps: int = -1
+    since: float = 0.0  # when the count last moved (or the watch began)
+    answered: bool = False  # a probe came back (the actor is placed and built)
+
+
+class StallMonitor:
+    """Probes busy workers' progress without blocking; reports the ones that stalled.
+
+    Args:
+        pool: the worker pool (``submit``, ``wait``, ``outcome``, ``forget``,
+            ``generation``).
+        timeout_s: ``worker_stall_timeout_s``.
+        start_timeout_s: ``actor_start_timeout_s``: the longest silence of a
+            worker that never answered a probe yet (a rebuilt actor being placed
+            and built).
+    """
+
+    def __init__(self, pool: Any, timeout_s: float, start_timeout_s: float) -> None:
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        #: seconds between two probes of one worker
+        self.interval_s = min(max(timeout_s / 4, 0.05), 5.0)
+        self._watches: dict[int, _Watch] = {}
+        self._probes: dict[Any, tuple[int, int]] = {}  # ref -> (worker, generation)
+        self._probed_at: dict[int, float] = {}
+
+    def check(self, busy: Iterable[int]) -> list[int]:
+        """Reads the answered probes, sends new ones; returns the busy workers that stalled."""
+        now = time.monotonic()
+        self._read_probes(now)
+        busy = set(busy)
+        for worker_id in list(self._watches):
+            if worker_id not in busy:  # idle is not stalled: the clock restarts with a request
+                del self._watches[worker_id]
+        stalled = []
+        for worker_id in sorted(busy):
+            generation = self.pool.generation(worker_id)
+            watch = self._watches.get(worker_id)
+            if watch is None or watch.generation != generation:
+                watch = self._watches[worker_id] = _Watch(generation, since=now)
+            limit = self.timeout_s if watch.answered else max(self.timeout_s, self.start_timeout_s)
+            if now - watch.since > limit:
+                stalled.append(worker_id)
+                del self._watches[worker_id]
+                continue
+            self._probe(worker_id, generation, now)
+        return stalled
+
+    def forget(self, worker_id: int) -> None:
+        """Drops a worker's watch and probes (it was killed or retired)."""
+        self._watches.pop(worker_id, None)
+        refs = [ref for ref, (w, _) in self._probes.items() if w == worker_id]
+        for ref in refs:
+            del self._probes[ref]
+        self.pool.forget(refs)
+
+    def close(self) -> None:
+        """Drops every probe in flight."""
+        self.pool.forget(list(self._probes))
+        self._probes.clear()
+        self._watches.clear()
+
+    def _probe(self, worker_id: int, generation: int, now: float) -> None:
+        if any(w == worker_id for w, _ in self._probes.values()):
+            return  # one probe in flight per worker
+        if now - self._probed_at.get(worker_id, -1e9) < self.interval_s:
+            return
+        self._probed_at[worker_id] = now
+        self._probes[self.pool.submit(worker_id, "progress")] = (worker_id, generation)
+
+    def _read_probes(self, now: float) -> None:
+        if not self._probes:
+            return
+        ready = self.pool.wait(list(self._probes), num_returns=len(self._probes), timeout_s=0)
+        for ref in ready:
+            worker_id, generation = self._probes.pop(ref)
+            try:
+                steps = self.pool.outcome(ref)
+            except WorkerError:
+                continue  # the batch's own future reports the failure
+            watch = self._watches.get(worker_id)
+            if steps is DIED or watch is None or watch.generation != generation:
+                continue
+            if steps != watch.steps or not watch.answered:
+                watch.steps, watch.since, watch.answered = steps, now, True

@@ -1,0 +1,64 @@
+"""Liveness: a hung worker is declared hung, killed and rebuilt; elastic runs go on without it."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+
+from tdscheme import RayCollector
+from tdscheme.keys import WORKER_ID_KEY
+from tdscheme.testing import make_env
+
+TRAJ_IDS = ("collector", "traj_ids")
+
+
+def _assert_balanced(ledger: dict, yielded: int) -> None:
+    parts = ("yielded", "dropped", "preempted", "lost", "discarded")
+    assert ledger["collected"] == sum(ledger[p] for p in parts), ledger
+    assert ledger["yielded"] == yielded, ledger
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
+    hang = functools.partial(make_env, hang_at_step=25, hang_once_path=str(tmp_path / "hung"))
+    caplog.set_level(logging.WARNING, logger="tdscheme")
+    ids_by_worker: dict[int, list] = {0: [], 1: []}
+    with RayCollector(
+        hang, frames_per_batch=20, total_frames=200, num_collectors=2, sync=sync, seed=0,
+        worker_stall_timeout_s=2.0, batch_timeout_s=120,
+    ) as collector:  # fmt: skip
+        seen = 0
+        for batch in collector:
+            seen += batch.numel()
+            flat = batch.reshape(-1)
+            for worker in (0, 1):
+                ids = flat[flat[WORKER_ID_KEY] == worker].get(TRAJ_IDS)
+                ids_by_worker[worker].append(ids[ids >= 0])
+        stats = collector.stats(timeout_s=5)
+    assert seen == 200
+    assert stats["workers_hung"] == 1 and stats["restarts"] == 1
+    assert stats["ledger"]["lost"] >= 10
+    _assert_balanced(stats["ledger"], 200)
+    assert "declared hung" in caplog.text
+    for chunks in ids_by_worker.values():  # a rebuilt worker never reuses trajectory ids
+        chunks = [c for c in chunks if c.numel()]
+        for before, after in zip(chunks, chunks[1:], strict=False):
+            assert int(after.min()) >= int(before.max()), (before, after)
+
+
+@pytest.mark.timeout(120)
+def test_elastic_min_workers_goes_on_without_a_failed_worker(ray_clean):
+    crashing = functools.partial(make_env, exit_at_step=5)
+    with RayCollector(
+        [crashing, make_env], frames_per_batch=20, total_frames=100, max_restarts=0,
+        min_workers=1, seed=0,
+    ) as collector:  # fmt: skip
+        seen = sum(batch.numel() for batch in collector)
+        stats = collector.stats(timeout_s=5)
+    assert seen == 100
+    assert stats["workers_retired"] == [0]
+    assert stats["frames_per_worker"] == {1: 100}
+    _assert_balanced(stats["ledger"], 100)
