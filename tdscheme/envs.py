@@ -1,9 +1,19 @@
-"""The env factory of the presets and the command line: gymnasium ids as torchrl envs.
+"""The env factory of the presets and the command line: gymnasium or EnvPool ids as torchrl envs.
 
-One env is torchrl's ``GymEnv``; several are one gymnasium synchronous vector
-env (stepped in this process) wrapped by torchrl's ``GymWrapper``, with batch
-size ``[num_envs]``. Fault-injecting variants for tests live in
-:mod:`tdscheme.testing`.
+Two backends (``backend=``, the presets' ``--env-backend``):
+
+* ``"gymnasium"`` (default): one env is torchrl's ``GymEnv``; several are one
+  gymnasium synchronous vector env (stepped in this process) wrapped by
+  torchrl's ``GymWrapper``, with batch size ``[num_envs]``.
+* ``"envpool"``: EnvPool steps ``num_envs`` copies in C++ threads, wrapped by
+  torchrl's ``MultiThreadedEnv`` (batch size ``[num_envs]``, also for one
+  env). It takes EnvPool's ids: ``"CartPole-v1"``, Atari as ``"Pong-v5"`` or
+  ``"Breakout-v5"`` (``"ALE/Pong-v5"`` is accepted), whose observations are
+  EnvPool's defaults: 4 stacked 84x84 grayscale uint8 frames, 4 frames
+  skipped per step. It needs the ``envpool`` extra
+  (``pip install 'tdscheme[envpool]'``).
+
+Fault-injecting variants for tests live in :mod:`tdscheme.testing`.
 
 Example:
     >>> env = make_env("CartPole-v1", num_envs=4)
@@ -19,10 +29,13 @@ from __future__ import annotations
 import gymnasium as gym
 from torchrl.envs import EnvBase, GymEnv, GymWrapper
 
-__all__ = ["make_env"]
+__all__ = ["BACKENDS", "make_env"]
+
+#: The env backends :func:`make_env` accepts.
+BACKENDS = ("gymnasium", "envpool")
 
 
-def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
+def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> EnvBase:
     """Builds a torchrl env from a gymnasium id; ``num_envs > 1`` steps that many copies together.
 
     Several copies are a gymnasium ``SyncVectorEnv`` (one process, no
@@ -41,13 +54,16 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
     Args:
         env_id: a registered gymnasium env id, e.g. ``"CartPole-v1"``.
         num_envs: copies stepped together, an int ``>= 1``; the env's batch size
-            is ``[]`` for 1 and ``[num_envs]`` otherwise.
+            is ``[]`` for 1 and ``[num_envs]`` otherwise (EnvPool: always
+            ``[num_envs]``).
+        backend: ``"gymnasium"`` or ``"envpool"`` (see the module).
 
     Returns:
-        A torchrl ``GymEnv`` or ``GymWrapper``.
+        A torchrl ``GymEnv`` or ``GymWrapper`` (EnvPool: ``MultiThreadedEnv``).
 
     Raises:
-        ValueError: ``num_envs`` is not an int ``>= 1``.
+        ValueError: ``num_envs`` is not an int ``>= 1``, or an unknown ``backend``.
+        ImportError: ``backend="envpool"`` without EnvPool installed.
 
     Example:
         >>> env = make_env("Pendulum-v1")
@@ -59,6 +75,10 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs={num_envs!r} is invalid; accepted: an int >= 1")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is invalid; accepted: {', '.join(BACKENDS)}")
+    if backend == "envpool":
+        return _envpool_env(env_id, num_envs)
     if num_envs == 1:
         return GymEnv(env_id)
     vector_env = gym.make_vec(
@@ -68,3 +88,19 @@ def make_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
     )
     return GymWrapper(vector_env)
+
+
+def _envpool_env(env_id: str, num_envs: int) -> EnvBase:
+    """torchrl's ``MultiThreadedEnv`` over EnvPool (imported here: an optional extra)."""
+    try:
+        import envpool  # noqa: F401
+        import treevalue  # noqa: F401  (torchrl's EnvPool wrapper needs it)
+    except ImportError as err:
+        raise ImportError(
+            f"backend='envpool' needs EnvPool and treevalue ({err}); install them with "
+            "pip install 'tdscheme[envpool]' (EnvPool has wheels for Linux and macOS, "
+            "Python <= 3.11)"
+        ) from err
+    from torchrl.envs import MultiThreadedEnv
+
+    return MultiThreadedEnv(num_envs, env_id.removeprefix("ALE/"))

@@ -142,7 +142,7 @@ def _early_usage_error(argv: list[str]) -> str | None:
     if not words or words[0] != "train" or {"-h", "--help"} & set(argv):
         return None
     env_id = _option_value(argv, "--env-id")
-    if env_id is not None:
+    if env_id is not None and _option_value(argv, "--env-backend") in (None, "gymnasium"):
         from tdscheme.env_ids import check_env_id
 
         try:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tdscheme.collectors.lean import LeanCollector
 from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.collectors.torchrl_args import (
@@ -160,7 +161,12 @@ class RayCollectorConfig:
             env_fns = with_env_creators(env_fns)
         self.num_collectors = len(env_fns)
         self.create_env_fn = env_fns
-        self.collector_class = resolve_collector_class(self.collector_class)
+        # no collector_class: tdscheme's LeanCollector (torchrl's Collector, leaner rollout)
+        self.collector_class = (
+            LeanCollector
+            if self.collector_class is None
+            else resolve_collector_class(self.collector_class)
+        )
         self.preemption = PreemptionConfig.from_arg(self.preemption)
         check_sync_rules(
             frames_per_batch=self.frames_per_batch,

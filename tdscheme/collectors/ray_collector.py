@@ -45,7 +45,8 @@ class RayCollector(
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
-    (``collector_class``, torchrl's ``Collector`` by default). Iterating yields
+    (``collector_class``; by default :class:`~tdscheme.collectors.lean.LeanCollector`,
+    torchrl's ``Collector`` with a leaner rollout and the same frames). Iterating yields
     TensorDict batches until ``total_frames`` frames were yielded (forever with
     -1), then shuts the workers down, as torchrl's RayCollector does.
 
@@ -92,8 +93,10 @@ class RayCollector(
             as torchrl's collectors (``init_random_frames`` is split over collectors).
         postproc: applied to each yielded batch on the driver.
         split_trajs: split yielded batches into trajectories on the driver.
-        collector_class: ``Collector`` (default), ``MultiSyncCollector``, ... or
-            ``"single"``, ``"sync"``, ``"async"``.
+        collector_class: ``None`` (default: tdscheme's ``LeanCollector``, a torchrl
+            ``Collector`` subclass that yields the same frames faster), ``Collector``,
+            ``MultiSyncCollector``, ... or ``"single"``, ``"sync"``, ``"async"``; a
+            class given here is used exactly.
         collector_kwargs: extra collector arguments (one dict or one per collector);
             a value given here overrides tdscheme's default
             ``auto_register_policy_transforms=False`` (the env is left as built).

@@ -18,6 +18,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.collectors.lean import LeanCollector
 from tdscheme.collectors.learner_sync import SchemeReceiverMixin
 from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
 from tdscheme.collectors.liveness import count_env_steps
@@ -25,7 +26,6 @@ from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import (
-    Collector,
     default_collector_kwargs,
     env_output_keys,
     is_multi_collector,
@@ -48,7 +48,9 @@ class WorkerSpec:
         policy: the policy object sent to the worker (``None`` with ``policy_factory``
             or for a random policy).
         policy_factory: builds the policy inside the worker instead.
-        collector_class: the torchrl collector class the worker wraps.
+        collector_class: the torchrl collector class the worker wraps (default:
+            :class:`~tdscheme.collectors.lean.LeanCollector`, torchrl's ``Collector``
+            with a leaner rollout over plain gymnasium envs).
         collector_kwargs: extra keyword arguments for ``collector_class``; they
             override tdscheme's defaults
             (:func:`~tdscheme.runtime.torchrl_names.default_collector_kwargs`).
@@ -67,7 +69,7 @@ class WorkerSpec:
     create_env_fn: Any
     policy: Any = None
     policy_factory: Callable[[], Any] | None = None
-    collector_class: type = Collector
+    collector_class: type = LeanCollector
     collector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     frames_per_batch: int = 1000
     num_workers_per_collector: int = 1

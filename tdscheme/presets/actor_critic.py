@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torchrl.data import Bounded, OneHot
+from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
 from tdscheme.env_ids import check_env_id
-from tdscheme.envs import make_env
+from tdscheme.envs import BACKENDS, make_env
 
 __all__ = ["ACTIVATIONS", "ActorCriticConfig", "actor_critic_modules", "eval_env", "train_env"]
 
@@ -40,7 +40,10 @@ class ActorCriticConfig:
     """Env, network and loss hyperparameters of an actor-critic preset (PPO or A2C).
 
     Args:
-        env_id: a gymnasium env id with a flat observation and a discrete or box action.
+        env_id: a gymnasium env id with a flat observation and a discrete or box action
+            (with ``env_backend="envpool"``: an EnvPool id).
+        env_backend: ``"gymnasium"`` (default) or ``"envpool"``
+            (:func:`tdscheme.envs.make_env`'s ``backend``).
         num_envs: envs each collector worker steps in one batch (gymnasium's sync
             vector env); more envs per process means more frames per second.
         eval_num_envs: envs stepped together during evaluation.
@@ -75,6 +78,7 @@ class ActorCriticConfig:
     """
 
     env_id: str = "CartPole-v1"
+    env_backend: str = "gymnasium"
     num_envs: int = 16
     eval_num_envs: int = 10
     hidden_sizes: tuple[int, ...] = (64, 64)
@@ -97,7 +101,6 @@ class ActorCriticConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        check_env_id(self.env_id)
         self.hidden_sizes = tuple(self.hidden_sizes)
         for name in ("num_envs", "eval_num_envs", "num_epochs"):
             value = getattr(self, name)
@@ -112,6 +115,12 @@ class ActorCriticConfig:
             raise ValueError(
                 f"hidden_sizes={self.hidden_sizes!r} is invalid; accepted: ints >= 1, e.g. (64, 64)"
             )
+        if self.env_backend not in BACKENDS:
+            raise ValueError(
+                f"env_backend={self.env_backend!r} is invalid; accepted: {', '.join(BACKENDS)}"
+            )
+        if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
+            check_env_id(self.env_id)
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation={self.activation!r} is invalid; accepted: {sorted(ACTIVATIONS)}"
@@ -147,7 +156,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def train_env(env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0) -> EnvBase:
+def train_env(
+    env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0, backend: str = "gymnasium"
+) -> EnvBase:
     """A training env: ``num_envs`` batched copies that record episode return and length.
 
     Args:
@@ -155,6 +166,7 @@ def train_env(env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0) -> E
         num_envs: copies stepped together in this process.
         reward_scale: multiplies the reward the learner sees; ``("next",
             "episode_reward")`` sums the unscaled rewards.
+        backend: :func:`tdscheme.envs.make_env`'s ``backend``.
 
     Returns:
         A torchrl env with ``RewardSum`` and ``StepCounter`` transforms.
@@ -162,20 +174,22 @@ def train_env(env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0) -> E
     transforms = [RewardSum(), StepCounter()]
     if reward_scale != 1.0:
         transforms.append(RewardScaling(loc=0.0, scale=reward_scale))
-    return TransformedEnv(make_env(env_id, num_envs=num_envs), Compose(*transforms))
+    env = make_env(env_id, num_envs=num_envs, backend=backend)
+    return TransformedEnv(env, Compose(*transforms))
 
 
-def eval_env(env_id: str, *, num_envs: int = 1) -> EnvBase:
+def eval_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> EnvBase:
     """An evaluation env: ``num_envs`` batched copies with the env's own rewards.
 
     Args:
         env_id: a gymnasium env id.
         num_envs: copies stepped together.
+        backend: :func:`tdscheme.envs.make_env`'s ``backend``.
 
     Returns:
         A torchrl env.
     """
-    return make_env(env_id, num_envs=num_envs)
+    return make_env(env_id, num_envs=num_envs, backend=backend)
 
 
 def actor_critic_modules(
@@ -183,6 +197,7 @@ def actor_critic_modules(
     *,
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
+    backend: str = "gymnasium",
 ) -> dict[str, nn.Module]:
     """A stochastic actor and a separate critic for ``env_id``'s spaces.
 
@@ -193,6 +208,8 @@ def actor_critic_modules(
         env_id: a gymnasium env id (one env is built to read its specs).
         hidden_sizes: hidden layers of each network.
         activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
+        backend: :func:`tdscheme.envs.make_env`'s ``backend`` (EnvPool's discrete
+            actions are indices: a categorical policy).
 
     Returns:
         ``{"actor": ProbabilisticActor, "critic": ValueOperator}``.
@@ -201,10 +218,10 @@ def actor_critic_modules(
         ValueError: the observation is not flat or the action space is neither
             discrete nor a box.
     """
-    probe = make_env(env_id)
+    probe = make_env(env_id, backend=backend)
     try:
-        obs_shape = probe.observation_spec["observation"].shape
-        action_spec = probe.action_spec
+        obs_shape = probe.observation_spec_unbatched["observation"].shape
+        action_spec = probe.action_spec_unbatched
     finally:
         probe.close()
     if len(obs_shape) != 1:
@@ -228,6 +245,13 @@ def actor_critic_modules(
             head, in_keys=["logits"], out_keys=["action"], distribution_class=OneHotCategorical,
             spec=OneHot(n), return_log_prob=True,
         )  # fmt: skip
+    elif isinstance(action_spec, Categorical) and action_spec.ndim == 0:
+        n = action_spec.space.n
+        head = TensorDictModule(mlp(n), in_keys=["observation"], out_keys=["logits"])
+        actor = ProbabilisticActor(
+            head, in_keys=["logits"], out_keys=["action"], distribution_class=torch.distributions.Categorical,
+            spec=Categorical(n), return_log_prob=True,
+        )  # fmt: skip
     elif isinstance(action_spec, Bounded) and action_spec.ndim == 1:
         n = action_spec.shape[-1]
         net = nn.Sequential(mlp(2 * n), NormalParamExtractor())
@@ -240,7 +264,7 @@ def actor_critic_modules(
     else:
         raise ValueError(
             f"env_id={env_id!r} has action spec {type(action_spec).__name__}; accepted: "
-            f"a discrete (one-hot) or a 1-D box action"
+            f"a discrete (one-hot or index) or a 1-D box action"
         )
     _init_policy_head(actor)
     return {"actor": actor, "critic": critic}

@@ -105,18 +105,23 @@ class Preset:
     def env_factory(self) -> Callable[[], Any]:
         """Builds one collector worker's batched training env."""
         a = self.algo
-        return partial(train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale)
+        return partial(
+            train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale,
+            backend=a.env_backend,
+        )  # fmt: skip
 
     def eval_env_factory(self) -> Callable[[], Any]:
         """Builds the evaluation env (the env's own rewards)."""
-        return partial(eval_env, self.algo.env_id, num_envs=self.algo.eval_num_envs)
+        a = self.algo
+        return partial(eval_env, a.env_id, num_envs=a.eval_num_envs, backend=a.env_backend)
 
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": ..., "critic": ...}``."""
         a = self.algo
         return partial(
-            actor_critic_modules, a.env_id, hidden_sizes=a.hidden_sizes, activation=a.activation
-        )
+            actor_critic_modules, a.env_id, hidden_sizes=a.hidden_sizes, activation=a.activation,
+            backend=a.env_backend,
+        )  # fmt: skip
 
     def learner_factory(self) -> Callable[..., Learner]:
         """Builds the Learner from the modules of :meth:`policy_factory`."""

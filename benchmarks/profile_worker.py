@@ -1,0 +1,118 @@
+"""Where a CollectorWorker's time goes: per-step cost and the profile's top entries, in-process.
+
+A :class:`~tdscheme.collectors.worker.CollectorWorker` is a plain Python class, so it
+runs here without Ray: CartPole-v1 (``tdscheme.envs.make_env``, 1, 8 and 64 envs),
+the 2x64 MLP greedy policy of ``benchmarks/collection.py``, profiled with the
+standard library's ``cProfile``. Next to it, the floor: the same gymnasium envs
+stepped with the same MLP under ``no_grad``, numpy in and out (no torchrl). Costs
+are per env step (one call of the env, all its copies) and per frame, after one
+warm-up batch. Run from the repository root::
+
+    .venv/bin/python benchmarks/profile_worker.py                    # 1, 8, 64 envs, both paths
+    .venv/bin/python benchmarks/profile_worker.py --envs 64 --top 25 --collector torchrl
+
+``--collector`` picks the worker's collector: ``default`` (tdscheme's default
+class) or ``torchrl`` (torchrl's ``Collector`` given as ``collector_class``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+
+import peers  # benchmarks/peers.py
+import torch
+
+from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.testing import make_env, mlp_policy
+
+
+def worker_cost(num_envs: int, collector: str, batches: int, top: int) -> dict:
+    """Per-step cost of a CollectorWorker's ``collect`` and the top of its profile."""
+    torch.manual_seed(0)
+    steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
+    spec = WorkerSpec(
+        lambda: make_env("CartPole-v1", num_envs=num_envs),
+        mlp_policy(4, 2),
+        frames_per_batch=steps * num_envs,
+    )
+    if collector == "torchrl":
+        spec.collector_class = Collector
+    worker = CollectorWorker(0, spec, seed=0)
+    worker.collect(0)  # warm-up
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    for i in range(batches):
+        worker.collect(i + 1)
+    profiler.disable()
+    elapsed = time.perf_counter() - start
+    worker.shutdown()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return {
+        "impl": f"CollectorWorker ({collector})",
+        "num_envs": num_envs,
+        "us_per_step": 1e6 * elapsed / (batches * steps),
+        "us_per_frame": 1e6 * elapsed / (batches * steps * num_envs),
+        "profile": out.getvalue(),
+    }
+
+
+def floor_cost(num_envs: int, batches: int) -> dict:
+    """The same envs and MLP without torchrl (benchmarks/peers.py's hand-written worker)."""
+    steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
+    worker = peers.MinimalCollectorWorker("CartPole-v1", num_envs, steps * num_envs)
+    worker.next()
+    start = time.perf_counter()
+    for _ in range(batches):
+        worker.next()
+    elapsed = time.perf_counter() - start
+    worker.close()
+    return {
+        "impl": "hand-written (gymnasium + MLP, numpy)",
+        "num_envs": num_envs,
+        "us_per_step": 1e6 * elapsed / (batches * steps),
+        "us_per_frame": 1e6 * elapsed / (batches * steps * num_envs),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", default="1,8,64", help="comma-separated env counts")
+    parser.add_argument("--collector", default="default,torchrl")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--top", type=int, default=15, help="profile entries printed")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # as in a Ray actor with num_cpus=1
+    rows = []
+    for num_envs in (int(x) for x in args.envs.split(",")):
+        rows.append(floor_cost(num_envs, args.batches))
+        for collector in args.collector.split(","):
+            rows.append(worker_cost(num_envs, collector, args.batches, args.top))
+    for row in rows:
+        print(json.dumps({k: v for k, v in row.items() if k != "profile"}))
+    print("\n| envs | impl | us per env step | us per frame |\n|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['num_envs']} | {row['impl']} | {row['us_per_step']:,.0f} "
+            f"| {row['us_per_frame']:,.1f} |"
+        )
+    for row in rows:
+        if "profile" in row:
+            print(f"\n### {row['impl']}, {row['num_envs']} envs\n\n```")
+            lines = row["profile"].splitlines()
+            start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+            print("\n".join(lines[start : start + args.top + 1]))
+            print("```")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

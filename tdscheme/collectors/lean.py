@@ -1,0 +1,303 @@
+"""LeanCollector: torchrl's ``Collector`` with a lean rollout over plain gymnasium envs.
+
+The default collector class of tdscheme's workers. It *is* a torchrl
+``Collector`` (constructor, weights, seeding, ``reset``, ``state_dict``, the
+preallocated batch buffer and the trajectory-id pool are torchrl's own); only
+:meth:`LeanCollector.rollout` changes, and only where the env is a plain
+torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
+``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it) and
+the collector runs none of torchrl's per-frame options (transforms, postproc,
+replay buffer, device casts, random frames, trajectory batches, ...). Then each
+step:
+
+* calls the policy once, under ``torch.no_grad`` and the collector's
+  exploration type, on a fresh TensorDict holding what torchrl's carrier holds
+  (observation, ``done`` / ``terminated`` / ``truncated``,
+  ``("collector", "traj_ids")``);
+* steps the gymnasium env directly, converting actions and outputs as the
+  torchrl wrapper's readers do (one-hot -> index, observation and reward cast
+  to their spec's dtype and shape, ``done = terminated | truncated``) without
+  their per-call spec lookups, and resets the copies whose episode ended as
+  torchrl does (``reset_mask``; a single env: ``reset()``);
+* writes every entry into torchrl's preallocated batch (``use_buffers``), so
+  no per-step TensorDict is built, copied, stacked or ``step_mdp``-ed.
+
+Frames are those of torchrl's ``Collector`` on the same env, policy and seed,
+frame for frame: same keys, same ``"next"`` layout, same values
+(``tests/collectors/test_lean.py`` checks it). Any other env or option runs
+torchrl's own ``rollout`` unchanged. :attr:`LeanCollector.lean_reason` says
+which path runs and why.
+
+Example:
+    >>> from tdscheme.envs import make_env
+    >>> from tdscheme.testing import bias_policy
+    >>> collector = LeanCollector(make_env("Pendulum-v1", num_envs=2),
+    ...                           bias_policy(3, 1, bias=0.5), frames_per_batch=8,
+    ...                           auto_register_policy_transforms=False)
+    >>> collector.lean_reason is None  # the lean path runs
+    True
+    >>> batch = next(iter(collector))
+    >>> batch.batch_size, batch["next", "reward"].shape
+    (torch.Size([2, 4]), torch.Size([2, 4, 1]))
+    >>> collector.shutdown()
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torchrl.data import Bounded, Categorical, OneHot, Unbounded
+from torchrl.envs import GymWrapper
+from torchrl.envs.utils import set_exploration_type
+
+from tdscheme.runtime.torchrl_names import Collector
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LeanCollector"]
+
+
+def gym_spaces() -> Any:
+    """gymnasium's ``spaces`` module (imported when a collector is built, not with this module)."""
+    import gymnasium
+
+    return gymnasium.spaces
+
+
+def _is_plain_module(policy: Any) -> bool:
+    """Whether ``policy`` is a ``TensorDictModule`` whose forward only maps in_keys to out_keys."""
+    return (
+        type(policy) is TensorDictModule
+        and policy._kwargs is None
+        and policy.method is None
+        and not policy.method_kwargs
+        and not policy._get_kwargs
+        and not policy._forward_hooks
+        and not policy._forward_pre_hooks
+        and "_" not in policy.out_keys_source
+    )
+
+
+_TRAJ_IDS = ("collector", "traj_ids")
+_DONE_KEYS = ("done", "terminated", "truncated")
+
+
+class LeanCollector(Collector):
+    """torchrl's ``Collector`` whose rollout steps plain gymnasium envs without per-step TensorDicts.
+
+    Takes exactly torchrl's ``Collector`` arguments. See the module docstring
+    for when the lean rollout runs; otherwise this is torchrl's ``Collector``.
+
+    Attributes:
+        lean_reason: ``None`` when the lean rollout runs, else why torchrl's runs.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lean_reason = self._why_not_lean()
+        if self.lean_reason is not None:
+            logger.debug("LeanCollector runs torchrl's rollout: %s", self.lean_reason)
+
+    # torchrl's signature, so that callers inspecting it (worker_idx, ...) see torchrl's arguments
+    __init__.__signature__ = inspect.signature(Collector.__init__)  # type: ignore[attr-defined]
+
+    def _why_not_lean(self) -> str | None:
+        env = self.env
+        if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
+            return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
+        if getattr(env, "wrapper_frame_skip", 1) != 1 or env.info_dict_reader:
+            return "the env skips frames or reads its info dict"
+        if getattr(env, "from_pixels", False) or env.device not in (None, torch.device("cpu")):
+            return "the env renders pixels or lives on a device"
+        if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
+            return "the vector env has no autoreset_mode"
+        if env.batch_size and env._env.autoreset_mode.name != "DISABLED":
+            return "the vector env resets by itself (torchrl wants AutoresetMode.DISABLED)"
+        if list(env.observation_spec.keys(True, True)) != ["observation"]:
+            return "the env has observations other than 'observation'"
+        if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
+            return "the env's done or reward keys are not torchrl's defaults"
+        if env.action_keys != ["action"]:
+            return "the env's action key is not 'action'"
+        if not isinstance(env.action_spec, (OneHot, Categorical, Bounded, Unbounded)):
+            return f"the env's action spec is a {type(env.action_spec).__name__}"
+        if getattr(env.action_spec, "use_register", False):
+            return "the env's one-hot action spec uses a register"
+        if not isinstance(env._env.observation_space, gym_spaces().Box):
+            return "the env's observation space is not a Box"
+        options = {
+            "replay_buffer": self.replay_buffer is not None,
+            "postproc": self.postproc is not None,
+            "split_trajs": self.split_trajs,
+            "reset_at_each_iter": self.reset_at_each_iter,
+            "init_random_frames": bool(self.init_random_frames),
+            "interruptor": self.interruptor is not None,
+            "compact_obs": bool(self._compact_next_keys),
+            "set_truncated": bool(self._truncated_keys),
+            "trajs_per_batch": self.trajs_per_batch is not None,
+            "track_traj_ids=False": not self.track_traj_ids,
+            "use_buffers=False": not self._use_buffers,
+            "compiled or cudagraphed policy": self.compiled_policy or self.cudagraphed_policy,
+            "device casts": self._cast_to_policy_device or self._cast_to_env_device,
+            "storing_device": self.storing_device not in (None, torch.device("cpu")),
+        }
+        used = [name for name, on in options.items() if on]
+        if used:
+            return f"the collector uses {', '.join(used)}"
+        written = {
+            "observation", *_DONE_KEYS, _TRAJ_IDS, *self._policy_output_keys,
+            ("next", "observation"), ("next", "reward"), *(("next", k) for k in _DONE_KEYS),
+        }  # fmt: skip
+        missing = set(self._final_rollout.keys(True, True)) - written
+        if missing:
+            return (
+                f"the batch has keys the lean rollout does not write: {sorted(map(str, missing))}"
+            )
+        return None
+
+    @torch.no_grad()
+    def rollout(self) -> TensorDictBase:
+        """One batch: the lean loop where it applies (see the module), else torchrl's ``rollout``."""
+        if self.lean_reason is not None:
+            return super().rollout()
+        if self.pre_collect_hook is not None:
+            self.pre_collect_hook()
+        with set_exploration_type(self.exploration_type):
+            return self._lean_rollout()
+
+    def _lean_rollout(self) -> TensorDictBase:
+        env, gym_env, out = self.env, self.env._env, self._final_rollout
+        batch_dims = env.batch_size
+        time_dim = len(batch_dims)
+        # one view per (key, step) of torchrl's preallocated batch, made in one call per key
+        rows = {key: out.get(key).unbind(time_dim) for key in out.keys(True, True)}
+        policy_keys = [k for k in self._policy_output_keys if k != _TRAJ_IDS]
+        for key in _DONE_KEYS:  # a carrier's done keys are always False after step_and_maybe_reset
+            out.get(key).zero_()
+        obs = self._carrier.get("observation")
+        traj_ids = self._carrier.get(_TRAJ_IDS)
+        falses = {
+            key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
+        }
+        call_policy = self._policy_call()
+        to_gym, read_obs = self._action_to_gym(), self._obs_from_gym()
+        reward_dtype = env.reward_spec.dtype
+        for t in range(self.frames_per_batch):
+            inputs = {
+                "observation": obs,
+                _TRAJ_IDS: traj_ids,
+                **{k: v.clone() for k, v in falses.items()},
+            }
+            outputs = call_policy(inputs)
+            rows["observation"][t].copy_(obs)
+            rows[_TRAJ_IDS][t].copy_(traj_ids)
+            for key in policy_keys:
+                rows[key][t].copy_(outputs[key])
+            next_obs, reward, terminated, truncated, _ = gym_env.step(to_gym(outputs["action"]))
+            terminated = np.asarray(terminated, dtype=bool)
+            truncated = np.asarray(truncated, dtype=bool)
+            done = torch.as_tensor(terminated | truncated)
+            next_obs = read_obs(next_obs)
+            values = {
+                ("next", "observation"): next_obs,
+                ("next", "reward"): torch.as_tensor(reward, dtype=reward_dtype),
+                ("next", "done"): done,
+                ("next", "terminated"): torch.as_tensor(terminated),
+                ("next", "truncated"): torch.as_tensor(truncated),
+            }
+            for key, value in values.items():
+                row = rows[key][t]
+                row.copy_(value.reshape(row.shape))
+            obs, traj_ids = self._reset_done(done.reshape(batch_dims), next_obs, traj_ids)
+        self._carrier = self._as_carrier(
+            {"observation": obs, _TRAJ_IDS: traj_ids, **{k: v.clone() for k, v in falses.items()}}
+        )
+        return out
+
+    def _action_to_gym(self) -> Any:
+        """``action tensor -> what gymnasium's step takes``, as the torchrl wrapper's ``read_action``."""
+        spec, batched = self.env.action_spec, bool(self.env.batch_size)
+        if isinstance(spec, OneHot):
+            if batched:
+                return lambda action: action.long().argmax(-1).numpy()
+            return lambda action: int(action.long().argmax(-1))
+        if isinstance(spec, Categorical) and not batched:
+            return lambda action: int(action)
+        return lambda action: action.numpy()
+
+    def _obs_from_gym(self) -> Any:
+        """``gymnasium observation -> tensor``, as the observation spec's ``encode``."""
+        spec = self.env.observation_spec["observation"]
+        shape, dtype = spec.shape, spec.dtype
+
+        def read(obs: Any) -> torch.Tensor:
+            if isinstance(obs, np.ndarray) and not all(stride > 0 for stride in obs.strides):
+                obs = obs.copy()
+            obs = torch.as_tensor(obs, dtype=dtype)
+            return obs if obs.shape == shape else obs.reshape(shape)
+
+        return read
+
+    def _as_carrier(self, inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
+        """torchrl's carrier (what its policy reads) from the lean loop's entries."""
+        td = TensorDict(batch_size=self.env.batch_size)
+        for key, value in inputs.items():
+            td.set(key, value)
+        return td
+
+    def _policy_call(self) -> Any:
+        """``inputs -> outputs`` (dicts of tensors by key) for this batch's policy calls.
+
+        A plain ``TensorDictModule`` (no kwargs mapping, method, get kwargs or
+        hooks of its own) has its module called on its ``in_keys``, which is what
+        its ``forward`` does, without building the output TensorDict (tensordict
+        0.14 passes each output through ``TensorDict.from_any``, which searches
+        the disk for pandas at every call). Any other policy is called on a
+        carrier TensorDict, as torchrl does.
+        """
+        policy = self._wrapped_policy
+        if _is_plain_module(policy):
+            module, in_keys, out_keys = policy.module, policy.in_keys, policy.out_keys_source
+            if set(in_keys) <= {"observation", _TRAJ_IDS, *_DONE_KEYS}:
+
+                def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
+                    result = module(*(inputs[key] for key in in_keys))
+                    if isinstance(result, (dict, TensorDictBase)):
+                        result = tuple(result[key] for key in out_keys)
+                    elif not isinstance(result, tuple):
+                        result = (result,)
+                    return dict(zip(out_keys, result, strict=True))
+
+                return direct
+
+        def generic(inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
+            return policy(self._as_carrier(inputs))
+
+        return generic
+
+    def _reset_done(
+        self, done: torch.Tensor, obs: torch.Tensor, traj_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Resets the copies whose episode ended, as torchrl's ``step_and_maybe_reset``.
+
+        Returns:
+            The next step's observations and trajectory ids.
+        """
+        if not done.any():
+            return obs, traj_ids
+        env = self.env
+        if env.batch_size:
+            reset = env._env.reset(options={"reset_mask": done.numpy().copy()})
+        else:
+            reset = env._env.reset()
+        reset_obs, _ = reset
+        obs = self._obs_from_gym()(reset_obs).reshape(obs.shape)
+        new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
+        traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)
+        return obs, traj_ids

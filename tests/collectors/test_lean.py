@@ -1,0 +1,154 @@
+"""LeanCollector yields torchrl's Collector's frames, frame for frame, faster."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import pytest
+import torch
+from torchrl.envs import GymWrapper, StepCounter, TransformedEnv
+from torchrl.envs.utils import ExplorationType
+
+from tdscheme.collectors import CollectorWorker, WorkerSpec
+from tdscheme.collectors.lean import LeanCollector
+from tdscheme.envs import make_env
+from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
+from tdscheme.transport import TensorDictCodec
+
+# (env id, greedy policy): CartPole episodes end after ~10 steps under these MLPs,
+# Pendulum's (below) after 30 steps (truncation), so batches of 40 steps hold resets.
+POLICIES = {
+    "CartPole-v1": lambda: mlp_policy(4, 2),
+    "Pendulum-v1": lambda: mlp_policy(3, 1, discrete=False),
+}
+
+
+def short_pendulum(num_envs: int = 1) -> GymWrapper:
+    """``tdscheme.envs.make_env("Pendulum-v1", num_envs=...)`` with 30-step episodes."""
+    if num_envs == 1:
+        return GymWrapper(gym.make("Pendulum-v1", max_episode_steps=30))
+    return GymWrapper(
+        gym.vector.SyncVectorEnv(
+            [functools.partial(gym.make, "Pendulum-v1", max_episode_steps=30)] * num_envs,
+            autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+        )
+    )
+
+
+def batches(cls, env_fn, policy, *, steps, num_batches=2, seed=0, **kwargs):
+    """``num_batches`` batches of ``cls`` seeded with ``seed``; the RNG is seeded as a worker does."""
+    torch.manual_seed(seed)
+    env = env_fn()
+    collector = cls(
+        env,
+        policy,
+        frames_per_batch=steps * max(1, env.batch_size.numel()),
+        auto_register_policy_transforms=False,
+        **kwargs,
+    )
+    try:
+        collector.set_seed(seed)
+        collector.reset()
+        it = iter(collector)
+        out = [next(it) for _ in range(num_batches)]
+        return out, getattr(collector, "lean_reason", None)
+    finally:
+        collector.shutdown()
+
+
+def assert_same_frames(expected, actual):
+    assert len(expected) == len(actual)
+    for want, got in zip(expected, actual, strict=True):
+        assert sorted(got.keys(True, True), key=str) == sorted(want.keys(True, True), key=str)
+        assert got.batch_size == want.batch_size and got.names == want.names
+        for key in want.keys(True, True):
+            assert got[key].dtype == want[key].dtype, key
+            assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])
+@pytest.mark.parametrize("env_id", sorted(POLICIES))
+def test_lean_frames_equal_torchrls(env_id, num_envs):
+    if env_id == "Pendulum-v1":
+        env_fn = functools.partial(short_pendulum, num_envs)
+    else:
+        env_fn = functools.partial(make_env, env_id, num_envs=num_envs)
+    policy = POLICIES[env_id]()
+    want, _ = batches(Collector, env_fn, policy, steps=40)
+    got, reason = batches(LeanCollector, env_fn, policy, steps=40)
+    assert reason is None  # the lean rollout ran
+    assert_same_frames(want, got)
+    dones = torch.cat([b["next", "done"].flatten() for b in got])
+    assert dones.sum() > 0 and not dones.all()  # resets inside the batches
+    traj_ids = got[0]["collector", "traj_ids"]
+    assert traj_ids.unique().numel() > num_envs  # new trajectory ids after resets
+
+
+@pytest.mark.parametrize(
+    "exploration_type", [ExplorationType.RANDOM, ExplorationType.DETERMINISTIC]
+)
+def test_exploration_of_a_probabilistic_actor_is_torchrls(exploration_type):
+    torch.manual_seed(1)
+    actor = cartpole_modules(num_cells=8)["actor"]
+    env_fn = functools.partial(make_env, "CartPole-v1", num_envs=4)
+    kwargs = {"exploration_type": exploration_type}
+    want, _ = batches(Collector, env_fn, actor, steps=20, **kwargs)
+    got, reason = batches(LeanCollector, env_fn, actor, steps=20, **kwargs)
+    assert reason is None
+    assert_same_frames(want, got)
+    assert "action_log_prob" in got[0].keys()
+
+
+def test_a_reset_between_batches_and_a_constant_policy_match():
+    env_fn = functools.partial(make_env, "CartPole-v1")
+    policy = bias_policy(4, 2, bias=0.0)  # one-hot argmax of [0, 0]: always action 0
+    results = []
+    for cls in (Collector, LeanCollector):
+        torch.manual_seed(0)
+        collector = cls(
+            env_fn(), policy, frames_per_batch=25, auto_register_policy_transforms=False
+        )
+        collector.set_seed(3)
+        collector.reset()  # as a worker does: torchrl's set_seed leaves the first observation
+        it = iter(collector)
+        first = next(it)
+        collector.reset()  # torchrl's reset between batches: the lean loop picks up its carrier
+        results.append([first, next(it), next(it)])
+        collector.shutdown()
+    assert_same_frames(*results)
+
+
+def test_other_envs_and_options_run_torchrls_rollout():
+    policy = mlp_policy(3, 1, discrete=False)
+    transformed = functools.partial(lambda: TransformedEnv(make_env("Pendulum-v1"), StepCounter()))
+    want, _ = batches(Collector, transformed, policy, steps=10)
+    got, reason = batches(LeanCollector, transformed, policy, steps=10)
+    assert "TransformedEnv" in reason
+    assert_same_frames(want, got)
+    pendulum = functools.partial(make_env, "Pendulum-v1")
+    _, reason = batches(LeanCollector, pendulum, policy, steps=10, postproc=lambda td: td)
+    assert "postproc" in reason
+
+
+def test_workers_default_to_lean_and_keep_a_users_collector_class():
+    def worker_batch(**spec_kwargs):
+        spec = WorkerSpec(
+            functools.partial(make_env, "CartPole-v1", num_envs=4),
+            mlp_policy(4, 2),
+            frames_per_batch=80,
+            **spec_kwargs,
+        )
+        worker = CollectorWorker(2, spec, seed=5)
+        try:
+            return type(worker._collector), TensorDictCodec().decode(worker.collect(0).payload)
+        finally:
+            worker.shutdown()
+
+    torch.manual_seed(0)
+    lean_class, lean = worker_batch()
+    torch.manual_seed(0)
+    user_class, torchrls = worker_batch(collector_class=Collector)
+    assert lean_class is LeanCollector and user_class is Collector
+    assert_same_frames([torchrls], [lean])  # stamped keys included
