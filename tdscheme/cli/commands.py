@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tdscheme.cli.options import add_setting_options, setting_error
+from tdscheme.cli.options import add_setting_options, option_name, setting_error
 from tdscheme.cli.resume import resume_overrides
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
     )
-    add_setting_options(train, get_preset(DEFAULT_PRESET), skip=("resume",))
+    # every preset's settings (DEFAULT_PRESET's first); a setting the chosen preset does
+    # not have is a usage error naming it (Preset.override)
+    names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
+    add_setting_options(train, [get_preset(n) for n in names], skip=("resume",))
     train.set_defaults(command_parser=train)
 
     ev = commands.add_parser(
@@ -145,6 +148,17 @@ def _stopped_line(summary: dict[str, Any]) -> str:
     )
 
 
+def _check_known(preset: Preset, overrides: dict[str, Any], sub: argparse.ArgumentParser) -> None:
+    """Options of another preset's settings (the parser has every preset's) are usage errors."""
+    owners = preset.setting_owners()
+    for name in overrides:
+        if name not in owners:
+            sub.error(
+                f"argument {option_name(name)}: not a setting of preset {preset.name} "
+                f"(another preset's); see tdscheme train {preset.name} --help"
+            )
+
+
 def _train_preset(
     args: argparse.Namespace, overrides: dict[str, Any], sub: argparse.ArgumentParser
 ) -> Preset:
@@ -158,6 +172,7 @@ def _train_preset(
                     f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run"
                 )
             saved = preset_from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+            _check_known(saved, overrides, sub)
             kept, notes, errors = resume_overrides(saved, overrides, str(args.resume))
             if errors:
                 sub.error("; ".join(errors))
@@ -165,6 +180,7 @@ def _train_preset(
                 print(f"tdscheme train: {note}", file=sys.stderr)
             return saved.override({**kept, "run_dir": str(args.resume), "resume": True})
         preset = get_preset(args.preset or DEFAULT_PRESET)
+        _check_known(preset, overrides, sub)
         if "run_dir" not in overrides:
             overrides["run_dir"] = str(_new_run_dir(preset.name))
         return preset.override(overrides)

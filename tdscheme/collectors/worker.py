@@ -20,8 +20,8 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.lean import LeanCollector
 from tdscheme.collectors.learner_sync import SchemeReceiverMixin
-from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
 from tdscheme.collectors.liveness import count_env_steps
+from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
 from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
