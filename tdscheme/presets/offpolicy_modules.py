@@ -43,7 +43,8 @@ from torchrl.modules import (
     ValueOperator,
 )
 
-from tdscheme.envs import make_env
+from tdscheme.env_ids import check_env_id
+from tdscheme.envs import BACKENDS, make_env
 from tdscheme.learner.target_nets import TARGET_UPDATES
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.validation import check_bool, check_choice, check_int, invalid
@@ -66,6 +67,8 @@ class OffPolicyConfig:
     Args:
         env_id: a gymnasium env id with a flat observation (discrete actions for
             DQN, a 1-D box for SAC, TD3 and DDPG).
+        env_backend: ``"gymnasium"`` (default) or ``"envpool"`` (the same id in EnvPool's
+            threads; see :func:`tdscheme.envs.make_env`).
         num_envs: envs each collector worker steps in one batch.
         eval_num_envs: envs stepped together during evaluation.
         hidden_sizes: hidden layers of the actor and of each Q-network.
@@ -107,6 +110,7 @@ class OffPolicyConfig:
     """
 
     env_id: str = "CartPole-v1"
+    env_backend: str = "gymnasium"
     num_envs: int = 8
     eval_num_envs: int = 10
     hidden_sizes: tuple[int, ...] = (64, 64)
@@ -141,6 +145,9 @@ class OffPolicyConfig:
         ):
             raise invalid("hidden_sizes", self.hidden_sizes, "ints >= 1, e.g. (64, 64)")
         check_choice("activation", self.activation, sorted(ACTIVATIONS))
+        check_choice("env_backend", self.env_backend, BACKENDS)
+        if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
+            check_env_id(self.env_id)
         check_choice("target_update", self.target_update, TARGET_UPDATES)
         check_bool("prioritized", self.prioritized)
         for name, low, high, low_open in (
