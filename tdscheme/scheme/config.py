@@ -86,6 +86,9 @@ class SchemeConfig:
             after it was asked for is an error (impossible requests are one at once).
         worker_stall_timeout_s: a collector worker without progress (env steps)
             this long is declared hung, killed and rebuilt (``None``: no check).
+        max_restarts: times each collector (or gradient) worker may be rebuilt after
+            dying or hanging, over the whole run (RLlib's
+            ``max_num_env_runner_restarts``); raise it for long runs.
         min_workers: elastic collection: a collector worker past its restarts is
             retired and the run goes on while this many remain (``None``: it stops
             the run).
@@ -157,6 +160,7 @@ synchronous step)
     batch_timeout_s: float = 600.0
     actor_start_timeout_s: float = 120.0
     worker_stall_timeout_s: float | None = 120.0
+    max_restarts: int = 3
     min_workers: int | None = None
     num_grad_workers: int = 0
     grad_communication: str = dataclasses.field(
@@ -178,6 +182,7 @@ synchronous step)
         for name in ("num_collectors", "frames_per_batch", "weight_push_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("num_grad_workers", self.num_grad_workers, minimum=0)
+        check_int("max_restarts", self.max_restarts, minimum=0)
         for name in ("max_policy_lag", "prefetch_batches", "seed"):
             check_int(name, getattr(self, name), minimum=0, optional=True)
         for name in ("sync", "compress", "decentralized", "grad_compress"):
@@ -266,6 +271,7 @@ synchronous step)
             batch_timeout_s=self.batch_timeout_s,
             actor_start_timeout_s=self.actor_start_timeout_s,
             worker_stall_timeout_s=self.worker_stall_timeout_s,
+            max_restarts=self.max_restarts,
             min_workers=self.min_workers,
             init_random_frames=self.init_random_frames if offpolicy else -1,
             replay_buffer=replay_buffer,
@@ -302,6 +308,7 @@ synchronous step)
             )
         return GradientWorkersConfig(
             num_grad_workers=self.num_grad_workers,
+            max_restarts=self.max_restarts,
             communication=self.grad_communication,
             decentralized=self.decentralized,
             compress=self.grad_compress,
