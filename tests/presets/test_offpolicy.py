@@ -164,8 +164,11 @@ def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, capsys):
 @pytest.mark.timeout(600)
 def test_sac_pendulum_beats_minus_600(ray_clean, tmp_path):
     """A random Pendulum policy returns about -1200; SAC is better than -600 within 8k frames."""
+    # one gradient step per frame, whatever the preset's speed-tuned ratio: this checks
+    # that SAC learns through tdscheme, within a small frame budget
     settings = {"run_dir": str(tmp_path), "total_frames": 8_000, "eval_every_frames": 1_024,
-                "eval_episodes": 5, "target_return": -600.0, "progress": False}  # fmt: skip
+                "eval_episodes": 5, "target_return": -600.0, "progress": False,
+                "utd_ratio": 1.0}  # fmt: skip
     preset = get_preset("sac-pendulum").override(settings)
     with preset.build_trainer() as trainer:
         summary = trainer.run()
