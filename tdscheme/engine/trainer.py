@@ -314,9 +314,10 @@ class Trainer:
         if self.checkpoints is None:
             raise RuntimeError("save_checkpoint needs TrainerConfig.run_dir; it is None")
         self._counters["last_checkpoint_frames"] = self.frames
-        state = self.state_dict()
         directory = self.checkpoints.directory
-        state["replay_buffer"] = save_replay_buffer(self.scheme, directory, self.frames)
+        with self.scheme.paused():  # a Ray-held buffer's writes wait: state and buffer agree
+            state = self.state_dict()
+            state["replay_buffer"] = save_replay_buffer(self.scheme, directory, self.frames)
         path = self.checkpoints.save(state, self.frames)
         prune_replay_buffers(directory)
         logger.info("checkpoint %s", path)

@@ -23,6 +23,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
@@ -182,7 +183,13 @@ def _is_number(value: Any) -> bool:
 
 
 def _env_specs(env_id: str) -> tuple[int, Any]:
-    probe = make_env(env_id)
+    try:
+        probe = make_env(env_id)
+    except gymnasium.error.DependencyNotInstalled as err:
+        raise ImportError(
+            f"env_id={env_id!r} needs a package that is not installed ({err}); for MuJoCo "
+            f"envs: pip install -c constraints.txt -e '.[mujoco]'"
+        ) from err
     try:
         obs_shape = probe.observation_spec["observation"].shape
         action_spec = probe.action_spec.clone()

@@ -20,6 +20,7 @@ the weights at the end of the step once ``weight_push_interval`` updates are don
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -34,6 +35,7 @@ from tdscheme.collectors import RayCollector
 from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
+from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.metrics import episode_metrics, numeric_stats
 
@@ -81,7 +83,9 @@ class OffPolicyDriver:
         env_factory: builds one collector worker's env.
         learner: the driver's :class:`~tdscheme.learner.OffPolicyLearner`; its
             ``policy`` runs in the workers.
-        buffer: the replay buffer (local or Ray-held, as ``config.buffer_location``).
+        storage_factory: builds the replay buffer (local or Ray-held, as
+            ``config.buffer_location``); for a Ray-held one, Ray is started or joined
+            first, by tdscheme's one entry point (``config.ray_init_config``).
 
     Raises:
         TypeError: ``learner`` is not an OffPolicyLearner, or the buffer does not
@@ -97,27 +101,33 @@ class OffPolicyDriver:
         *,
         env_factory: Callable[[], Any],
         learner: OffPolicyLearner,
-        buffer: Any,
+        storage_factory: Callable[[], Any],
     ) -> None:
         if not isinstance(learner, OffPolicyLearner):
             raise TypeError(
                 f"learner_factory returned a {type(learner).__name__}; accepted with a "
                 f"storage_factory: a tdscheme OffPolicyLearner (gradient steps on samples)"
             )
-        check_buffer(buffer, config.buffer_location)
         self.config = config
         self.learner = learner
-        self.buffer = buffer
         self.ray_held = config.buffer_location == "ray"
-        self.prioritized = is_prioritized(buffer)
-        self.collector = RayCollector.from_config(
-            config.collector_config(
-                env_factory,
-                learner.policy,
-                replay_buffer=buffer if self.ray_held else None,
-                offpolicy=True,
+        self.buffer: Any = None
+        self._lease = RayLease.acquire(config.ray_init_config) if self.ray_held else None
+        try:
+            self.buffer = storage_factory()
+            check_buffer(self.buffer, config.buffer_location)
+            self.prioritized = is_prioritized(self.buffer)
+            self.collector = RayCollector.from_config(
+                config.collector_config(
+                    env_factory,
+                    learner.policy,
+                    replay_buffer=self.buffer if self.ray_held else None,
+                    offpolicy=True,
+                )
             )
-        )
+        except BaseException:
+            self._release()
+            raise
         self._batches: Iterator[TensorDictBase | None] | None = None
         self.frames_collected = 0  # frames in (or written to) the buffer by this run
         self.updates = 0
@@ -256,12 +266,20 @@ class OffPolicyDriver:
         self.push_weights()
         self._updates_since_push = int(replay["updates_since_push"])
 
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """Holds the workers' background writes (Ray-held buffer) inside the ``with`` block.
+
+        The buffer and the frame counters then stay still, so that a state and a
+        buffer dump taken inside it agree; a driver-held buffer only changes in
+        :meth:`step`, so nothing is held.
+        """
+        if self.ray_held and self.collector.is_running:
+            return self.collector.pause(timeout=self.config.batch_timeout_s)
+        return contextlib.nullcontext()
+
     def dump_buffer(self, path: str | Path) -> None:
         """Writes the buffer with torchrl's ``dumps`` (workers paused for a Ray-held one)."""
-        if self.ray_held and self.collector.is_running:
-            with self.collector.pause(timeout=self.config.batch_timeout_s):
-                self.buffer.dumps(str(path))
-        else:
+        with self.paused():
             self.buffer.dumps(str(path))
 
     def load_buffer(self, path: str | Path) -> None:
@@ -277,8 +295,16 @@ class OffPolicyDriver:
         try:
             self.collector.shutdown()
         finally:
-            if self.ray_held:
-                self.buffer.shutdown()
+            self._release()
+
+    def _release(self) -> None:
+        if self.ray_held:  # the buffer's actor goes with the run (a local one stays readable)
+            buffer, self.buffer = self.buffer, None
+            if buffer is not None and is_ray_replay_buffer(buffer):
+                buffer.shutdown()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
 
 def _mean_metrics(updates: list[TensorDictBase]) -> dict[str, float]:

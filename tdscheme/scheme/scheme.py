@@ -19,6 +19,7 @@ checkpoints; a user can also iterate one in their own loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +29,6 @@ import torch
 from torch import nn
 
 from tdscheme.collectors import RayCollector
-from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme.collector_driver import CollectorDriver
@@ -195,7 +195,6 @@ class Scheme:
         self.policy_factory = policy_factory
         self.learner_factory = learner_factory
         self.storage_factory = storage_factory
-        self.replay_buffer: Any = None
         self._closed = True  # until the driver exists
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed)
@@ -227,18 +226,17 @@ class Scheme:
         self._closed = False
 
     def _offpolicy_driver(self, storage_factory: StorageFactory) -> OffPolicyDriver:
-        self.replay_buffer = storage_factory()
-        try:
-            return OffPolicyDriver(
-                self.config,
-                env_factory=self.env_factory,
-                learner=self.learner,
-                buffer=self.replay_buffer,
-            )
-        except BaseException:
-            if is_ray_replay_buffer(self.replay_buffer):
-                self.replay_buffer.shutdown()
-            raise
+        return OffPolicyDriver(
+            self.config,
+            env_factory=self.env_factory,
+            learner=self.learner,
+            storage_factory=storage_factory,
+        )
+
+    @property
+    def replay_buffer(self) -> Any:
+        """The replay buffer of an off-policy run (``None`` without a ``storage_factory``)."""
+        return getattr(self.driver, "buffer", None) if hasattr(self, "driver") else None
 
     @property
     def collector(self) -> RayCollector | None:
@@ -339,6 +337,15 @@ class Scheme:
         self.driver.load_state_dict(state)
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """A ``with`` block in which no worker writes into a Ray-held replay buffer.
+
+        A checkpoint's state and its buffer dump taken inside it agree; without a
+        Ray-held buffer nothing changes between steps, and nothing is held.
+        """
+        paused = getattr(self.driver, "paused", None)
+        return contextlib.nullcontext() if paused is None else paused()
 
     def dump_replay_buffer(self, path: str) -> None:
         """Writes the replay buffer to the directory ``path`` (torchrl's ``dumps``).

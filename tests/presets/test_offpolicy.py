@@ -153,7 +153,7 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
 def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, capsys):
     """A random CartPole policy returns about 22; a few thousand updates clearly beat it."""
     run_dir = tmp_path / "run"
-    settings = {"total_frames": 12_000, "eval_every_frames": 4_000, "eval_episodes": 5,
+    settings = {"total_frames": 12_000, "eval_every_frames": 2_048, "eval_episodes": 5,
                 "target_return": 150.0, "progress": False}  # fmt: skip
     assert main(["train", "dqn-cartpole", *cli_options(settings), "--run-dir", str(run_dir)]) == 0
     returns = [value for _, value in read_metrics(run_dir)["eval/return"]]
@@ -163,17 +163,13 @@ def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sac_pendulum_beats_minus_600(ray_clean, tmp_path):
-    """A random Pendulum policy returns about -1200; SAC is better than -600 within 6k frames."""
-    preset = get_preset("sac-pendulum").override(
-        {
-            "run_dir": str(tmp_path),
-            "total_frames": 6_000,
-            "eval_every_frames": 1_500,
-            "eval_episodes": 5,
-            "target_return": -600.0,
-            "progress": False,
-        }  # fmt: skip
-    )
+    """A random Pendulum policy returns about -1200; SAC is better than -600 within 8k frames."""
+    # one gradient step per frame, whatever the preset's speed-tuned ratio: this checks
+    # that SAC learns through tdscheme, within a small frame budget
+    settings = {"run_dir": str(tmp_path), "total_frames": 8_000, "eval_every_frames": 1_024,
+                "eval_episodes": 5, "target_return": -600.0, "progress": False,
+                "utd_ratio": 1.0}  # fmt: skip
+    preset = get_preset("sac-pendulum").override(settings)
     with preset.build_trainer() as trainer:
         summary = trainer.run()
     returns = [value for _, value in read_metrics(tmp_path)["eval/return"]]
