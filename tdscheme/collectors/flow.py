@@ -153,9 +153,10 @@ class BatchFlow:
                 ref = self._wait_one(list(owner))
                 worker_id = owner.pop(ref)
                 result = self._receive(ref, fpb)
-                if result is None:
-                    if worker_id not in pool.retired:
-                        top_up(worker_id, max(1, prefetch))
+                if result is None:  # lost (rebuilt or retired): its frames go to whoever is free
+                    for other in [worker_id, *pool.active_ids()]:
+                        if other not in pool.retired:
+                            top_up(other, max(1, prefetch))
                     continue
                 batch = self._account([result], self._decode(result))
                 if batch is None and result.payload is not None:
@@ -255,8 +256,10 @@ class BatchFlow:
             return result  # written into the replay buffer: the worker applied the lag bound
         lag = self.pool.version - result.policy_version
         if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
+            not_collected = self._not_collected(result)
             self.stats.frames_dropped += result.frames
-            self.stats.ledger.add(dropped=result.frames, preempted=self._not_collected(result))
+            self.stats.frames_preempted += not_collected
+            self.stats.ledger.add(dropped=result.frames, preempted=not_collected)
             return None
         return result
 

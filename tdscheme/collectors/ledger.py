@@ -102,9 +102,10 @@ def cut_to_fit(
 ) -> tuple[TensorDictBase, list[int] | None]:
     """Cuts a batch along time (its last dim) so that its valid frames fit in ``frames_left``.
 
-    A batch of ``[*env_batch, time]`` loses whole time steps from its end; the
-    valid frames of a padded batch are those ``("collector", "mask")`` marks.
-    With an env batch, up to one step's frames less than ``frames_left`` may be
+    A batch of ``[*env_batch, time]`` loses whole time steps from its end. A
+    padded batch (with ``("collector", "mask")``) keeps exactly ``frames_left``
+    valid frames: the surplus of its last step is unmasked. Without a mask and
+    with an env batch, up to one step's frames less than ``frames_left`` may be
     kept (never more).
 
     Args:
@@ -124,15 +125,26 @@ def cut_to_fit(
         ([[0, 1], [4, 5]], [4])
     """
     mask = td.get(MASK_KEY, None)
+    masked = mask is not None
     if mask is None:
         mask = torch.ones(td.batch_size, dtype=torch.bool)
     if int(mask.sum()) <= frames_left:
         return td, None
     steps = td.batch_size[-1]
-    per_step = mask.reshape(-1, steps).sum(0).cumsum(0)
-    keep = int((per_step <= frames_left).sum())
+    per_step = mask.reshape(-1, steps).movedim(-1, 0).reshape(steps, -1).sum(1).cumsum(0)
+    if masked:  # whole steps until the budget is reached, the surplus of the last one unmasked
+        keep = min(steps, int((per_step < frames_left).sum()) + 1) if frames_left > 0 else 0
+    else:  # whole steps that fit
+        keep = int((per_step <= frames_left).sum())
     kept = td[..., :keep]
-    kept_mask = mask[..., :keep]
+    kept_mask = mask[..., :keep].clone()
+    surplus = int(kept_mask.sum()) - frames_left
+    if masked and surplus > 0:
+        last = kept_mask[..., -1].reshape(-1)
+        last[last.nonzero().flatten()[-surplus:]] = False
+        kept_mask[..., -1] = last.view(kept_mask[..., -1].shape)
+        kept = kept.clone(False)
+        kept.set(MASK_KEY, kept_mask)
     if stacked:
         return kept, [int(part.sum()) for part in kept_mask]
     return kept, [int(kept_mask.sum())]

@@ -164,7 +164,7 @@ class ActorPool:
         Raises:
             PlacementError: see :func:`tdscheme.runtime.placement.check_fits`.
         """
-        what = f"{len(options)} {self.error_class.role}s"
+        what = f"{len(options)} {self.error_class.role}{'s' if len(options) != 1 else ''}"
         placement.check_fits(options, what=what, argument=argument)
 
     def wait_started(self, worker_ids: Sequence[int], *, timeout_s: float, argument: str) -> None:

@@ -29,6 +29,15 @@ def single(values: torch.Tensor) -> float:
     return distinct.item()
 
 
+def assert_ledger(stats, **columns):
+    """The frame ledger balances and its columns are the stats' own counts."""
+    ledger = stats["ledger"]
+    parts = ("yielded", "dropped", "preempted", "lost", "discarded")
+    assert ledger["collected"] == sum(ledger[p] for p in parts) and ledger["balanced"], ledger
+    for column, value in columns.items():
+        assert ledger[column] == value, (column, ledger)
+
+
 def test_async_yields_exact_frames_from_every_worker(ray_clean):
     collector = RayCollector(
         cartpole, mlp_policy(4, 2), frames_per_batch=200, total_frames=2000,
@@ -142,6 +151,7 @@ def test_max_policy_lag_zero_yields_only_current_weights(ray_clean):
     assert stats["policy_lag_max"] == 0
     assert stats["frames"] == 500
     assert stats["frames_dropped"] > 0  # prefetched batches became stale and were counted
+    assert_ledger(stats, yielded=500, dropped=stats["frames_dropped"])
 
 
 def test_preemption_cuts_a_sleeping_straggler(ray_clean):
@@ -154,16 +164,17 @@ def test_preemption_cuts_a_sleeping_straggler(ray_clean):
     ) as collector:  # fmt: skip
         batches = list(collector)
         stats = collector.stats()
-    for b in batches:
-        assert tuple(b.batch_size) == (2, 100) or b is batches[-1]  # the last one cut to fit
+    for b in batches[:-1]:  # the last one is cut to fit total_frames
+        assert tuple(b.batch_size) == (2, 100)
         mask = b[MASK_KEY]
         assert mask[1].all()  # the fast worker always completes
         assert 1 <= mask[0].sum() < 100  # the sleeper (5 s per full rollout) is cut short
         assert (b["observation"][0][~mask[0]] == 0).all()  # padding is zeros
     valid = sum(int(b[MASK_KEY].sum()) for b in batches)
-    assert stats["frames"] == valid and 599 <= valid <= 600  # never past total_frames
+    assert stats["frames"] == valid == 600  # the last batch's surplus is unmasked
     not_yielded = stats["frames_preempted"] + stats["frames_discarded"]
     assert not_yielded == len(batches) * 200 - valid
+    assert_ledger(stats, yielded=valid, preempted=stats["frames_preempted"])
 
 
 def test_compressed_transport_gives_the_same_keys(ray_clean):
@@ -195,6 +206,7 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
     assert stats["frames"] == 3000
     assert stats["restarts_per_worker"] == [1, 0]
     assert stats["frames_lost"] % 100 == 0
+    assert_ledger(stats, yielded=3000, lost=stats["frames_lost"])
     replaced = [b for b in after_kill if worker_ids(b) == [0]]
     assert replaced, "the replaced worker produced no batch"
     assert single(replaced[-1]["action"]) == pytest.approx(-0.25)

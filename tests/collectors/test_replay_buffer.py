@@ -200,6 +200,8 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
         assert stats["restarts"] == 1 and stats["workers_alive"] == 2
         assert stats["frames_lost"] > 0  # the killed worker's request in flight
         assert stats["frames"] == written(rb) == len(rb)  # what was written is what was counted
+        assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == stats["frames"]
+        assert stats["ledger"]["lost"] == stats["frames_lost"]
         if trajs_per_batch is None:
             assert written(rb) == total  # the lost request was asked again, never past total
         else:

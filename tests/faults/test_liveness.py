@@ -27,7 +27,7 @@ def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
     caplog.set_level(logging.WARNING, logger="tdscheme")
     ids_by_worker: dict[int, list] = {0: [], 1: []}
     with RayCollector(
-        hang, frames_per_batch=20, total_frames=200, num_collectors=2, sync=sync, seed=0,
+        hang, frames_per_batch=20, total_frames=190, num_collectors=2, sync=sync, seed=0,
         worker_stall_timeout_s=2.0, batch_timeout_s=120,
     ) as collector:  # fmt: skip
         seen = 0
@@ -38,10 +38,10 @@ def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
                 ids = flat[flat[WORKER_ID_KEY] == worker].get(TRAJ_IDS)
                 ids_by_worker[worker].append(ids[ids >= 0])
         stats = collector.stats(timeout_s=5)
-    assert seen == 200
+    assert seen == 190  # the last batch cut to fit
     assert stats["workers_hung"] == 1 and stats["restarts"] == 1
     assert stats["ledger"]["lost"] >= 10
-    _assert_balanced(stats["ledger"], 200)
+    _assert_balanced(stats["ledger"], 190)
     assert "declared hung" in caplog.text
     for chunks in ids_by_worker.values():  # a rebuilt worker never reuses trajectory ids
         chunks = [c for c in chunks if c.numel()]
