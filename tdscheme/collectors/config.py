@@ -19,9 +19,11 @@ from tdscheme.collectors.torchrl_args import (
     with_env_creators,
 )
 from tdscheme.collectors.worker import WorkerSpec
+from tdscheme.runtime.ray_lease import check_init_keys
+from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.transport import TensorDictCodec
-from tdscheme.validation import check_int, check_positive_number, invalid
+from tdscheme.validation import check_bool, check_int, check_positive_number, invalid
 
 _DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
 
@@ -214,6 +216,23 @@ class RayCollectorConfig:
         if self.worker_stall_timeout_s is not None:
             check_positive_number("worker_stall_timeout_s", self.worker_stall_timeout_s)
         check_int("min_workers", self.min_workers, minimum=1, optional=True)
+        check_int("seed", self.seed, minimum=0, optional=True)
+        for name in ("max_frames_per_traj", "init_random_frames"):
+            check_int(name, getattr(self, name), minimum=-1, optional=True)
+        for name in ("reset_at_each_iter", "split_trajs", "sync", "update_after_each_batch"):
+            check_bool(name, getattr(self, name))
+        if self.ray_init_config is not None:
+            if not isinstance(self.ray_init_config, Mapping):
+                raise invalid("ray_init_config", self.ray_init_config, "None or a dict")
+            check_init_keys(self.ray_init_config)
+        for name in ("remote_configs", "collector_kwargs"):
+            value = getattr(self, name)
+            for i, entry in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+                where = f"{name}[{i}]" if isinstance(value, (list, tuple)) else name
+                if name == "remote_configs" and entry is not None:
+                    check_actor_options(where, entry)
+                elif entry is not None and not isinstance(entry, Mapping):
+                    raise invalid(where, entry, "None, a dict, or a list of dicts")
 
     def _env_fns(self) -> list[Any]:
         fns = self.create_env_fn

@@ -22,6 +22,7 @@ from tdscheme.collectors.lean import LeanCollector
 from tdscheme.collectors.learner_sync import SchemeReceiverMixin
 from tdscheme.collectors.liveness import count_env_steps
 from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
+from tdscheme.collectors.policy_keys import check_policy_keys
 from tdscheme.collectors.replay import BufferWriter, frames_to_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
@@ -189,6 +190,7 @@ class CollectorWorker(SchemeReceiverMixin):
             env = [spec.create_env_fn] * spec.num_workers_per_collector
         elif callable(env) and not isinstance(env, torch.nn.Module):
             env = env()
+            check_policy_keys(env, spec.policy)  # before torchrl runs the policy on it
         kwargs = default_collector_kwargs(spec.collector_class)
         if takes_argument(spec.collector_class, "worker_idx"):
             kwargs["worker_idx"] = worker_id  # as torchrl's RayCollector: a receiver's rank

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from tdscheme.engine.run_log import BACKENDS
@@ -88,8 +89,12 @@ class TrainerConfig:
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True is invalid without a run_dir; accepted: set run_dir")
         tr = self.target_return
-        if tr is not None and (isinstance(tr, bool) or not isinstance(tr, (int, float))):
-            raise ValueError(f"target_return={tr!r} is invalid; accepted: None or a number")
+        if tr is not None and (
+            isinstance(tr, bool) or not isinstance(tr, (int, float)) or not math.isfinite(tr)
+        ):
+            raise ValueError(f"target_return={tr!r} is invalid; accepted: None or a finite number")
+        if not isinstance(self.exp_name, str) or not self.exp_name:
+            raise ValueError(f"exp_name={self.exp_name!r} is invalid; accepted: a non-empty str")
         for name in ("eval_at_end", "checkpoint_at_end", "resume"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(

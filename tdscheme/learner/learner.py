@@ -157,11 +157,17 @@ class Learner:
             scalar the loss returns (``loss_objective``, ``loss_critic``,
             ``entropy``, ...), ``loss`` (the sum of the ``loss_*`` terms),
             ``grad_norm`` (total norm before clipping), ``lr`` (the learning rate
-            the steps used) and ``num_frames`` (valid frames in the batch).
+            the steps used) and ``num_frames`` (valid frames in the batch); and
+            ``nonfinite_skipped`` (1 when NaN / inf in the batch, a loss or a
+            gradient skipped this update: no step with it, no new version, only
+            ``lr`` and ``num_frames`` besides), ``nonfinite_skipped_total`` and
+            ``nonfinite_frames_dropped`` (see :mod:`tdscheme.learner.nonfinite`).
 
         Raises:
             TypeError: ``batch`` is not a TensorDict.
             ValueError: ``batch`` has no batch dimension or no valid frame.
+            tdscheme.learner.nonfinite.NonFiniteUpdateError:
+                ``config.max_nonfinite_updates`` updates in a row were skipped.
         """
         dropped = 0
         if self.config.drop_nonfinite_frames:

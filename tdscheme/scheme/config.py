@@ -15,6 +15,8 @@ from typing import Any
 from tdscheme.collectors.config import RayCollectorConfig, check_sync_rules
 from tdscheme.gradient_workers.config import GradientWorkersConfig, check_mode_rules
 from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.runtime.ray_lease import check_init_keys
+from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.validation import (
     check_bool,
     check_choice,
@@ -198,6 +200,14 @@ synchronous step)
             kinds = (Mapping, list, tuple) if name == "collector_resources" else Mapping
             if value is not None and not isinstance(value, kinds):
                 raise invalid(name, value, "None or a dict of Ray options")
+        if self.ray_init_config is not None:
+            check_init_keys(self.ray_init_config)
+        resources = self.collector_resources
+        for i, entry in enumerate(resources if isinstance(resources, (list, tuple)) else []):
+            check_actor_options(f"collector_resources[{i}]", entry)
+        for name in ("collector_resources", "grad_worker_resources"):
+            if isinstance(getattr(self, name), Mapping):
+                check_actor_options(name, getattr(self, name))
         preemption = PreemptionConfig.from_arg(self.preemption)
         check_mode_rules(
             communication=self.grad_communication,
