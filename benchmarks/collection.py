@@ -8,6 +8,7 @@ actor. Run from the repository root::
     .venv/bin/python benchmarks/collection.py                 # full run, a few minutes
     .venv/bin/python benchmarks/collection.py --quick         # smoke test
     .venv/bin/python benchmarks/collection.py --sections same,push --frames 20000 --out r.md
+    .venv/bin/python benchmarks/collection.py --scale --out r.md  # 2-14 collectors, 16 cores
 
 Sections (``--sections``, default all):
 
@@ -15,6 +16,12 @@ Sections (``--sections``, default all):
   ``frames_per_batch=1000``, 2 collectors, ``sync`` False (first-ready) and
   True (stacked), CartPole-v1 and Pendulum-v1: frames/s over ``--frames``
   frames after one warm-up batch, and seconds from construction to first batch.
+* ``envpool``: tdscheme with ``make_env(..., backend="envpool")`` (EnvPool's
+  C++ threads, torchrl's ``MultiThreadedEnv``), 2 workers: CartPole-v1 (64 envs
+  per worker, 4096 frames per batch, the same MLP writing action indices) next
+  to the ``batched`` rows (gymnasium backend, hand-written limit), and Pong-v5
+  (4 stacked 84x84 frames, 16 envs per worker, 1024 frames per batch, a tiny
+  linear policy). Rows are n/a with the reason where EnvPool is not installed.
 * ``push``: pushing a ~1M-parameter MLP to 2 collectors, timed until every
   worker has the weights: the first push and the median of the next ones
   (every worker constructed and idle, before iterating), and the median of
@@ -32,6 +39,10 @@ Sections (``--sections``, default all):
 * ``limits``: a hand-written Ray collector (plain actors, gymnasium, torch,
   numpy batches; 1 env and a vector env), the same loop in-process without
   Ray, and torchrl's single-process ``Collector`` (1 env and 8 batched envs).
+* ``scale`` (``--scale``, not in the default run): frames/s of tdscheme and
+  torchrl with 2, 4, 8 and 14 collectors (1 CartPole env each, 1000 frames per
+  batch, first-ready) on a Ray of ``os.cpu_count()`` CPUs, and each one's
+  fraction of linear scaling from 2 collectors. Needs 16 cores.
 
 Output: one JSON line per measurement on stdout, then one table per section;
 ``(1.83x)`` after a value is tdscheme's speedup over that row (rates:
@@ -44,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 import signal
 import statistics
 import sys
@@ -61,7 +73,9 @@ from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.testing import make_env, mlp_policy
 
-SECTIONS = ("same", "push", "large", "recommended", "limits")
+SECTIONS = ("same", "batched", "envpool", "push", "large", "recommended", "limits", "scale")
+DEFAULT_SECTIONS = tuple(x for x in SECTIONS if x != "scale")  # scale: --scale, 16 cores
+SCALE_COLLECTORS = (2, 4, 8, 14)
 # torchrl 0.14.1's RayCollector yields nothing with total_frames=-1 (its loop tests
 # collected < total), so both collectors get the same huge total and the loops break.
 TOTAL_FRAMES = 2**40
@@ -76,6 +90,7 @@ METRICS = {  # metric -> column title
     "push_first_s": "first push",
     "push_idle_median_s": "push to idle workers (median)",
     "push_in_loop_median_s": "push between batches (median)",
+    "linear_fraction": "fraction of linear scaling",
 }
 
 
@@ -95,6 +110,7 @@ class Settings:
         (env, sync) for env in ENVS for sync in (False, True)
     )
     docstring_collectors: tuple[int, ...] = (1, 2)
+    scale_collectors: tuple[int, ...] = SCALE_COLLECTORS
 
     @classmethod
     def quick(cls, frames: int | None) -> Settings:
@@ -110,6 +126,7 @@ class Settings:
             sweep_frames_per_batch=(2048,),
             same_matrix=(("Pendulum-v1", True),),  # first-ready CartPole runs in push, large
             docstring_collectors=(1,),
+            scale_collectors=(2, 4),
         )
 
 
@@ -147,7 +164,15 @@ def torchrl_collector(env_fn: Callable, policy: Any, **kwargs: Any) -> Any:
     )
 
 
+def tdscheme_torchrl_class(env_fn: Callable, policy: Any, **kwargs: Any) -> Any:
+    """tdscheme with ``collector_class=Collector``: torchrl's class in each worker, exactly."""
+    from tdscheme.runtime.torchrl_names import Collector
+
+    return tdscheme_collector(env_fn, policy, collector_class=Collector, **kwargs)
+
+
 RAY_COLLECTORS = {"tdscheme": tdscheme_collector, "torchrl": torchrl_collector}
+SAME_IMPLS = {**RAY_COLLECTORS, "tdscheme Collector": tdscheme_torchrl_class}
 ACTORS = {"tdscheme": lambda c: c.workers, "torchrl": lambda c: c.remote_collectors}
 
 
@@ -284,7 +309,7 @@ def section_same(rec: Recorder, s: Settings) -> None:
     config = "1 env/collector, 2 collectors, fpb=1000"
     for i, (env_id, sync) in enumerate(s.same_matrix):
         obs_dim, action_dim, discrete = ENVS[env_id]
-        impls = list(RAY_COLLECTORS.items())
+        impls = list(SAME_IMPLS.items())
         for impl, factory in impls[::-1] if i % 2 else impls:  # alternate who goes first
             torch.manual_seed(0)
             policy = mlp_policy(obs_dim, action_dim, discrete=discrete)
@@ -297,6 +322,69 @@ def section_same(rec: Recorder, s: Settings) -> None:
             )
             row = dict(section="same", impl=impl, env=env_id, order=ORDER[sync], config=config)
             measure(rec, s, row, make)
+
+
+def section_batched(rec: Recorder, s: Settings) -> None:
+    """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector."""
+    env_id, num_envs, fpb = "CartPole-v1", 64, 4096
+    config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
+    frames = max(3 * s.frames, s.min_batches * fpb)
+    torch.manual_seed(0)
+    policy = mlp_policy(4, 2)
+    env_fn = functools.partial(make_env, env_id, num_envs=num_envs)
+    makes = {
+        "tdscheme": functools.partial(
+            tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
+        ),
+        "hand-written Ray": functools.partial(
+            peers.MinimalRayCollector, env_id, num_envs=num_envs, frames_per_batch=fpb
+        ),
+        "torchrl": functools.partial(
+            torchrl_collector, env_fn, policy, frames_per_batch=fpb, sync=False
+        ),
+    }
+    for impl, make in makes.items():
+        row = dict(section="batched", impl=impl, env=env_id, order="first-ready", config=config)
+        measure(rec, s, row, make, frames=frames)
+
+
+def section_envpool(rec: Recorder, s: Settings) -> None:
+    """tdscheme over EnvPool envs: CartPole-v1 (vs the batched rows) and Pong-v5."""
+    cases = [
+        ("CartPole-v1", 64, 4096, peers.index_mlp_policy(4, 2), "same MLP, action index"),
+        ("Pong-v5", 16, 1024, peers.pixel_index_policy((4, 84, 84), 6), "4x84x84 uint8, linear"),
+    ]
+    for env_id, num_envs, fpb, policy, what in cases:
+        env_fn = functools.partial(make_env, env_id, num_envs=num_envs, backend="envpool")
+        make = functools.partial(
+            tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
+        )
+        config = f"{num_envs} envs/worker (EnvPool), 2 workers, fpb={fpb}, {what}"
+        row = dict(
+            section="envpool", impl="tdscheme envpool", env=env_id, order="first-ready",
+            config=config,
+        )  # fmt: skip
+        measure(rec, s, row, make, frames=max(3 * s.frames, s.min_batches * fpb))
+
+
+def section_scale(rec: Recorder, s: Settings) -> None:
+    """frames/s with 2, 4, 8, 14 collectors (1 env each), and the fraction of linear scaling."""
+    env_id = "CartPole-v1"
+    torch.manual_seed(0)
+    policy = mlp_policy(4, 2)
+    env_fn = functools.partial(make_env, env_id)
+    base: dict[str, float | None] = {}
+    for n in s.scale_collectors:
+        for impl, factory in RAY_COLLECTORS.items():
+            make = functools.partial(
+                factory, env_fn, policy, frames_per_batch=1000, sync=False, num_collectors=n
+            )
+            config = f"{n} collectors, 1 env each, fpb=1000"
+            row = dict(section="scale", impl=impl, env=env_id, order="first-ready", config=config)
+            fps = measure(rec, s, row, make, frames=max(s.frames, 1000 * n * s.min_batches))
+            base.setdefault(impl, fps and fps * 2 / n)
+            linear = fps / (base[impl] * n / 2) if fps and base[impl] else None
+            rec.add(Measurement(**row, metric="linear_fraction", value=linear, unit="x"))
 
 
 def section_push(rec: Recorder, s: Settings) -> None:
@@ -561,10 +649,22 @@ def references(ms: list[Measurement], m: Measurement) -> dict[str, Measurement]:
                 for x in ms
                 if (x.section, x.env, x.order, x.metric, x.impl)
                 == (section, env, order, m.metric, impl)
+                and (section != "scale" or x.config == m.config)  # same number of collectors
             ),
             None,
         )
 
+    if m.unit == "x":  # already a ratio
+        return {}
+    if m.section == "envpool":  # vs the gymnasium backend and the hand-written limit
+        return {
+            k: v
+            for k, v in {
+                "gym": find("batched", m.env, "first-ready", "tdscheme"),
+                "hand": find("batched", m.env, "first-ready", "hand-written Ray"),
+            }.items()
+            if v is not None
+        }
     if m.section == "limits":  # one env: tdscheme's same-config row; batched: recommended
         if m.config.startswith("1 env"):
             refs = {"same": find("same", m.env, "first-ready", "tdscheme")}
@@ -573,6 +673,8 @@ def references(ms: list[Measurement], m: Measurement) -> dict[str, Measurement]:
     else:
         impl = "tdscheme codec" if m.metric == "transfer_s" else "tdscheme"
         refs = {"": find(m.section, m.env, m.order, impl)}
+        if m.section == "same" and m.impl == "torchrl":  # the user's collector_class=Collector
+            refs["Collector"] = find(m.section, m.env, m.order, "tdscheme Collector")
     return {k: v for k, v in refs.items() if v is not None and v is not m}
 
 
@@ -581,12 +683,16 @@ def cell(ms: list[Measurement], m: Measurement) -> str:
         return "n/a"
     if m.unit == "s":
         text = f"{m.value * 1e3:.3g} ms" if m.value < 1 else f"{m.value:.3g} s"
+    elif m.unit == "x":
+        text = f"{m.value:.2f}"
     else:
         text = f"{m.value:,.0f}"
     ratios = []
     for label, ref in references(ms, m).items():
         if ref.value:
             r = ref.value / m.value if m.unit.endswith("/s") else m.value / ref.value
+            if m.section == "envpool":  # EnvPool's rate as a fraction of the reference's
+                r = 1 / r
             ratios.append(f"{label} {r:.3g}x".strip())
     return f"{text} ({', '.join(ratios)})" if ratios else text
 
@@ -617,7 +723,8 @@ INTRO = (
     "`(1.83x)` after a value is tdscheme's speedup over that row (rates: tdscheme/row, "
     "times: row/tdscheme; >1 means tdscheme is better); limits with one env are compared "
     "with tdscheme's same-configuration row (`same`), batched ones with its recommended "
-    "row (`rec.`). "
+    "row (`rec.`); EnvPool rows give their own rate over the gymnasium backend's (`gym`) "
+    "and the hand-written collector's (`hand`) in the batched section. "
     "See the docstring of `benchmarks/collection.py` for what each section measures."
 )
 
@@ -627,10 +734,14 @@ INTRO = (
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    scale = "--scale" in argv
+    argv = [x for x in argv if x != "--scale"] + (["--sections", "scale"] if scale else [])
     args = parse_section_args(
         __doc__.split("\n")[0], SECTIONS, "frames measured per collector after the warm-up "
         "batch (default 20000, 2000 with --quick)", argv,
     )  # fmt: skip
+    if "--sections" not in argv:
+        args.sections = list(DEFAULT_SECTIONS)
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
 
     def run(rec: Recorder) -> None:
@@ -643,13 +754,16 @@ def main(argv: list[str] | None = None) -> int:
             elif section == "limits":
                 section_limits(rec, s, *best)
             else:
-                {"same": section_same, "push": section_push, "large": section_large}[section](
-                    rec, s
-                )
+                sections = {
+                    "same": section_same, "batched": section_batched,
+                    "envpool": section_envpool, "push": section_push,
+                    "large": section_large, "scale": section_scale,
+                }  # fmt: skip
+                sections[section](rec, s)
 
     return run_sections(
         run, tables=tables, out=args.out, title=TITLE, script="collection.py", argv=argv,
-        intro=INTRO,
+        intro=INTRO, num_cpus=(os.cpu_count() or 2) if "scale" in args.sections else 2,
     )  # fmt: skip
 
 

@@ -76,6 +76,38 @@ def pixel_policy(obs_shape: tuple[int, ...], action_dim: int) -> Any:
     )
 
 
+class ArgmaxIndex(nn.Module):
+    """Logits to the action index (EnvPool's discrete actions are indices, not one-hot)."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1)
+
+
+def index_mlp_policy(obs_dim: int, action_dim: int) -> Any:
+    """The 2x64 tanh MLP of ``tdscheme.testing.mlp_policy``, greedy, writing an action index."""
+    from tensordict.nn import TensorDictModule
+
+    net = nn.Sequential(torch_mlp(obs_dim, action_dim), ArgmaxIndex())
+    return TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+
+
+class PixelIndexPolicyNet(PixelPolicyNet):
+    """:class:`PixelPolicyNet` writing the action index instead of a one-hot action."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flat = obs.flatten(-self.obs_ndim).to(torch.float32).div_(255.0)
+        return self.linear(flat).argmax(-1)
+
+
+def pixel_index_policy(obs_shape: tuple[int, ...], action_dim: int) -> Any:
+    """A ``TensorDictModule`` around :class:`PixelIndexPolicyNet` reading ``"observation"``."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(
+        PixelIndexPolicyNet(obs_shape, action_dim), in_keys=["observation"], out_keys=["action"]
+    )
+
+
 class MinimalCollectorWorker:
     """Steps gymnasium envs with a plain torch MLP and returns numpy batches.
 

@@ -33,8 +33,8 @@ from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import make_env, mlp_policy
 
 
-def worker_cost(num_envs: int, collector: str, batches: int, top: int) -> dict:
-    """Per-step cost of a CollectorWorker's ``collect`` and the top of its profile."""
+def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) -> dict:
+    """Per-step cost of a CollectorWorker's ``collect`` and (``top``) the top of its profile."""
     torch.manual_seed(0)
     steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
     spec = WorkerSpec(
@@ -48,20 +48,22 @@ def worker_cost(num_envs: int, collector: str, batches: int, top: int) -> dict:
     worker.collect(0)  # warm-up
     profiler = cProfile.Profile()
     start = time.perf_counter()
-    profiler.enable()
+    if top:
+        profiler.enable()
     for i in range(batches):
         worker.collect(i + 1)
     profiler.disable()
     elapsed = time.perf_counter() - start
     worker.shutdown()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    if top:
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
     return {
         "impl": f"CollectorWorker ({collector})",
         "num_envs": num_envs,
         "us_per_step": 1e6 * elapsed / (batches * steps),
         "us_per_frame": 1e6 * elapsed / (batches * steps * num_envs),
-        "profile": out.getvalue(),
+        **({"profile": out.getvalue()} if top else {}),
     }
 
 
@@ -83,16 +85,45 @@ def floor_cost(num_envs: int, batches: int) -> dict:
     }
 
 
+def median_costs(num_envs: int, collectors: list[str], batches: int, repeats: int) -> list[dict]:
+    """Median per-step costs over ``repeats`` alternating rounds, without the profiler."""
+    runs: dict[str, list[dict]] = {}
+    for _ in range(repeats):
+        for name in ["hand", *collectors]:
+            row = (
+                floor_cost(num_envs, batches)
+                if name == "hand"
+                else worker_cost(num_envs, name, batches, None)
+            )
+            runs.setdefault(name, []).append(row)
+    out = []
+    for rounds in runs.values():
+        row = dict(sorted(rounds, key=lambda r: r["us_per_step"])[len(rounds) // 2])
+        row["impl"] += f" (median of {len(rounds)})"
+        out.append(row)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", default="1,8,64", help="comma-separated env counts")
     parser.add_argument("--collector", default="default,torchrl")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--top", type=int, default=15, help="profile entries printed")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=0,
+        help="no profiler: time each implementation this many times, alternating, and "
+        "report the median (costs under a loaded machine)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # as in a Ray actor with num_cpus=1
     rows = []
     for num_envs in (int(x) for x in args.envs.split(",")):
+        if args.repeats:
+            rows += median_costs(num_envs, args.collector.split(","), args.batches, args.repeats)
+            continue
         rows.append(floor_cost(num_envs, args.batches))
         for collector in args.collector.split(","):
             rows.append(worker_cost(num_envs, collector, args.batches, args.top))

@@ -183,11 +183,12 @@ def run_sections(
     script: str,
     argv: list[str],
     intro: Callable[[], str] | str,
+    num_cpus: int = 2,
 ) -> int:
     """The scaffolding of a section-style script: a new local Ray, the sections, the report.
 
     Sets the driver to one torch thread (Ray gives each actor ``OMP_NUM_THREADS=1``),
-    keeps torchrl's INFO lines off stdout, starts a new local Ray on 2 CPUs
+    keeps torchrl's INFO lines off stdout, starts a new local Ray on ``num_cpus`` CPUs
     (``address="local"``: even while another Ray runs on the machine), runs
     ``run(recorder)``, shuts Ray down, prints the tables and, with ``out``, writes
     the markdown section.
@@ -198,7 +199,7 @@ def run_sections(
     torch.set_num_threads(1)
     logging.getLogger("torchrl").setLevel(logging.WARNING)
     started = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     rec = Recorder()
     try:
         run(rec)
