@@ -107,14 +107,18 @@ def env_output_error(
 def _traceback_tensordicts(err: BaseException) -> list[tuple[TensorDictBase, int]]:
     """The TensorDicts the failing calls were given, outermost first, with the rollout's step.
 
-    The step is the collector's loop index ``t`` in that frame (env steps into the
-    batch), when it has one.
+    The step is the collector's loop index ``t`` (env steps into the batch) in that
+    frame or the nearest outer frame that has one: torchrl's rollout hands the
+    policy a TensorDict, tdscheme's lean rollout plain tensors, so the TensorDict may
+    first appear inside the policy's own call.
     """
     found = []
+    step = 0
     tb = err.__traceback__
     while tb is not None:
         local = tb.tb_frame.f_locals
-        step = local.get("t") if isinstance(local.get("t"), int) else 0
+        if isinstance(local.get("t"), int):
+            step = local["t"]
         for name in ("policy_input", "tensordict"):
             value = local.get(name)
             if isinstance(value, TensorDictBase):
