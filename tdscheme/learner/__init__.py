@@ -12,5 +12,16 @@ from tdscheme.learner.batches import MASK_KEY
 from tdscheme.learner.config import LearnerConfig
 from tdscheme.learner.gradients import average_gradients
 from tdscheme.learner.learner import Learner
+from tdscheme.learner.offpolicy import OffPolicyLearner, is_prioritized
+from tdscheme.learner.target_nets import TARGET_UPDATES, make_target_updater
 
-__all__ = ["MASK_KEY", "Learner", "LearnerConfig", "average_gradients"]
+__all__ = [
+    "MASK_KEY",
+    "TARGET_UPDATES",
+    "Learner",
+    "LearnerConfig",
+    "OffPolicyLearner",
+    "average_gradients",
+    "is_prioritized",
+    "make_target_updater",
+]

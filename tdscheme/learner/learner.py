@@ -323,7 +323,7 @@ class Learner:
             leaf = key if isinstance(key, str) else key[-1]
             if not torch.is_floating_point(value):
                 continue
-            if leaf.startswith("loss_"):
+            if leaf.startswith("loss_") or leaf == "loss":  # DQNLoss returns one "loss"
                 value = value.mean()
                 total = value if total is None else total + value
             elif value.numel() != 1:

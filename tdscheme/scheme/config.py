@@ -23,10 +23,13 @@ from tdscheme.validation import (
     invalid,
 )
 
-__all__ = ["GRAD_COMMUNICATIONS", "SchemeConfig"]
+__all__ = ["BUFFER_LOCATIONS", "GRAD_COMMUNICATIONS", "SchemeConfig"]
 
 #: The accepted values of ``SchemeConfig.grad_communication``.
 GRAD_COMMUNICATIONS = ("synchronous", "asynchronous")
+
+#: The accepted values of ``SchemeConfig.buffer_location`` (off-policy runs).
+BUFFER_LOCATIONS = ("driver", "ray")
 
 
 @dataclasses.dataclass
@@ -97,6 +100,20 @@ class SchemeConfig:
             :meth:`Scheme.step` (``None``: ``num_grad_workers``).
         max_grad_staleness: asynchronous only: drop (and count) a gradient computed
             on weights more than this many learner versions old (``None``: no bound).
+        utd_ratio: off-policy (a Scheme with a ``storage_factory``): gradient steps
+            per collected frame (update-to-data ratio, ``> 0``; fractions carry over
+            between steps, so ``0.25`` is one step every 4 frames).
+        init_random_frames: off-policy: frames collected with random actions (the
+            env's action spec, as torchrl's collectors) before the policy acts, split
+            over the collectors; no gradient step is taken before they are in.
+        buffer_location: off-policy: where the replay buffer lives, ``"driver"`` (a
+            buffer in the driver process, extended by the driver with each batch the
+            collectors send) or ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
+            workers write into while they collect in the background); the
+            ``storage_factory`` must build that kind of buffer.
+        checkpoint_replay_buffer: off-policy: checkpoints also hold the replay buffer
+            (torchrl's ``dumps``/``loads``, a directory beside each checkpoint file),
+            so a resumed run samples from the same frames.
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -140,6 +157,12 @@ synchronous step)
     grad_worker_resources: Mapping[str, Any] | None = None
     grads_per_step: int | None = None
     max_grad_staleness: int | None = None
+    utd_ratio: float = 1.0
+    init_random_frames: int = 0
+    buffer_location: str = dataclasses.field(
+        default="driver", metadata={"choices": BUFFER_LOCATIONS}
+    )
+    checkpoint_replay_buffer: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_collectors", "frames_per_batch", "weight_push_interval"):
@@ -151,6 +174,10 @@ synchronous step)
             check_bool(name, getattr(self, name))
         check_choice("grad_communication", self.grad_communication, GRAD_COMMUNICATIONS)
         check_positive_number("batch_timeout_s", self.batch_timeout_s)
+        check_positive_number("utd_ratio", self.utd_ratio)
+        check_int("init_random_frames", self.init_random_frames, minimum=0)
+        check_choice("buffer_location", self.buffer_location, BUFFER_LOCATIONS)
+        check_bool("checkpoint_replay_buffer", self.checkpoint_replay_buffer)
         for name in ("collector_resources", "ray_init_config", "grad_worker_resources"):
             value = getattr(self, name)
             kinds = (Mapping, list, tuple) if name == "collector_resources" else Mapping
@@ -193,12 +220,17 @@ synchronous step)
 
     # -- the lower layers' configs ---------------------------------------------------------
 
-    def collector_config(self, env_factory: Any, policy: Any) -> RayCollectorConfig:
+    def collector_config(
+        self, env_factory: Any, policy: Any, *, replay_buffer: Any = None, offpolicy: bool = False
+    ) -> RayCollectorConfig:
         """The driver collector's settings (``num_grad_workers == 0``): the one conversion.
 
         Args:
             env_factory: builds one collector worker's env.
             policy: the module the workers run (the learner's policy).
+            replay_buffer: a Ray-held buffer the workers write into
+                (``buffer_location="ray"``); ``None``: batches come to the driver.
+            offpolicy: an off-policy run: ``init_random_frames`` applies.
 
         Example:
             >>> from tdscheme.testing import make_env
@@ -222,6 +254,8 @@ synchronous step)
             ray_init_config=self.ray_init_config,
             seed=self.seed,
             batch_timeout_s=self.batch_timeout_s,
+            init_random_frames=self.init_random_frames if offpolicy else -1,
+            replay_buffer=replay_buffer,
         )
 
     def grad_workers_config(self) -> GradientWorkersConfig:

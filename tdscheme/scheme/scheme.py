@@ -28,11 +28,13 @@ import torch
 from torch import nn
 
 from tdscheme.collectors import RayCollector
+from tdscheme.collectors.replay import is_ray_replay_buffer
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
+from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
 
 __all__ = ["Driver", "Scheme"]
 
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 EnvFactory = Callable[[], Any]
 PolicyFactory = Callable[[], "nn.Module | Mapping[str, nn.Module]"]
 LearnerFactory = Callable[..., Learner]
+StorageFactory = Callable[[], Any]
 
 
 class Driver(Protocol):
@@ -122,10 +125,22 @@ class Scheme:
         learner_factory: builds the Learner from the modules.
         eval_env_factory: builds the evaluation env (kept for the Trainer).
         config: distribution settings (``SchemeConfig()`` when ``None``).
+        storage_factory: builds a torchrl replay buffer (pytorchrl's name); with it
+            the Scheme trains off-policy (:class:`~tdscheme.scheme.offpolicy_driver.
+            OffPolicyDriver`): the collectors fill the buffer (in the driver or
+            Ray-held, ``config.buffer_location``) after ``config.init_random_frames``
+            random frames, and the :class:`~tdscheme.learner.OffPolicyLearner`
+            that ``learner_factory`` builds takes ``config.utd_ratio`` gradient
+            steps per collected frame on its samples. Each step then reports
+            ``frames`` collected into the buffer, ``replay/<name>`` (size, updates,
+            measured update-to-data ratio, extend time), ``learner/<name>`` (means
+            over the step's updates, with ``sample_ms``), ``policy_lag/*`` of the
+            sampled frames and ``collector/<name>`` (frames written, dropped, lost).
 
     Raises:
         TypeError: a factory is not callable, or returns the wrong type.
-        ValueError: ``policy_factory`` returns a dict without an ``"actor"``.
+        ValueError: ``policy_factory`` returns a dict without an ``"actor"``, or
+            ``storage_factory`` is given with ``num_grad_workers > 0``.
         tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed to start.
 
     Example:
@@ -147,10 +162,23 @@ class Scheme:
         learner_factory: LearnerFactory,
         eval_env_factory: EnvFactory | None = None,
         config: SchemeConfig | None = None,
+        storage_factory: StorageFactory | None = None,
     ) -> None:
         self.config = SchemeConfig() if config is None else config
         if not isinstance(self.config, SchemeConfig):
             raise TypeError(f"config must be a SchemeConfig or None, got {self.config!r}")
+        if storage_factory is not None and not callable(storage_factory):
+            raise TypeError(
+                f"storage_factory={storage_factory!r} is not callable; accepted: a function "
+                f"returning a torchrl replay buffer, or None (on-policy)"
+            )
+        if storage_factory is not None and self.config.num_grad_workers > 0:
+            raise ValueError(
+                f"storage_factory={storage_factory!r} is invalid with num_grad_workers="
+                f"{self.config.num_grad_workers}; accepted: num_grad_workers=0 with a "
+                f"storage_factory (gradient workers train on-policy only), or "
+                f"storage_factory=None"
+            )
         for name, factory in (
             ("env_factory", env_factory),
             ("policy_factory", policy_factory),
@@ -166,6 +194,8 @@ class Scheme:
         self.eval_env_factory = eval_env_factory
         self.policy_factory = policy_factory
         self.learner_factory = learner_factory
+        self.storage_factory = storage_factory
+        self.replay_buffer: Any = None
         self._closed = True  # until the driver exists
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed)
@@ -179,18 +209,36 @@ class Scheme:
         self.iterations = 0
         self._session_frames = 0
         self._started_at: float | None = None
-        self.driver: Driver = (
-            GradWorkerDriver(
+        self.driver: Driver
+        if storage_factory is not None:
+            self.driver = self._offpolicy_driver(storage_factory)
+        elif self.config.num_grad_workers > 0:
+            self.driver = GradWorkerDriver(
                 self.config,
                 env_factory=env_factory,
                 policy_factory=policy_factory,
                 learner_factory=learner_factory,
                 learner=self.learner,
-            )  # fmt: skip
-            if self.config.num_grad_workers > 0
-            else CollectorDriver(self.config, env_factory=env_factory, learner=self.learner)
-        )
+            )
+        else:
+            self.driver = CollectorDriver(
+                self.config, env_factory=env_factory, learner=self.learner
+            )
         self._closed = False
+
+    def _offpolicy_driver(self, storage_factory: StorageFactory) -> OffPolicyDriver:
+        self.replay_buffer = storage_factory()
+        try:
+            return OffPolicyDriver(
+                self.config,
+                env_factory=self.env_factory,
+                learner=self.learner,
+                buffer=self.replay_buffer,
+            )
+        except BaseException:
+            if is_ray_replay_buffer(self.replay_buffer):
+                self.replay_buffer.shutdown()
+            raise
 
     @property
     def collector(self) -> RayCollector | None:
@@ -291,6 +339,27 @@ class Scheme:
         self.driver.load_state_dict(state)
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
+
+    def dump_replay_buffer(self, path: str) -> None:
+        """Writes the replay buffer to the directory ``path`` (torchrl's ``dumps``).
+
+        Raises:
+            RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
+        """
+        self._offpolicy("dump_replay_buffer").dump_buffer(path)
+
+    def load_replay_buffer(self, path: str) -> None:
+        """Reads a replay buffer written by :meth:`dump_replay_buffer` (torchrl's ``loads``).
+
+        Raises:
+            RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
+        """
+        self._offpolicy("load_replay_buffer").load_buffer(path)
+
+    def _offpolicy(self, what: str) -> OffPolicyDriver:
+        if not isinstance(self.driver, OffPolicyDriver):
+            raise RuntimeError(f"{what} needs a replay buffer; this Scheme has no storage_factory")
+        return self.driver
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every worker's envs (and, for gradient workers, their torch) from ``seed``.

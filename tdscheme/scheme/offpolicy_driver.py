@@ -1,0 +1,296 @@
+"""OffPolicyDriver: collect into a replay buffer, learn from its samples at an update-to-data ratio.
+
+One of the Scheme's drivers (see :mod:`tdscheme.scheme.scheme`), chosen when the
+Scheme has a ``storage_factory``. The buffer lives where ``SchemeConfig.buffer_location``
+says:
+
+* ``"driver"``: a torchrl buffer in this process. The RayCollector's workers
+  collect ahead while the learner trains (``prefetch_batches``); each step takes
+  one batch, extends the buffer with its valid frames (flattened) and trains;
+* ``"ray"``: a Ray-held ``RayReplayBuffer``; the workers write into it
+  themselves (``RayCollector(replay_buffer=...).start()``, collection in a
+  background thread), and each step trains on what was written since the last one
+  (it waits, up to ``batch_timeout_s``, until something was).
+
+Either way a step takes ``utd_ratio`` gradient steps per frame collected after the
+first ``init_random_frames`` (random actions, torchrl's collectors' rule; fractions
+carry over), anneals the policy's exploration by the frames collected, and pushes
+the weights at the end of the step once ``weight_push_interval`` updates are done.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdscheme.collectors import RayCollector
+from tdscheme.collectors.replay import is_ray_replay_buffer
+from tdscheme.keys import MASK_KEY
+from tdscheme.learner import OffPolicyLearner, is_prioritized
+from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.metrics import episode_metrics, numeric_stats
+
+__all__ = ["OffPolicyDriver", "check_buffer"]
+
+logger = logging.getLogger(__name__)
+
+#: seconds between looks at the frames written while waiting for the workers' writes
+_POLL_S = 0.005
+
+
+def check_buffer(buffer: Any, location: str) -> None:
+    """Raises unless ``buffer`` is the kind of torchrl buffer ``location`` asks for.
+
+    Raises:
+        TypeError: ``buffer`` is no replay buffer, or lives elsewhere than ``location``.
+    """
+    if not callable(getattr(buffer, "sample", None)) or not callable(
+        getattr(buffer, "extend", None)
+    ):
+        raise TypeError(
+            f"storage_factory returned {type(buffer).__name__}; accepted: a torchrl replay "
+            f"buffer (TensorDictReplayBuffer, TensorDictPrioritizedReplayBuffer, RayReplayBuffer)"
+        )
+    ray_held = is_ray_replay_buffer(buffer)
+    if ray_held != (location == "ray"):
+        raise TypeError(
+            f"storage_factory returned a {'Ray-held' if ray_held else 'local'} "
+            f"{type(buffer).__name__} but buffer_location={location!r}; accepted: "
+            + (
+                "a RayReplayBuffer (or ReplayBuffer(..., service_backend='ray')) with "
+                "buffer_location='ray'"
+                if location == "ray"
+                else "a buffer in this process (e.g. TensorDictReplayBuffer) with "
+                "buffer_location='driver'"
+            )
+        )
+
+
+class OffPolicyDriver:
+    """Collect into a replay buffer -> sample -> learn -> push, at ``utd_ratio``.
+
+    Args:
+        config: the Scheme's settings (``num_grad_workers == 0``).
+        env_factory: builds one collector worker's env.
+        learner: the driver's :class:`~tdscheme.learner.OffPolicyLearner`; its
+            ``policy`` runs in the workers.
+        buffer: the replay buffer (local or Ray-held, as ``config.buffer_location``).
+
+    Raises:
+        TypeError: ``learner`` is not an OffPolicyLearner, or the buffer does not
+            match ``buffer_location``.
+    """
+
+    #: The key of this driver's part of ``Scheme.state_dict()``.
+    state_key = "replay"
+
+    def __init__(
+        self,
+        config: SchemeConfig,
+        *,
+        env_factory: Callable[[], Any],
+        learner: OffPolicyLearner,
+        buffer: Any,
+    ) -> None:
+        if not isinstance(learner, OffPolicyLearner):
+            raise TypeError(
+                f"learner_factory returned a {type(learner).__name__}; accepted with a "
+                f"storage_factory: a tdscheme OffPolicyLearner (gradient steps on samples)"
+            )
+        check_buffer(buffer, config.buffer_location)
+        self.config = config
+        self.learner = learner
+        self.buffer = buffer
+        self.ray_held = config.buffer_location == "ray"
+        self.prioritized = is_prioritized(buffer)
+        self.collector = RayCollector.from_config(
+            config.collector_config(
+                env_factory,
+                learner.policy,
+                replay_buffer=buffer if self.ray_held else None,
+                offpolicy=True,
+            )
+        )
+        self._batches: Iterator[TensorDictBase | None] | None = None
+        self.frames_collected = 0  # frames in (or written to) the buffer by this run
+        self.updates = 0
+        self._update_credit = 0.0
+        self._updates_since_push = 0
+        self._extend_s = 0.0
+
+    # -- one step ---------------------------------------------------------------------
+
+    def step(self) -> tuple[int, dict[str, float]]:
+        """Collects (or waits for the workers' writes), then takes the due gradient steps.
+
+        Returns:
+            ``(frames collected into the buffer, metrics)``: ``time/wait_s``,
+            ``time/learn_s``, episodes (``"driver"`` buffers), ``learner/<name>``
+            (means over the step's updates), ``replay/<name>`` (see
+            :meth:`replay_metrics`), ``policy_lag/*`` of the sampled frames and
+            ``collector/<name>``.
+
+        Raises:
+            TimeoutError: ``"ray"``: nothing was written for ``batch_timeout_s``.
+            RuntimeError: background collection stopped on an error.
+        """
+        start = time.perf_counter()
+        metrics: dict[str, float] = {}
+        if self.ray_held:
+            frames = self._await_writes()
+        else:
+            batch = self._next_batch()
+            frames = self._extend(batch)
+            metrics.update(episode_metrics(batch))
+        collected = time.perf_counter()
+        self.learner.anneal_exploration_(frames)
+        learning_frames = self._learning_frames(frames)
+        self.frames_collected += frames
+        self._update_credit += learning_frames * self.config.utd_ratio
+        num_updates = math.floor(self._update_credit + 1e-9)
+        self._update_credit -= num_updates
+        updates = [
+            self.learner.replay_update(
+                self.buffer,
+                write_priorities=self.prioritized,
+                newest_policy_version=self.collector.policy_version,
+            )
+            for _ in range(num_updates)
+        ]
+        self.updates += num_updates
+        self._updates_since_push += num_updates
+        learned = time.perf_counter()
+        if num_updates and self._updates_since_push >= self.config.weight_push_interval:
+            self.push_weights()
+        metrics.update({"time/wait_s": collected - start, "time/learn_s": learned - collected})
+        metrics.update(_mean_metrics(updates))
+        metrics.update(self.replay_metrics(num_updates))
+        metrics.update(numeric_stats(self.collector.stats(timeout_s=1.0), "collector"))
+        return frames, metrics
+
+    def replay_metrics(self, num_updates: int) -> dict[str, float]:
+        """``replay/size``, ``frames_collected``, ``updates``, ``updates_per_step``,
+        ``utd_ratio`` (updates per frame collected after ``init_random_frames``, over
+        the run), ``extend_ms`` (driver buffers: time extending it, over the run)."""
+        learning = max(0, self.frames_collected - self.config.init_random_frames)
+        return {
+            "replay/size": float(len(self.buffer)),
+            "replay/frames_collected": float(self.frames_collected),
+            "replay/updates": float(self.updates),
+            "replay/updates_per_step": float(num_updates),
+            "replay/utd_ratio": self.updates / learning if learning else 0.0,
+            "replay/extend_ms": 1e3 * self._extend_s,
+        }
+
+    def _learning_frames(self, frames: int) -> int:
+        """The frames of this step collected after the first ``init_random_frames``."""
+        warmup_left = max(0, self.config.init_random_frames - self.frames_collected)
+        return max(0, frames - warmup_left)
+
+    def _next_batch(self) -> TensorDictBase:
+        if self._batches is None:
+            self._batches = iter(self.collector)
+        return next(self._batches)
+
+    def _extend(self, batch: TensorDictBase) -> int:
+        start = time.perf_counter()
+        mask = batch.get(MASK_KEY, None)
+        flat = batch[mask.bool()] if mask is not None else batch.reshape(-1)
+        self.buffer.extend(flat)
+        self._extend_s += time.perf_counter() - start
+        return flat.shape[0]
+
+    def _await_writes(self) -> int:
+        if not self.collector.is_running:
+            self.collector.start()
+        deadline = time.monotonic() + self.config.batch_timeout_s
+        while True:
+            written = self.collector.collected_frames - self.frames_collected
+            if written > 0:
+                return written
+            if not self.collector.is_running:
+                self.collector.start()  # re-raises the error that stopped it
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no frame was written into the replay buffer for batch_timeout_s="
+                    f"{self.config.batch_timeout_s} s (workers alive: "
+                    f"{self.collector.stats(timeout_s=1.0).get('workers_alive')})"
+                )
+            time.sleep(_POLL_S)
+
+    # -- the driver surface -----------------------------------------------------------
+
+    def push_weights(self) -> None:
+        """Sends the learner's policy weights (with its exploration state) to every worker."""
+        self.collector.update_policy_weights_(self.learner.policy_weights())
+        self._updates_since_push = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"learner", "replay", "collector"}``; the buffer itself is :meth:`dump_buffer`'s."""
+        return {
+            "learner": self.learner.state_dict(),
+            "replay": {
+                "frames_collected": self.frames_collected,
+                "updates": self.updates,
+                "update_credit": self._update_credit,
+                "updates_since_push": self._updates_since_push,
+            },
+            "collector": self.collector.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` and pushes the restored weights."""
+        self.learner.load_state_dict(state["learner"])
+        self.collector.load_state_dict(state["collector"])
+        replay = state["replay"]
+        self.frames_collected = int(replay["frames_collected"])
+        self.updates = int(replay["updates"])
+        self._update_credit = float(replay["update_credit"])
+        self.push_weights()
+        self._updates_since_push = int(replay["updates_since_push"])
+
+    def dump_buffer(self, path: str | Path) -> None:
+        """Writes the buffer with torchrl's ``dumps`` (workers paused for a Ray-held one)."""
+        if self.ray_held and self.collector.is_running:
+            with self.collector.pause(timeout=self.config.batch_timeout_s):
+                self.buffer.dumps(str(path))
+        else:
+            self.buffer.dumps(str(path))
+
+    def load_buffer(self, path: str | Path) -> None:
+        """Reads a buffer written by :meth:`dump_buffer` (torchrl's ``loads``)."""
+        self.buffer.loads(str(path))
+
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every collector worker distinctly from ``seed``."""
+        return self.collector.set_seed(seed)
+
+    def shutdown(self) -> None:
+        """Stops the collector workers, and the buffer's actor when it is Ray-held. Idempotent."""
+        try:
+            self.collector.shutdown()
+        finally:
+            if self.ray_held:
+                self.buffer.shutdown()
+
+
+def _mean_metrics(updates: list[TensorDictBase]) -> dict[str, float]:
+    """The updates' metrics (means; maxima for ``*_max``) as ``learner/<name>`` and ``policy_lag/*``."""
+    if not updates:
+        return {}
+    out: dict[str, float] = {}
+    for key in updates[0].keys():
+        values = torch.stack([u[key] for u in updates])
+        value = float(values.max() if key.endswith("_max") else values.mean())
+        if key.startswith("policy_lag_"):
+            out[f"policy_lag/{key[len('policy_lag_') :]}"] = value
+        else:
+            out[f"learner/{key}"] = value
+    return out

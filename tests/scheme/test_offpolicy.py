@@ -1,0 +1,118 @@
+"""Off-policy Schemes on a real Ray: a driver-held and a Ray-held replay buffer, DQN on CartPole."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from tensordict.nn import TensorDictSequential
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+from torchrl.envs import GymEnv
+from torchrl.modules import MLP, EGreedyModule, QValueActor
+from torchrl.objectives import DQNLoss
+
+from tdscheme import Learner, Scheme, SchemeConfig
+from tdscheme.envs import make_env
+from tdscheme.learner import OffPolicyLearner, make_target_updater
+
+ENV = functools.partial(make_env, "CartPole-v1")
+
+
+def dqn_modules() -> dict[str, torch.nn.Module]:
+    spec = GymEnv("CartPole-v1").action_spec
+    qvalue = QValueActor(
+        MLP(in_features=4, out_features=2, num_cells=[32]), in_keys=["observation"], spec=spec
+    )
+    actor = TensorDictSequential(qvalue, EGreedyModule(spec, annealing_num_steps=1000))
+    return {"actor": actor, "qvalue": qvalue}
+
+
+def dqn_learner(*, actor, qvalue) -> OffPolicyLearner:
+    loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
+    return OffPolicyLearner(
+        loss, target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
+        policy=actor,
+    )  # fmt: skip
+
+
+def plain_learner(*, actor, qvalue) -> Learner:
+    return Learner(DQNLoss(qvalue, action_space="one-hot", delay_value=True), policy=actor)
+
+
+def local_buffer() -> TensorDictReplayBuffer:
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(10_000), batch_size=32)
+
+
+def ray_buffer() -> RayReplayBuffer:
+    return RayReplayBuffer(storage=functools.partial(LazyTensorStorage, 10_000), batch_size=32)
+
+
+def scheme(storage_factory=local_buffer, learner_factory=dqn_learner, **config) -> Scheme:
+    return Scheme(
+        env_factory=ENV, policy_factory=dqn_modules, learner_factory=learner_factory,
+        storage_factory=storage_factory, config=SchemeConfig(**config),
+    )  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_until(s: Scheme, frames: int) -> list[dict[str, float]]:
+    out = []
+    while s.frames < frames:
+        out.append(s.step())
+    return out
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("location", ["driver", "ray"])
+def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
+    init, utd = 96, 0.3
+    storage = local_buffer if location == "driver" else ray_buffer
+    with scheme(
+        storage, num_collectors=2, frames_per_batch=64, utd_ratio=utd, init_random_frames=init,
+        buffer_location=location, collector_resources={"num_cpus": 0.5},
+    ) as s:  # fmt: skip
+        history = run_until(s, 400)
+        last = history[-1]
+        expected = math.floor((s.frames - init) * utd + 1e-9)
+        assert last["replay/updates"] == expected == s.learner.version
+        assert last["replay/utd_ratio"] == pytest.approx(utd, abs=1 / (s.frames - init))
+        assert len(s.replay_buffer) >= s.frames
+        assert history[0]["replay/updates"] == 0  # random frames first
+        assert last["collector/frames_lost"] == 0
+        assert last["learner/sample_ms"] >= 0 and math.isfinite(last["learner/loss"])
+        assert "policy_lag/mean" in last and last["policy_lag/max"] >= 0
+        assert s.collector.policy_version >= 1
+        if location == "driver":
+            assert last["replay/size"] == s.frames and last["replay/extend_ms"] > 0
+            assert last["collector/frames"] == s.frames
+        else:
+            assert last["collector/frames"] >= s.frames  # workers keep writing
+
+
+@pytest.mark.timeout(60)
+def test_bad_combinations_are_clear_errors(ray_clean):
+    with pytest.raises(ValueError, match=r"storage_factory=.* is invalid with num_grad_workers=2"):
+        scheme(num_grad_workers=2, num_collectors=1, frames_per_batch=64)
+    for bad in (0, -1.0, math.inf):
+        with pytest.raises(ValueError, match=rf"utd_ratio={bad!r} is invalid; accepted"):
+            SchemeConfig(utd_ratio=bad)
+    with pytest.raises(ValueError, match="init_random_frames=-1 is invalid"):
+        SchemeConfig(init_random_frames=-1)
+    with pytest.raises(ValueError, match="buffer_location='gpu' is invalid"):
+        SchemeConfig(buffer_location="gpu")
+    with pytest.raises(TypeError, match=r"local TensorDictReplayBuffer but buffer_location='ray'"):
+        scheme(local_buffer, buffer_location="ray")
+    with pytest.raises(TypeError, match="accepted with a storage_factory: a tdscheme OffPolicy"):
+        scheme(learner_factory=plain_learner)
+    with pytest.raises(TypeError, match="storage_factory=3 is not callable"):
+        scheme(storage_factory=3)
