@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tdscheme.cli.options import add_setting_options, setting_error
+from tdscheme.cli.options import add_setting_options, option_name, setting_error
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.plot import plot_learning_curve
@@ -48,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
     )
-    add_setting_options(train, get_preset(DEFAULT_PRESET), skip=("resume",))
+    # every preset's settings (DEFAULT_PRESET's first); a setting the chosen preset does
+    # not have is a usage error naming it (Preset.override)
+    names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
+    add_setting_options(train, [get_preset(n) for n in names], skip=("resume",))
     train.set_defaults(command_parser=train)
 
     ev = commands.add_parser(
@@ -123,6 +126,17 @@ def _train(args: argparse.Namespace, started: float, ray_lease: RayLease | None)
     return 0
 
 
+def _check_known(preset: Preset, overrides: dict[str, Any], sub: argparse.ArgumentParser) -> None:
+    """Options of another preset's settings (the parser has every preset's) are usage errors."""
+    owners = preset.setting_owners()
+    for name in overrides:
+        if name not in owners:
+            sub.error(
+                f"argument {option_name(name)}: not a setting of preset {preset.name} "
+                f"(another preset's); see tdscheme train {preset.name} --help"
+            )
+
+
 def _train_preset(
     args: argparse.Namespace, overrides: dict[str, Any], sub: argparse.ArgumentParser
 ) -> Preset:
@@ -137,8 +151,11 @@ def _train_preset(
                 )
             saved = json.loads(config_path.read_text(encoding="utf-8"))
             overrides = {**overrides, "run_dir": str(args.resume), "resume": True}
-            return preset_from_dict(saved).override(overrides)
+            base = preset_from_dict(saved)
+            _check_known(base, overrides, sub)
+            return base.override(overrides)
         preset = get_preset(args.preset or DEFAULT_PRESET)
+        _check_known(preset, overrides, sub)
         if "run_dir" not in overrides:
             overrides["run_dir"] = str(_new_run_dir(preset.name))
         return preset.override(overrides)

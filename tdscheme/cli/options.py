@@ -47,27 +47,37 @@ def add_setting_options(
 
     Args:
         parser: the parser of ``tdscheme train``.
-        preset: a :class:`~tdscheme.presets.Preset` whose configs define the settings.
+        preset: a :class:`~tdscheme.presets.Preset` whose configs define the settings,
+            or a list of presets (one option per setting name, from the first preset
+            that has it: presets with other algorithm configs add their settings).
         skip: settings that get no option (the command handles them itself).
     """
+    presets = list(preset) if isinstance(preset, (list, tuple)) else [preset]
+    seen = set(skip)
     for section, title in _SECTION_TITLES.items():
-        config = getattr(preset, section)
         group = parser.add_argument_group(title)
-        docs = _field_docs(type(config))
-        for field in dataclasses.fields(config):
-            if field.name in skip:
-                continue
-            annotation = str(field.type).replace(" ", "")
-            help_text = docs.get(field.name, "")
-            kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
-            if annotation == "bool":
-                kwargs["action"] = argparse.BooleanOptionalAction
-            else:
-                parse, metavar = _value_parser(annotation)
-                kwargs.update(type=parse, metavar=metavar)
-                if field.metadata.get("choices"):  # e.g. --grad-communication {a,b}
-                    kwargs.update(choices=tuple(field.metadata["choices"]), metavar=None)
-            group.add_argument(option_name(field.name), help=help_text, **kwargs)
+        for one in presets:
+            _add_section_options(group, getattr(one, section), seen)
+
+
+def _add_section_options(group: Any, config: Any, seen: set[str]) -> None:
+    """Adds an option for each field of ``config`` not in ``seen`` (and marks it seen)."""
+    docs = _field_docs(type(config))
+    for field in dataclasses.fields(config):
+        if field.name in seen:
+            continue
+        seen.add(field.name)
+        annotation = str(field.type).replace(" ", "")
+        help_text = docs.get(field.name, "")
+        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
+        if annotation == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            parse, metavar = _value_parser(annotation)
+            kwargs.update(type=parse, metavar=metavar)
+            if field.metadata.get("choices"):  # e.g. --grad-communication {a,b}
+                kwargs.update(choices=tuple(field.metadata["choices"]), metavar=None)
+        group.add_argument(option_name(field.name), help=help_text, **kwargs)
 
 
 def _value_parser(annotation: str) -> tuple[Callable[[str], Any], str]:

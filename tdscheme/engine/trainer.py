@@ -16,6 +16,11 @@ from tdscheme.engine.atomic import write_text_atomic
 from tdscheme.engine.checkpoint import CheckpointManager
 from tdscheme.engine.evaluation import EvalResult, evaluate
 from tdscheme.engine.progress import Progress
+from tdscheme.engine.replay_checkpoint import (
+    load_replay_buffer,
+    prune_replay_buffers,
+    save_replay_buffer,
+)
 from tdscheme.engine.run_log import RunLogger
 from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
 from tdscheme.engine.trainer_config import TrainerConfig
@@ -39,7 +44,9 @@ class Trainer:
     policy on separate eval envs (``scheme.eval_env_factory``, or the training env
     factory when there is none) and log ``eval/return``, ``eval/return_std``,
     ``eval/episode_length``. Checkpoints hold the scheme (learner, optimizer,
-    counters, collector state), the trainer's counters, the seed and the RNG states;
+    counters, collector state; off-policy: target networks, updater and exploration
+    state, and with ``checkpoint_replay_buffer`` the replay buffer in a directory beside
+    the file), the trainer's counters, the seed and the RNG states;
     with ``resume=True`` the run continues from its newest checkpoint at the same
     frame count, and rows logged after that checkpoint are dropped before new ones
     are appended.
@@ -292,12 +299,17 @@ class Trainer:
         if self.checkpoints is None:
             raise RuntimeError("save_checkpoint needs TrainerConfig.run_dir; it is None")
         self._counters["last_checkpoint_frames"] = self.frames
-        path = self.checkpoints.save(self.state_dict(), self.frames)
+        state = self.state_dict()
+        directory = self.checkpoints.directory
+        state["replay_buffer"] = save_replay_buffer(self.scheme, directory, self.frames)
+        path = self.checkpoints.save(state, self.frames)
+        prune_replay_buffers(directory)
         logger.info("checkpoint %s", path)
         return path
 
     def _restore(self, state: Mapping[str, Any]) -> None:
         self.scheme.load_state_dict(state["scheme"])
+        load_replay_buffer(self.scheme, self.checkpoints.directory, state.get("replay_buffer"))
         counters = dict(state["trainer"])
         counters["resumes"] = int(counters.get("resumes", 0)) + 1
         self._counters.update(counters)

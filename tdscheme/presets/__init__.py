@@ -4,8 +4,9 @@
 setting of the preset can be overridden (``Preset.override``).
 
 Example:
-    >>> sorted(PRESETS)
-    ['a2c-cartpole', 'a3c-cartpole', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum']
+    >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
+    ['a2c-cartpole', 'a3c-cartpole', 'dqn-cartpole', 'ppo-cartpole', 'ppo-cartpole-dd',
+     'ppo-pendulum', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -19,6 +20,14 @@ from typing import Any
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.actor_critic import ActorCriticConfig
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
+from tdscheme.presets.offpolicy import (
+    OffPolicyPreset,
+    dqn_cartpole,
+    sac_halfcheetah,
+    sac_pendulum,
+    td3_pendulum,
+)
+from tdscheme.presets.offpolicy_modules import OffPolicyConfig
 from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
 from tdscheme.presets.preset import Preset
 
@@ -26,6 +35,8 @@ __all__ = [
     "DEFAULT_PRESET",
     "PRESETS",
     "ActorCriticConfig",
+    "OffPolicyConfig",
+    "OffPolicyPreset",
     "Preset",
     "a2c_learner",
     "get_preset",
@@ -40,6 +51,10 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "ppo-pendulum": ppo_pendulum,
     "a3c-cartpole": a3c_cartpole,
     "ppo-cartpole-dd": ppo_cartpole_dd,
+    "dqn-cartpole": dqn_cartpole,
+    "sac-pendulum": sac_pendulum,
+    "td3-pendulum": td3_pendulum,
+    "sac-halfcheetah": sac_halfcheetah,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

@@ -9,12 +9,19 @@ import pytest
 import torch
 
 from tdscheme.engine import read_metrics
-from tdscheme.presets import DEFAULT_PRESET, PRESETS, get_preset, preset_from_dict
+from tdscheme.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    OffPolicyPreset,
+    get_preset,
+    preset_from_dict,
+)
 
 
 def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
-                            "ppo-cartpole-dd"}  # fmt: skip
+                            "ppo-cartpole-dd", "dqn-cartpole", "sac-pendulum", "td3-pendulum",
+                            "sac-halfcheetah"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
     assert a == b and a.scheme is not b.scheme
@@ -34,7 +41,10 @@ def test_override_validates_and_round_trips():
         preset.override({"activation": "gelu"})
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+ON_POLICY = sorted(n for n in PRESETS if not isinstance(get_preset(n), OffPolicyPreset))
+
+
+@pytest.mark.parametrize("name", ON_POLICY)  # off-policy ones: tests/presets/test_offpolicy.py
 def test_factories_pickle_and_build_matching_modules(name):
     preset = get_preset(name)
     factories = pickle.loads(pickle.dumps(preset.factories()))

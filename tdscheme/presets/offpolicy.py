@@ -1,0 +1,226 @@
+"""Off-policy presets: DQN on CartPole, SAC and TD3 on Pendulum, SAC on HalfCheetah (MuJoCo).
+
+Each is an :class:`OffPolicyPreset`: a :class:`~tdscheme.presets.Preset` whose
+factories include the replay buffer (``storage_factory``), so its Scheme trains
+off-policy (see :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`).
+
+Example:
+    >>> preset = dqn_cartpole()
+    >>> preset.scheme.utd_ratio, type(preset.factories()["storage_factory"]()).__name__
+    (0.25, 'TensorDictReplayBuffer')
+    >>> learner = preset.learner_factory()(**preset.policy_factory()())
+    >>> type(learner.loss_module).__name__, type(learner.target_updater).__name__
+    ('DQNLoss', 'HardUpdate')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from torch import nn
+from torchrl.objectives import DQNLoss, SACLoss, TD3Loss
+
+from tdscheme.engine.trainer import TrainerConfig
+from tdscheme.learner import LearnerConfig, OffPolicyLearner, make_target_updater
+from tdscheme.presets.offpolicy_modules import OffPolicyConfig, offpolicy_modules, replay_buffer
+from tdscheme.presets.preset import Preset
+from tdscheme.scheme import SchemeConfig
+
+__all__ = [
+    "OffPolicyPreset",
+    "dqn_cartpole",
+    "dqn_learner",
+    "sac_halfcheetah",
+    "sac_learner",
+    "sac_pendulum",
+    "td3_learner",
+    "td3_pendulum",
+]
+
+
+def _learner(loss: Any, policy: nn.Module, config: OffPolicyConfig) -> OffPolicyLearner:
+    loss.make_value_estimator(gamma=config.gamma)
+    return OffPolicyLearner(
+        loss,
+        target_updater=partial(
+            make_target_updater, kind=config.target_update, tau=config.tau,
+            hard_update_interval=config.hard_update_interval,
+        ),
+        config=LearnerConfig(lr=config.lr, max_grad_norm=config.max_grad_norm, device=config.device),
+        policy=policy,
+    )  # fmt: skip
+
+
+def dqn_learner(
+    *, actor: nn.Module, qvalue: nn.Module, config: OffPolicyConfig, **_: Any
+) -> OffPolicyLearner:
+    """torchrl's ``DQNLoss`` (target network, double DQN) in an OffPolicyLearner.
+
+    Args:
+        actor: the epsilon-greedy collection policy (over ``qvalue``).
+        qvalue: the Q-value actor.
+        config: loss, optimizer and target-update hyperparameters.
+    """
+    loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True, double_dqn=True)
+    return _learner(loss, actor, config)
+
+
+def sac_learner(
+    *, actor: nn.Module, qvalue: nn.Module, config: OffPolicyConfig, **_: Any
+) -> OffPolicyLearner:
+    """torchrl's ``SACLoss`` (two Q-networks, learned temperature) in an OffPolicyLearner."""
+    loss = SACLoss(actor, qvalue, num_qvalue_nets=2, action_spec=actor.spec)
+    return _learner(loss, actor, config)
+
+
+def td3_learner(
+    *, actor: nn.Module, policy: nn.Module, qvalue: nn.Module, config: OffPolicyConfig, **_: Any
+) -> OffPolicyLearner:
+    """torchrl's ``TD3Loss`` (target actor and Q-networks, target smoothing) in an OffPolicyLearner.
+
+    Args:
+        actor: the collection policy (``policy`` followed by Gaussian action noise).
+        policy: the deterministic actor the loss trains.
+        qvalue: the Q-network.
+        config: loss, optimizer and target-update hyperparameters.
+    """
+    spec = actor[-1].spec if hasattr(actor[-1], "spec") else None
+    loss = TD3Loss(policy, qvalue, action_spec=spec, num_qvalue_nets=2)
+    return _learner(loss, actor, config)
+
+
+@dataclasses.dataclass
+class OffPolicyPreset(Preset):
+    """A :class:`~tdscheme.presets.Preset` that trains off-policy from a replay buffer.
+
+    Args:
+        algo_name: ``"dqn"``, ``"sac"``, ``"td3"`` or ``"ddpg"`` (the networks built).
+        (the other arguments as :class:`~tdscheme.presets.Preset`; ``algo`` is an
+        :class:`~tdscheme.presets.offpolicy_modules.OffPolicyConfig`.)
+    """
+
+    algo_name: str = "dqn"
+
+    def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
+        """Builds ``{"actor": collection policy, "qvalue": ..., ...}``."""
+        a = self.algo
+        return partial(
+            offpolicy_modules, a.env_id, algo=self.algo_name, hidden_sizes=a.hidden_sizes,
+            activation=a.activation, eps_init=a.eps_init, eps_end=a.eps_end,
+            exploration_frames=a.exploration_frames, noise_sigma=a.noise_sigma,
+            noise_sigma_end=a.noise_sigma_end,
+        )  # fmt: skip
+
+    def learner_factory(self) -> Callable[..., OffPolicyLearner]:
+        """Builds the OffPolicyLearner from the modules of :meth:`policy_factory`."""
+        return partial(self.learner_builder, config=self.algo)
+
+    def storage_factory(self) -> Callable[[], Any]:
+        """Builds the replay buffer where ``scheme.buffer_location`` says."""
+        a = self.algo
+        ray_held = self.scheme.buffer_location == "ray"
+        return partial(
+            replay_buffer, size=a.buffer_size, batch_size=a.batch_size,
+            prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
+            ray_held=ray_held, ndim=2 if ray_held and a.num_envs > 1 else 1,
+        )  # fmt: skip
+
+    def factories(self) -> dict[str, Callable[..., Any]]:
+        """The five factories, as keyword arguments for :class:`~tdscheme.Scheme`."""
+        return {**super().factories(), "storage_factory": self.storage_factory()}
+
+
+def dqn_cartpole() -> OffPolicyPreset:
+    """DQN on CartPole-v1: double DQN, hard target copies, epsilon 1 -> 0.05 over 10k frames."""
+    return OffPolicyPreset(
+        name="dqn-cartpole",
+        algo_name="dqn",
+        learner_builder=dqn_learner,
+        algo=OffPolicyConfig(
+            env_id="CartPole-v1",
+            num_envs=8,
+            hidden_sizes=(64, 64),
+            lr=1e-3,
+            batch_size=128,
+            buffer_size=50_000,
+            target_update="hard",
+            hard_update_interval=100,
+            exploration_frames=10_000,
+            max_grad_norm=10.0,
+        ),  # fmt: skip
+        scheme=SchemeConfig(
+            num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=1000
+        ),
+        trainer=TrainerConfig(
+            total_frames=100_000, eval_every_frames=10_000, eval_episodes=10, target_return=475.0
+        ),
+    )
+
+
+def _pendulum(
+    name: str, algo_name: str, builder: Callable[..., OffPolicyLearner]
+) -> OffPolicyPreset:
+    return OffPolicyPreset(
+        name=name,
+        algo_name=algo_name,
+        learner_builder=builder,
+        algo=OffPolicyConfig(
+            env_id="Pendulum-v1",
+            num_envs=4,
+            hidden_sizes=(64, 64),
+            lr=1e-3,
+            batch_size=256,
+            buffer_size=100_000,
+            target_update="soft",
+            tau=0.005,
+        ),  # fmt: skip
+        scheme=SchemeConfig(
+            num_collectors=2, frames_per_batch=256, utd_ratio=1.0, init_random_frames=1000
+        ),
+        trainer=TrainerConfig(
+            total_frames=50_000, eval_every_frames=5_000, eval_episodes=10, target_return=-200.0
+        ),
+    )
+
+
+def sac_pendulum() -> OffPolicyPreset:
+    """SAC on Pendulum-v1: two Q-networks, learned temperature, one gradient step per frame."""
+    return _pendulum("sac-pendulum", "sac", sac_learner)
+
+
+def td3_pendulum() -> OffPolicyPreset:
+    """TD3 on Pendulum-v1: target policy smoothing, Gaussian exploration noise (sigma 0.1)."""
+    return _pendulum("td3-pendulum", "td3", td3_learner)
+
+
+def sac_halfcheetah() -> OffPolicyPreset:
+    """SAC on MuJoCo's HalfCheetah-v5 (``pip install -e ".[mujoco]"``), for machines with cores.
+
+    torchrl's SAC settings (256x256 networks, batch 256, 10k random frames first,
+    one gradient step per frame); 4 collectors of 4 envs each.
+    """
+    return OffPolicyPreset(
+        name="sac-halfcheetah",
+        algo_name="sac",
+        learner_builder=sac_learner,
+        algo=OffPolicyConfig(
+            env_id="HalfCheetah-v5",
+            num_envs=4,
+            eval_num_envs=5,
+            hidden_sizes=(256, 256),
+            lr=3e-4,
+            batch_size=256,
+            buffer_size=1_000_000,
+            target_update="soft",
+            tau=0.005,
+        ),  # fmt: skip
+        scheme=SchemeConfig(
+            num_collectors=4, frames_per_batch=1024, utd_ratio=1.0, init_random_frames=10_000
+        ),
+        trainer=TrainerConfig(
+            total_frames=1_000_000, eval_every_frames=50_000, eval_episodes=5, target_return=None
+        ),
+    )

@@ -1,0 +1,317 @@
+"""Networks, replay buffers and hyperparameters of the off-policy presets (DQN, SAC, TD3, DDPG).
+
+Everything here is a module-level function of plain arguments, so that
+``functools.partial`` of it pickles by reference into Ray workers.
+
+Example:
+    >>> modules = offpolicy_modules("CartPole-v1", algo="dqn", hidden_sizes=(8,))
+    >>> sorted(modules)
+    ['actor', 'qvalue']
+    >>> from tdscheme.presets.actor_critic import train_env
+    >>> modules = offpolicy_modules("Pendulum-v1", algo="td3", hidden_sizes=(8,))
+    >>> td = modules["actor"](train_env("Pendulum-v1", num_envs=2).reset())
+    >>> td["action"].shape, bool(td["action"].abs().max() <= 2.0)
+    (torch.Size([2, 1]), True)
+    >>> replay_buffer(size=100, batch_size=8).sample  # doctest: +ELLIPSIS
+    <bound method ...>
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import (
+    Bounded,
+    LazyTensorStorage,
+    OneHot,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+from torchrl.modules import (
+    MLP,
+    AdditiveGaussianModule,
+    EGreedyModule,
+    ProbabilisticActor,
+    QValueActor,
+    TanhNormal,
+    ValueOperator,
+)
+
+from tdscheme.envs import make_env
+from tdscheme.learner.target_nets import TARGET_UPDATES
+from tdscheme.presets.actor_critic import ACTIVATIONS
+from tdscheme.validation import check_bool, check_choice, check_int, invalid
+
+__all__ = [
+    "OFFPOLICY_ALGOS",
+    "OffPolicyConfig",
+    "offpolicy_modules",
+    "replay_buffer",
+]
+
+#: The off-policy algorithms the presets build (torchrl's losses of the same names).
+OFFPOLICY_ALGOS = ("dqn", "sac", "td3", "ddpg")
+
+
+@dataclasses.dataclass
+class OffPolicyConfig:
+    """Env, network, loss, replay and exploration hyperparameters of an off-policy preset.
+
+    Args:
+        env_id: a gymnasium env id with a flat observation (discrete actions for
+            DQN, a 1-D box for SAC, TD3 and DDPG).
+        num_envs: envs each collector worker steps in one batch.
+        eval_num_envs: envs stepped together during evaluation.
+        hidden_sizes: hidden layers of the actor and of each Q-network.
+        activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
+        gamma: discount.
+        lr: Adam learning rate (one optimizer over every trained parameter).
+        max_grad_norm: gradient clipping (``None``: none).
+        batch_size: frames per gradient step (the replay buffer's sample size).
+        buffer_size: frames the replay buffer holds (the oldest are overwritten).
+        prioritized: prioritized replay (torchrl's ``PrioritizedSampler``, the loss's
+            ``td_error`` written back after every step); driver-held buffers only.
+        priority_alpha: prioritized replay's exponent on priorities.
+        priority_beta: prioritized replay's importance-sampling exponent.
+        target_update: ``"soft"`` (torchrl's ``SoftUpdate`` every step) or ``"hard"``
+            (``HardUpdate``, a copy every ``hard_update_interval`` steps).
+        tau: the soft update's rate.
+        hard_update_interval: gradient steps between hard target copies.
+        eps_init: DQN: initial epsilon of the epsilon-greedy policy.
+        eps_end: DQN: final epsilon.
+        exploration_frames: frames over which epsilon (DQN) or the action noise
+            (TD3, DDPG) anneals to its end value.
+        noise_sigma: TD3 / DDPG: initial std of the Gaussian action noise, as a
+            fraction of the action range's half-width.
+        noise_sigma_end: TD3 / DDPG: final std of the action noise.
+        reward_scale: multiply training rewards by this (episode returns are logged
+            unscaled).
+        device: where the learner trains (``"cpu"``, ``"cuda"``).
+
+    Raises:
+        ValueError: a value out of range, naming the field, its value and what is accepted.
+
+    Example:
+        >>> OffPolicyConfig(env_id="Pendulum-v1").batch_size
+        256
+        >>> OffPolicyConfig(tau=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: tau=0 is invalid; accepted: a number in (0, 1]
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    eval_num_envs: int = 10
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "relu"
+    gamma: float = 0.99
+    lr: float = 3e-4
+    max_grad_norm: float | None = None
+    batch_size: int = 256
+    buffer_size: int = 100_000
+    prioritized: bool = False
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    target_update: str = dataclasses.field(default="soft", metadata={"choices": TARGET_UPDATES})
+    tau: float = 0.005
+    hard_update_interval: int = 500
+    eps_init: float = 1.0
+    eps_end: float = 0.05
+    exploration_frames: int = 10_000
+    noise_sigma: float = 0.1
+    noise_sigma_end: float = 0.1
+    reward_scale: float = 1.0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        self.hidden_sizes = tuple(self.hidden_sizes)
+        for name in ("num_envs", "eval_num_envs", "batch_size", "buffer_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("hard_update_interval", self.hard_update_interval, minimum=1)
+        check_int("exploration_frames", self.exploration_frames, minimum=1)
+        if not self.hidden_sizes or any(
+            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
+        ):
+            raise invalid("hidden_sizes", self.hidden_sizes, "ints >= 1, e.g. (64, 64)")
+        check_choice("activation", self.activation, sorted(ACTIVATIONS))
+        check_choice("target_update", self.target_update, TARGET_UPDATES)
+        check_bool("prioritized", self.prioritized)
+        for name, low, high, low_open in (
+            ("gamma", 0.0, 1.0, False),
+            ("tau", 0.0, 1.0, True),
+            ("eps_init", 0.0, 1.0, False),
+            ("eps_end", 0.0, 1.0, False),
+            ("priority_alpha", 0.0, 1.0, False),
+            ("priority_beta", 0.0, 1.0, False),
+        ):
+            value = getattr(self, name)
+            inside = _is_number(value) and (
+                low < value <= high if low_open else low <= value <= high
+            )
+            if not inside:
+                bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+                raise invalid(name, value, f"a number in {bounds}")
+        for name in ("lr", "reward_scale"):
+            if not _is_number(getattr(self, name)) or not getattr(self, name) > 0:
+                raise invalid(name, getattr(self, name), "a number > 0")
+        for name in ("noise_sigma", "noise_sigma_end"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+                raise invalid(name, getattr(self, name), "a number >= 0")
+        if self.max_grad_norm is not None and not (
+            _is_number(self.max_grad_norm) and self.max_grad_norm > 0
+        ):
+            raise invalid("max_grad_norm", self.max_grad_norm, "None or a number > 0")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _env_specs(env_id: str) -> tuple[int, Any]:
+    probe = make_env(env_id)
+    try:
+        obs_shape = probe.observation_spec["observation"].shape
+        action_spec = probe.action_spec.clone()
+    finally:
+        probe.close()
+    if len(obs_shape) != 1:
+        raise invalid("env_id", env_id, "an env with flat observations")
+    return obs_shape[0], action_spec
+
+
+def offpolicy_modules(
+    env_id: str,
+    *,
+    algo: str,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "relu",
+    eps_init: float = 1.0,
+    eps_end: float = 0.05,
+    exploration_frames: int = 10_000,
+    noise_sigma: float = 0.1,
+    noise_sigma_end: float = 0.1,
+) -> dict[str, nn.Module]:
+    """The networks of ``algo`` for ``env_id``'s spaces.
+
+    Args:
+        env_id: a gymnasium env id (one env is built to read its specs).
+        algo: ``"dqn"`` (discrete actions), ``"sac"``, ``"td3"`` or ``"ddpg"`` (box actions).
+        hidden_sizes, activation: each network's hidden layers.
+        eps_init, eps_end, exploration_frames: DQN's epsilon-greedy schedule.
+        noise_sigma, noise_sigma_end, exploration_frames: TD3's and DDPG's Gaussian
+            action noise.
+
+    Returns:
+        ``{"actor": the collection policy, "qvalue": the Q-network}``; DQN's actor is
+        the Q-value actor followed by an ``EGreedyModule``, SAC's a tanh-normal
+        ``ProbabilisticActor``, TD3's and DDPG's a deterministic tanh actor followed
+        by an ``AdditiveGaussianModule`` (also under ``"policy"`` without the noise).
+
+    Raises:
+        ValueError: an unknown ``algo``, or an action space ``algo`` cannot act in.
+    """
+    check_choice("algo", algo, OFFPOLICY_ALGOS)
+    obs_dim, action_spec = _env_specs(env_id)
+    act = ACTIVATIONS[activation]
+
+    def mlp(in_features: int, out_features: int) -> MLP:
+        return MLP(
+            in_features=in_features, out_features=out_features,
+            num_cells=list(hidden_sizes), activation_class=act,
+        )  # fmt: skip
+
+    if algo == "dqn":
+        if not isinstance(action_spec, OneHot):
+            raise invalid("env_id", env_id, "an env with discrete actions", context="algo='dqn'")
+        qvalue = QValueActor(
+            mlp(obs_dim, action_spec.shape[-1]), in_keys=["observation"], spec=action_spec
+        )
+        greedy = EGreedyModule(
+            action_spec, eps_init=eps_init, eps_end=eps_end, annealing_num_steps=exploration_frames
+        )
+        return {"actor": TensorDictSequential(qvalue, greedy), "qvalue": qvalue}
+    if not (isinstance(action_spec, Bounded) and action_spec.ndim == 1):
+        raise invalid("env_id", env_id, "an env with a 1-D box action", context=f"algo={algo!r}")
+    n = action_spec.shape[-1]
+    qvalue = ValueOperator(mlp(obs_dim + n, 1), in_keys=["observation", "action"])
+    if algo == "sac":
+        net = nn.Sequential(mlp(obs_dim, 2 * n), NormalParamExtractor())
+        actor = ProbabilisticActor(
+            TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"]),
+            in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal,
+            distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
+            spec=action_spec, return_log_prob=False,
+        )  # fmt: skip
+        return {"actor": actor, "qvalue": qvalue}
+    policy = TensorDictModule(
+        nn.Sequential(mlp(obs_dim, n), nn.Tanh(), _Rescale(action_spec)),
+        in_keys=["observation"], out_keys=["action"],
+    )  # fmt: skip
+    noise = AdditiveGaussianModule(
+        action_spec, sigma_init=noise_sigma, sigma_end=noise_sigma_end,
+        annealing_num_steps=exploration_frames,
+    )  # fmt: skip
+    return {"actor": TensorDictSequential(policy, noise), "policy": policy, "qvalue": qvalue}
+
+
+class _Rescale(nn.Module):
+    """Maps ``[-1, 1]`` onto the box ``[low, high]`` of an action spec (buffers, so they travel)."""
+
+    def __init__(self, spec: Bounded) -> None:
+        super().__init__()
+        low, high = spec.space.low.float(), spec.space.high.float()
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_width", (high - low) / 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_width * x
+
+
+def replay_buffer(
+    *,
+    size: int,
+    batch_size: int,
+    prioritized: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    ray_held: bool = False,
+    ndim: int = 1,
+) -> Any:
+    """A torchrl replay buffer of TensorDicts (``index`` in each sample).
+
+    Args:
+        size: frames held (``LazyTensorStorage``).
+        batch_size: frames per ``sample()``.
+        prioritized: ``TensorDictPrioritizedReplayBuffer`` (torchrl's ``PrioritizedSampler``).
+        alpha, beta: prioritized replay's exponents.
+        ray_held: a ``RayReplayBuffer`` (an actor) that collector workers write into.
+        ndim: the storage's batch dims per write: 2 for workers that write
+            ``[num_envs, time]`` batches into a Ray-held buffer (sampled frame by frame).
+
+    Returns:
+        The buffer.
+
+    Raises:
+        ValueError: ``prioritized`` with ``ray_held`` (not supported by the presets).
+    """
+    if ray_held:
+        if prioritized:
+            raise invalid(
+                "prioritized", True, "False", context="buffer_location='ray' in the presets"
+            )
+        from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+        storage = functools.partial(LazyTensorStorage, size, ndim=ndim)
+        return RayReplayBuffer(storage=storage, batch_size=batch_size)
+    if prioritized:
+        return TensorDictPrioritizedReplayBuffer(
+            alpha=alpha, beta=beta, storage=LazyTensorStorage(size), batch_size=batch_size
+        )
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=batch_size)

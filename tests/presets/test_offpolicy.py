@@ -1,0 +1,180 @@
+"""Off-policy presets: factories, a short real run, checkpoint -> kill -> resume, learning checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torchrl.data import TensorDictReplayBuffer
+
+from tdscheme.cli.main import main
+from tdscheme.engine import CheckpointManager, read_metrics
+from tdscheme.engine.checkpoint import load_checkpoint
+from tdscheme.learner import OffPolicyLearner
+from tdscheme.presets import get_preset, preset_from_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+MUJOCO = importlib.util.find_spec("mujoco") is not None
+NO_MUJOCO = "sac-halfcheetah needs MuJoCo: pip install -e '.[mujoco]' (not in the test install)"
+OFF_POLICY = ["dqn-cartpole", "sac-pendulum", "td3-pendulum", "sac-halfcheetah"]
+
+#: a few hundred frames on one small worker: 128 random frames, then 0.25 steps per frame
+TINY = {"num_collectors": 1, "num_envs": 2, "frames_per_batch": 128, "init_random_frames": 128,
+        "utd_ratio": 0.25, "batch_size": 32, "hidden_sizes": (16, 16), "eval_num_envs": 1,
+        "collector_resources": {"num_cpus": 0.5}, "eval_episodes": 1, "total_frames": 384,
+        "eval_every_frames": 0, "progress": False, "target_return": None}  # fmt: skip
+
+
+def cli_options(settings: dict) -> list[str]:
+    out = []
+    for key, value in settings.items():
+        if isinstance(value, bool) and key != "progress":  # --flag / --no-flag
+            out.append(("--" if value else "--no-") + key.replace("_", "-"))
+            continue
+        text = json.dumps(value) if isinstance(value, dict) else str(value)
+        if isinstance(value, tuple):
+            text = ",".join(map(str, value))
+        out += ["--" + key.replace("_", "-"), "none" if value is None else text]
+    return out
+
+
+@pytest.mark.parametrize("name", OFF_POLICY)
+def test_factories_pickle_and_build_off_policy_parts(name):
+    if name == "sac-halfcheetah" and not MUJOCO:
+        pytest.skip(NO_MUJOCO)
+    preset = get_preset(name)
+    factories = pickle.loads(pickle.dumps(preset.factories()))
+    learner = factories["learner_factory"](**factories["policy_factory"]())
+    assert isinstance(learner, OffPolicyLearner) and learner.target_updater is not None
+    env = factories["env_factory"]()
+    try:
+        assert learner.policy(env.reset())["action"].shape[0] == preset.algo.num_envs
+    finally:
+        env.close()
+    assert isinstance(factories["storage_factory"](), TensorDictReplayBuffer)
+    assert preset_from_dict(preset.to_dict()) == preset
+    with pytest.raises(ValueError, match="unknown setting 'clip_epsilon'"):
+        preset.override({"clip_epsilon": 0.1})  # a PPO setting
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["td3-pendulum", "sac-halfcheetah"])
+def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
+    if name == "sac-halfcheetah" and not MUJOCO:
+        pytest.skip(NO_MUJOCO)
+    preset = get_preset(name).override({**TINY, "run_dir": str(tmp_path)})
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    assert summary["frames"] == 384 and math.isfinite(summary["eval_return"])
+    metrics = read_metrics(tmp_path)
+    assert metrics["replay/updates"][-1][1] == (384 - 128) * 0.25
+    assert all(math.isfinite(v) for _, v in metrics["learner/loss"])
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, manager: CheckpointManager, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if manager.directory.is_dir() and manager.list():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint; exit code {proc.poll()}: {proc.stderr.read()}")
+
+
+@pytest.mark.timeout(300)
+def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
+    ray_clean, tmp_path
+):
+    run_dir = tmp_path / "run"
+    address = ray_clean.get_runtime_context().gcs_address
+    settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
+                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address}}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tdscheme.cli", "train", "dqn-cartpole", *cli_options(settings),
+         "--run-dir", str(run_dir)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    manager = CheckpointManager(run_dir / "checkpoints")
+    try:
+        wait_for_checkpoint(proc, manager, timeout_s=200)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no clean-up: whatever is on disk is what resumes
+        proc.wait(timeout=30)
+        proc.stderr.close()
+    latest = manager.latest()
+    saved = load_checkpoint(latest)
+    step = int(latest.name[5:17])
+    state = saved["scheme"]
+    assert saved["replay_buffer"] == f"replay_{step:012d}"
+    preset = preset_from_dict(json.loads((run_dir / "config.json").read_text()))
+    preset = preset.override({"run_dir": str(run_dir), "resume": True, "total_frames": step + 128})
+    with preset.build_trainer() as trainer:
+        scheme = trainer.scheme
+        learner = scheme.learner.state_dict()
+        # networks and target networks (torchrl keeps the targets in the loss module)
+        assert any(k.startswith("target_") for k in learner["loss_module"])
+        for key, value in state["learner"]["loss_module"].items():
+            assert torch.equal(learner["loss_module"][key], value), key
+        for (k, a), b in zip(
+            learner["optimizer"]["state"].items(),
+            state["learner"]["optimizer"]["state"].values(),
+            strict=True,
+        ):
+            assert all(torch.equal(a[n], b[n]) for n in a), k
+        assert learner["version"] == state["learner"]["version"] > 0
+        assert learner["target_updater"] == state["learner"]["target_updater"]
+        eps = learner["exploration"][0]["eps"]
+        assert torch.equal(eps, state["learner"]["exploration"][0]["eps"]) and eps < 1.0
+        assert (scheme.frames, scheme.iterations) == (state["frames"], state["iterations"])
+        assert scheme.driver.updates == state["replay"]["updates"] == (step - 128) // 4
+        # the buffer: what the checkpoint's directory holds, frame for frame
+        dumped = preset.storage_factory()()
+        dumped.loads(str(manager.directory / saved["replay_buffer"]))
+        assert len(scheme.replay_buffer) == len(dumped) == step
+        assert torch.equal(scheme.replay_buffer[:]["observation"], dumped[:]["observation"])
+        summary = trainer.run()
+    assert summary["frames"] == step + 128
+    assert (
+        sorted(p.name for p in manager.directory.iterdir() if p.name.startswith("replay_"))[-1]
+        == f"replay_{step + 128:012d}"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, capsys):
+    """A random CartPole policy returns about 22; a few thousand updates clearly beat it."""
+    run_dir = tmp_path / "run"
+    settings = {"total_frames": 12_000, "eval_every_frames": 4_000, "eval_episodes": 5,
+                "target_return": 150.0, "progress": False}  # fmt: skip
+    assert main(["train", "dqn-cartpole", *cli_options(settings), "--run-dir", str(run_dir)]) == 0
+    returns = [value for _, value in read_metrics(run_dir)["eval/return"]]
+    assert max(returns) >= 100, returns
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sac_pendulum_beats_minus_600(ray_clean, tmp_path):
+    """A random Pendulum policy returns about -1200; SAC is better than -600 within 6k frames."""
+    preset = get_preset("sac-pendulum").override(
+        {
+            "run_dir": str(tmp_path),
+            "total_frames": 6_000,
+            "eval_every_frames": 1_500,
+            "eval_episodes": 5,
+            "target_return": -600.0,
+            "progress": False,
+        }  # fmt: skip
+    )
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    returns = [value for _, value in read_metrics(tmp_path)["eval/return"]]
+    assert summary["target_reached"], returns
