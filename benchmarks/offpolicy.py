@@ -41,7 +41,7 @@ from typing import Any
 
 import ray
 import torch
-from offpolicy_loops import Hyper, Learning, env_factory, run_plain, run_torchrl_ray
+from offpolicy_loops import Hyper, Learning, frames_written, run_plain, run_torchrl_ray
 from report import machine_info
 
 from tdscheme.presets import PRESETS
@@ -53,24 +53,18 @@ QUICK = {"total_frames": 1500, "init_random_frames": 500, "eval_every_frames": 5
 
 
 def hyper_from_preset(preset: Any) -> Hyper:
-    """The preset's hyperparameters as the plain loops' :class:`Hyper` (no drift)."""
+    """The preset's loop settings as the plain loops' :class:`Hyper` (networks, loss and
+    target updates come from the preset itself, see ``Learning.from_preset``)."""
     a, s, t = preset.algo, preset.scheme, preset.trainer
-    values = {
-        "algo": a.algo if hasattr(a, "algo") else preset.name.split("-")[0],
-        "env_id": a.env_id, "num_envs": a.num_envs, "hidden": a.hidden_sizes[0],
-        "depth": len(a.hidden_sizes), "lr": a.lr, "batch_size": a.batch_size,
-        "utd_ratio": s.utd_ratio, "frames_per_batch": s.frames_per_batch,
-        "init_random_frames": s.init_random_frames, "buffer_size": a.buffer_size,
-        "gamma": a.gamma, "total_frames": t.total_frames,
-        "eval_every_frames": t.eval_every_frames, "eval_episodes": t.eval_episodes,
-        "target_return": t.target_return, "num_threads": t.num_threads or 1,
-        "seed": s.seed or 0,
-    }  # fmt: skip
-    for name in ("tau", "target_update_interval", "policy_noise", "noise_clip",
-                 "exploration_sigma", "eps_init", "eps_end", "eps_frames"):  # fmt: skip
-        if hasattr(a, name):
-            values[name] = getattr(a, name)
-    return Hyper(**values)
+    return Hyper(
+        algo=preset.algo_name, env_id=a.env_id, num_envs=a.num_envs, lr=a.lr,
+        batch_size=a.batch_size, utd_ratio=s.utd_ratio, frames_per_batch=s.frames_per_batch,
+        init_random_frames=s.init_random_frames, buffer_size=a.buffer_size, gamma=a.gamma,
+        total_frames=t.total_frames, eval_every_frames=t.eval_every_frames,
+        eval_episodes=t.eval_episodes,
+        target_return=t.target_return if t.target_return is not None else float("inf"),
+        num_threads=t.num_threads or 1, seed=s.seed or 0,
+    )  # fmt: skip
 
 
 def run_tdscheme(preset: Any) -> dict[str, Any]:
@@ -92,9 +86,13 @@ def run_tdscheme(preset: Any) -> dict[str, Any]:
 def preset_for(section: str, seed: int, overrides: dict[str, Any]) -> Any:
     """The section's preset with ``overrides`` and ``seed``."""
     name = PRESET_OF[section]
-    if name not in PRESETS:
-        raise SystemExit(f"section {section!r} needs the preset {name!r}, not in this checkout")
-    return PRESETS[name]().override({**overrides, "seed": seed})
+    if name in PRESETS:
+        build = PRESETS[name]
+    else:  # presets not registered yet in this checkout
+        from tdscheme.presets import offpolicy
+
+        build = getattr(offpolicy, name.replace("-", "_"))
+    return build().override({**overrides, "seed": seed})
 
 
 def section_runs(section: str, runs: list[str], seeds: list[int], overrides: dict[str, Any],
@@ -107,10 +105,10 @@ def section_runs(section: str, runs: list[str], seeds: list[int], overrides: dic
             if run == "tdscheme":
                 result = run_tdscheme(preset)
             elif run == "torchrl":
-                result = run_plain(h)
+                result = run_plain(h, preset)
             else:
                 result = run_torchrl_ray(
-                    h, weight_push_interval=preset.scheme.weight_push_interval,
+                    h, preset, weight_push_interval=preset.scheme.weight_push_interval,
                     num_collectors=preset.scheme.num_collectors,
                 )  # fmt: skip
             row = {"section": section, "run": run, "seed": seed, **result}
@@ -119,7 +117,7 @@ def section_runs(section: str, runs: list[str], seeds: list[int], overrides: dic
                   flush=True)  # fmt: skip
 
 
-def section_background(rows: list[dict[str, Any]], h: Hyper, window_s: float) -> None:
+def section_background(rows: list[dict[str, Any]], preset: Any, window_s: float) -> None:
     """Frames written/s by background collection while a SAC learner trains; updates/s."""
     from torchrl.collectors.distributed import RayCollector as TorchrlRayCollector
     from torchrl.data import LazyTensorStorage
@@ -127,28 +125,32 @@ def section_background(rows: list[dict[str, Any]], h: Hyper, window_s: float) ->
 
     from tdscheme import RayCollector
 
+    h = hyper_from_preset(preset)
     for impl in ("tdscheme", "torchrl"):
-        probe = env_factory(h)()
-        learning = Learning(h, probe)
-        probe.close()
-        buffer = RayReplayBuffer(storage=functools.partial(LazyTensorStorage, 1_000_000),
+        learning = Learning.from_preset(preset, h)
+        ndim = 2 if h.num_envs > 1 else 1
+        buffer = RayReplayBuffer(storage=functools.partial(LazyTensorStorage, 1_000_000, ndim=ndim),
                                  batch_size=h.batch_size, remote_config={"num_cpus": 0})  # fmt: skip
         cls = RayCollector if impl == "tdscheme" else TorchrlRayCollector
-        collector = cls(env_factory(h), learning.policy, frames_per_batch=h.frames_per_batch,
+        collector = cls(preset.env_factory(), learning.ray_policy, frames_per_batch=h.frames_per_batch,
                         total_frames=2**40, num_collectors=1, replay_buffer=buffer,
                         remote_configs={"num_cpus": 1})  # fmt: skip
+
+        def written(buffer: Any = buffer) -> int:
+            return frames_written(buffer, h.num_envs)
+
         try:
             collector.start()
             deadline = time.monotonic() + 180.0
-            while buffer.write_count < h.batch_size and time.monotonic() < deadline:
+            while len(buffer) < h.batch_size and time.monotonic() < deadline:
                 time.sleep(0.05)
             learning.train(buffer.sample, 20)  # warm-up
-            frames0, updates0, t0 = buffer.write_count, learning.updates, time.perf_counter()
+            frames0, updates0, t0 = written(), learning.updates, time.perf_counter()
             while time.perf_counter() - t0 < window_s:
                 learning.train(buffer.sample, 10)
             elapsed = time.perf_counter() - t0
             row = {"section": "background", "run": impl,
-                   "frames_per_s": (buffer.write_count - frames0) / elapsed,
+                   "frames_per_s": (written() - frames0) / elapsed,
                    "updates_per_s": (learning.updates - updates0) / elapsed}  # fmt: skip
             rows.append(row)
             print(json.dumps({**row, "machine": machine_info()}), flush=True)
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--runs", default="tdscheme,torchrl,torchrl-ray",
-                        help="runs of the sac section (dqn/td3: tdscheme and torchrl)")  # fmt: skip
+                        help="runs, comma-separated (torchrl-ray: the sac section only)")  # fmt: skip
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--quick", action="store_true", help="tiny budgets, no target")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -235,17 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         overrides = {**QUICK, **overrides}
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows: list[dict[str, Any]] = []
     try:
         for section in sections:
             if section in PRESET_OF:
-                runs = args.runs.split(",") if section == "sac" else ["tdscheme", "torchrl"]
+                runs = [r for r in args.runs.split(",") if section == "sac" or r != "torchrl-ray"]
                 section_runs(section, runs, seeds, overrides, rows)
             elif section == "background":
-                h = (hyper_from_preset(preset_for("sac", seeds[0], overrides))
-                     if PRESET_OF["sac"] in PRESETS else Hyper(hidden=64, batch_size=64))  # fmt: skip
-                section_background(rows, h, 5.0 if args.quick else args.window_s)
+                preset = preset_for("sac", seeds[0], overrides)
+                section_background(rows, preset, 5.0 if args.quick else args.window_s)
             else:
                 section_buffer(rows, args.quick)
     finally:

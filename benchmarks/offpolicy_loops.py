@@ -152,23 +152,62 @@ def target_updater(loss: Any, h: Hyper) -> Any:
     return SoftUpdate(loss, tau=h.tau)
 
 
+EXPLORERS = (EGreedyModule, AdditiveGaussianModule)
+
+
+def frames_written(buffer: Any, num_envs: int) -> int:
+    """Frames written into a Ray-held buffer (one env: rows of a frame; a batched env:
+    a 2-dim storage whose ``write_count`` counts time steps of ``num_envs`` frames)."""
+    return buffer.write_count * num_envs
+
+
 class Learning:
-    """The learner side both loops share: loss, optimizer, target updates, evaluations."""
+    """The learner side both loops share: loss, optimizer, target updates, evaluations.
+
+    Build it with :meth:`from_hyper` (this module's networks) or :meth:`from_preset` (the
+    tdscheme preset's torchrl networks, loss and target updater: the same hyperparameters).
+    """
 
     LOSS_KEYS = ("loss_actor", "loss_qvalue", "loss_alpha", "loss")
 
-    def __init__(self, h: Hyper, spec_env: Any) -> None:
-        self.h = h
-        self.loss, self.eval_policy, policy, self.on_frames = build(h, spec_env)
-        # the collectors write "action" only: random-action frames (init_random_frames) and
-        # the policy's must carry the same keys into a buffer its first write shapes
-        self.policy = TensorDictSequential(policy, selected_out_keys=["action"])
-        self.loss.make_value_estimator(gamma=h.gamma)
-        self.updater = target_updater(self.loss, h)
+    def __init__(
+        self, h: Hyper, *, loss: Any, updater: Any, policy: nn.Module, eval_env: Any,
+        max_grad_norm: float | None = None,
+    ) -> None:  # fmt: skip
+        self.h, self.loss, self.updater, self.eval_env = h, loss, updater, eval_env
+        self.eval_policy = policy
+        # the Ray-held buffer's first write shapes its storage: random-action frames
+        # (init_random_frames) and the policy's must carry the same keys, "action" only
+        self.ray_policy = TensorDictSequential(policy, selected_out_keys=["action"])
+        self.policy = policy
+        self.explorers = [m for m in policy.modules() if isinstance(m, EXPLORERS)]
+        self.max_grad_norm = max_grad_norm
         self.optim = torch.optim.Adam(self.loss.parameters(), lr=h.lr)
-        self.eval_env = make_env(h.env_id, num_envs=h.eval_episodes)
         self.updates, self.credit, self.update_s, self.eval_s = 0, 0.0, 0.0, 0.0
         self.last_eval, self.result = 0, None
+
+    @classmethod
+    def from_hyper(cls, h: Hyper, spec_env: Any) -> Learning:
+        """This module's networks and loss (the tuning tool)."""
+        loss, _, policy, _ = build(h, spec_env)
+        loss.make_value_estimator(gamma=h.gamma)
+        eval_env = make_env(h.env_id, num_envs=h.eval_episodes)
+        return cls(h, loss=loss, updater=target_updater(loss, h), policy=policy, eval_env=eval_env)
+
+    @classmethod
+    def from_preset(cls, preset: Any, h: Hyper) -> Learning:
+        """The preset's torchrl modules, loss (value estimator set) and target updater."""
+        modules = preset.policy_factory()()
+        built = preset.learner_factory()(**modules)
+        return cls(
+            h, loss=built.loss_module, updater=built.target_updater, policy=modules["actor"],
+            eval_env=preset.eval_env_factory()(), max_grad_norm=preset.algo.max_grad_norm,
+        )  # fmt: skip
+
+    def on_frames(self, frames: int) -> None:
+        """Anneals the exploration modules (torchrl's ``step(frames)``)."""
+        for module in self.explorers:
+            module.step(frames)
 
     def updates_due(self, frames_before: int, frames: int) -> int:
         """Gradient steps owed for frames ``frames_before..frames`` (past the random ones)."""
@@ -189,6 +228,8 @@ class Learning:
             total = sum(out[k] for k in keys)
             self.optim.zero_grad(set_to_none=True)
             total.backward()
+            if self.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.loss.parameters(), self.max_grad_norm)
             self.optim.step()
             self.updater.step()
             self.updates += 1
@@ -216,14 +257,21 @@ class Learning:
         }  # fmt: skip
 
 
-def run_plain(h: Hyper) -> dict[str, Any]:
-    """The plain single-process loop to ``h.target_return``: frames, wall time, timings."""
+def run_plain(h: Hyper, preset: Any = None) -> dict[str, Any]:
+    """The plain single-process loop to ``h.target_return``: frames, wall time, timings.
+
+    With ``preset``, its env, networks, loss and target updater (else this module's).
+    """
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(h.num_threads)
     torch.manual_seed(h.seed)
-    env = train_env(h)
-    learning = Learning(h, env)
+    if preset is None:
+        env = train_env(h)
+        learning = Learning.from_hyper(h, env)
+    else:
+        env = preset.env_factory()()
+        learning = Learning.from_preset(preset, h)
     buffer = ReplayBuffer(storage=LazyTensorStorage(h.buffer_size), batch_size=h.batch_size)
     collector = Collector(
         env, learning.policy, frames_per_batch=h.frames_per_batch, total_frames=h.total_frames,
@@ -250,8 +298,9 @@ def run_plain(h: Hyper) -> dict[str, Any]:
 
 
 def run_torchrl_ray(
-    h: Hyper, *, num_collectors: int = 1, weight_push_interval: int = 1, timeout_s: float = 600.0
-) -> dict[str, Any]:
+    h: Hyper, preset: Any = None, *, num_collectors: int = 1, weight_push_interval: int = 1,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:  # fmt: skip
     """torchrl's own Ray path: ``RayCollector(replay_buffer=RayReplayBuffer(...))`` + ``start()``.
 
     The collectors write into the Ray-held buffer in the background; this process
@@ -265,21 +314,26 @@ def run_torchrl_ray(
     from torchrl.collectors.distributed import RayCollector
     from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
-    if h.num_envs != 1:
-        raise ValueError(f"num_envs={h.num_envs} is invalid; accepted: 1 (rows of one frame)")
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(h.num_threads)
     torch.manual_seed(h.seed)
-    probe = train_env(h)
-    learning = Learning(h, probe)
-    probe.close()
+    if preset is None:
+        probe = train_env(h)
+        learning = Learning.from_hyper(h, probe)
+        probe.close()
+        make_train_env = env_factory(h)
+    else:
+        learning = Learning.from_preset(preset, h)
+        make_train_env = preset.env_factory()
+    # a batched env writes [num_envs, time] rows: a 2-dim storage samples frames
+    ndim = 2 if h.num_envs > 1 else 1
     buffer = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, h.buffer_size), batch_size=h.batch_size,
-        remote_config={"num_cpus": 0},
+        storage=functools.partial(LazyTensorStorage, h.buffer_size, ndim=ndim),
+        batch_size=h.batch_size, remote_config={"num_cpus": 0},
     )  # fmt: skip
     collector = RayCollector(
-        env_factory(h), learning.policy, frames_per_batch=h.frames_per_batch,
+        make_train_env, learning.ray_policy, frames_per_batch=h.frames_per_batch,
         total_frames=h.total_frames, num_collectors=num_collectors,
         init_random_frames=h.init_random_frames, replay_buffer=buffer,
         remote_configs={"num_cpus": 1},
@@ -290,7 +344,7 @@ def run_torchrl_ray(
         collector.set_seed(h.seed)
         collector.start()
         while frames < h.total_frames and time.monotonic() < deadline:
-            written = buffer.write_count
+            written = frames_written(buffer, h.num_envs)
             if written <= frames:
                 time.sleep(0.005)
                 continue
@@ -300,7 +354,7 @@ def run_torchrl_ray(
             learning.train(buffer.sample, due)
             since_push += due
             if due and since_push >= weight_push_interval:
-                collector.update_policy_weights_(learning.policy)
+                collector.update_policy_weights_(learning.ray_policy)
                 since_push = 0
             if learning.evaluate_due(frames):
                 break
