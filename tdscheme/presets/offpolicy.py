@@ -7,7 +7,7 @@ off-policy (see :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`).
 Example:
     >>> preset = dqn_cartpole()
     >>> preset.scheme.utd_ratio, type(preset.factories()["storage_factory"]()).__name__
-    (0.5, 'TensorDictReplayBuffer')
+    (0.25, 'TensorDictReplayBuffer')
     >>> learner = preset.learner_factory()(**preset.policy_factory()())
     >>> type(learner.loss_module).__name__, type(learner.target_updater).__name__
     ('DQNLoss', 'HardUpdate')
@@ -134,7 +134,7 @@ class OffPolicyPreset(Preset):
 
 
 def dqn_cartpole() -> OffPolicyPreset:
-    """DQN on CartPole-v1: double DQN, hard target copies, epsilon 1 -> 0.04 over 8k frames."""
+    """DQN on CartPole-v1: double DQN, hard target copies, epsilon 1 -> 0.05 over 10k frames."""
     return OffPolicyPreset(
         name="dqn-cartpole",
         algo_name="dqn",
@@ -142,21 +142,20 @@ def dqn_cartpole() -> OffPolicyPreset:
         algo=OffPolicyConfig(
             env_id="CartPole-v1",
             num_envs=8,
-            hidden_sizes=(256, 256),
-            lr=2.3e-3,
-            batch_size=64,
+            hidden_sizes=(64, 64),
+            lr=1e-3,
+            batch_size=128,
             buffer_size=50_000,
             target_update="hard",
-            hard_update_interval=128,
-            eps_end=0.04,
-            exploration_frames=8_000,
+            hard_update_interval=100,
+            exploration_frames=10_000,
             max_grad_norm=10.0,
         ),  # fmt: skip
         scheme=SchemeConfig(
-            num_collectors=2, frames_per_batch=256, utd_ratio=0.5, init_random_frames=1000
+            num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=1000
         ),
         trainer=TrainerConfig(
-            total_frames=100_000, eval_every_frames=2048, eval_episodes=10, target_return=475.0
+            total_frames=100_000, eval_every_frames=10_000, eval_episodes=10, target_return=475.0
         ),
     )
 
@@ -172,23 +171,23 @@ def _pendulum(
             env_id="Pendulum-v1",
             num_envs=4,
             hidden_sizes=(64, 64),
-            lr=3e-3,
-            batch_size=64,
+            lr=1e-3,
+            batch_size=256,
             buffer_size=100_000,
             target_update="soft",
             tau=0.005,
         ),  # fmt: skip
         scheme=SchemeConfig(
-            num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=1000
+            num_collectors=2, frames_per_batch=256, utd_ratio=1.0, init_random_frames=1000
         ),
         trainer=TrainerConfig(
-            total_frames=50_000, eval_every_frames=2048, eval_episodes=10, target_return=-200.0
+            total_frames=50_000, eval_every_frames=5_000, eval_episodes=10, target_return=-200.0
         ),
     )
 
 
 def sac_pendulum() -> OffPolicyPreset:
-    """SAC on Pendulum-v1: two Q-networks, learned temperature, one gradient step per 4 frames."""
+    """SAC on Pendulum-v1: two Q-networks, learned temperature, one gradient step per frame."""
     return _pendulum("sac-pendulum", "sac", sac_learner)
 
 
