@@ -58,6 +58,7 @@ def hyper_from_preset(preset: Any) -> Hyper:
     a, s, t = preset.algo, preset.scheme, preset.trainer
     return Hyper(
         algo=preset.algo_name, env_id=a.env_id, num_envs=a.num_envs, lr=a.lr,
+        hidden=a.hidden_sizes[0], depth=len(a.hidden_sizes),
         batch_size=a.batch_size, utd_ratio=s.utd_ratio, frames_per_batch=s.frames_per_batch,
         init_random_frames=s.init_random_frames, buffer_size=a.buffer_size, gamma=a.gamma,
         total_frames=t.total_frames, eval_every_frames=t.eval_every_frames,
@@ -237,7 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         overrides = {**QUICK, **overrides}
     torch.set_num_threads(1)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in range(3):  # a loaded machine can time Ray's node start-up out
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+            ray.shutdown()
     rows: list[dict[str, Any]] = []
     try:
         for section in sections:

@@ -184,7 +184,7 @@ class Learning:
         self.max_grad_norm = max_grad_norm
         self.optim = torch.optim.Adam(self.loss.parameters(), lr=h.lr)
         self.updates, self.credit, self.update_s, self.eval_s = 0, 0.0, 0.0, 0.0
-        self.last_eval, self.result = 0, None
+        self.last_eval, self.result, self.reached_at = 0, None, None
 
     @classmethod
     def from_hyper(cls, h: Hyper, spec_env: Any) -> Learning:
@@ -244,13 +244,17 @@ class Learning:
         t0 = time.perf_counter()
         self.result = evaluate(self.eval_env, self.eval_policy, episodes=h.eval_episodes)
         self.eval_s += time.perf_counter() - t0
-        return self.result.mean_return >= h.target_return
+        if self.result.mean_return >= h.target_return:
+            self.reached_at = time.perf_counter()
+            return True
+        return False
 
     def summary(self, frames: int, start: float) -> dict[str, Any]:
         """The run's JSON row."""
         ret = None if self.result is None else self.result.mean_return
         return {
-            "frames": frames, "updates": self.updates, "wall_s": time.perf_counter() - start,
+            "frames": frames, "updates": self.updates,
+            "wall_s": (self.reached_at or time.perf_counter()) - start,
             "reached": bool(ret is not None and ret >= self.h.target_return),
             "eval_return": ret, "update_s": self.update_s, "eval_s": self.eval_s,
             "done_unix": time.time(),
@@ -338,7 +342,7 @@ def run_torchrl_ray(
         init_random_frames=h.init_random_frames, replay_buffer=buffer,
         remote_configs={"num_cpus": 1},
     )  # fmt: skip
-    frames, since_push = 0, 0
+    frames, since_push, written = 0, 0, 0
     deadline = time.monotonic() + timeout_s
     try:
         collector.set_seed(h.seed)
@@ -348,7 +352,9 @@ def run_torchrl_ray(
             if written <= frames:
                 time.sleep(0.005)
                 continue
-            frames, before = written, frames
+            # the collectors run ahead unthrottled: train on the frames in order, at most
+            # one evaluation period at a time, so evaluations come on the same schedule
+            frames, before = min(written, frames + h.eval_every_frames), frames
             learning.on_frames(frames - before)
             due = learning.updates_due(before, frames)
             learning.train(buffer.sample, due)
@@ -358,12 +364,13 @@ def run_torchrl_ray(
                 since_push = 0
             if learning.evaluate_due(frames):
                 break
+        written = frames_written(buffer, h.num_envs)
     finally:
         asyncio.run(collector.async_shutdown())
         buffer.shutdown()
         learning.eval_env.close()
         torch.set_num_threads(threads)
-    return learning.summary(frames, start)
+    return {**learning.summary(frames, start), "frames_written": written}
 
 
 DEFAULTS = {
