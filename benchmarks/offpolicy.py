@@ -48,7 +48,7 @@ from tdscheme.presets import PRESETS
 
 SECTIONS = ("sac", "dqn", "td3", "background", "buffer")
 PRESET_OF = {"sac": "sac-pendulum", "dqn": "dqn-cartpole", "td3": "td3-pendulum"}
-QUICK = {"total_frames": 1500, "init_random_frames": 500, "eval_every_frames": 500,
+QUICK = {"total_frames": 1024, "init_random_frames": 512, "eval_every_frames": 512,
          "target_return": 1e9}  # fmt: skip
 
 
