@@ -356,9 +356,9 @@ def checkpoint_crash_during_save() -> dict[str, Any]:
             "c.torch.save = dying\n"
             f"c.CheckpointManager({d!r}).save({{'w': torch.zeros(2)}}, 30)\n"
         )
-        start = time.perf_counter()
         code = subprocess.run([sys.executable, "-c", script], timeout=120).returncode
         leftovers = [p.name for p in Path(d).iterdir() if p.name.endswith(".tmp")]
+        start = time.perf_counter()  # the recovery: the next start of the run's manager
         manager = CheckpointManager(d)  # removes the dead save's temporary file
         state = manager.load()
         ok = (code == 9 and float(state["w"][0]) == 2.0 and leftovers
