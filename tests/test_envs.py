@@ -139,11 +139,13 @@ def test_the_test_kit_delegates_the_plain_case_and_keeps_its_faults():
 
 def test_the_production_path_does_not_import_the_test_kit():
     program = (
-        "import sys\n"
+        "import importlib.util, sys\n"
         "import tdscheme.cli.main, tdscheme.cli.commands, tdscheme.collectors, tdscheme.engine\n"
         "import tdscheme.gradient_workers, tdscheme.scheme, tdscheme.scheme.grad_worker_driver\n"
         "from tdscheme.presets import PRESETS, get_preset\n"
         "for name in PRESETS:\n"
+        "    if 'halfcheetah' in name and importlib.util.find_spec('mujoco') is None:\n"
+        "        continue  # the mujoco extra is not installed\n"
         "    preset = get_preset(name).override({'num_envs': 2, 'eval_num_envs': 2})\n"
         "    factories = preset.factories()\n"
         "    factories['env_factory']().close()\n"
