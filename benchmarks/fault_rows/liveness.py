@@ -19,27 +19,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: benchmarks/ holds faults.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from faults import row as _row  # noqa: E402
 
 #: the runner's hard limit per row: the bounds plus Ray's start on a loaded machine
 TIMEOUT_S = 420.0
 
 _PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
-
-
-def _row(
-    fault: str,
-    outcome: str,
-    seconds: float,
-    bound_s: float,
-    *,
-    ledger: str = "n/a",
-    detail: str = "",
-) -> dict[str, Any]:
-    return {
-        "fault": fault, "outcome": outcome, "seconds": round(seconds, 2), "bound_s": bound_s,
-        "ledger": ledger, "detail": detail,
-    }  # fmt: skip
 
 
 def _ledger(stats: dict[str, Any], received: int) -> str:

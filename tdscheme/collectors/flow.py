@@ -89,6 +89,21 @@ class BatchFlow:
         total = self.config.total_frames
         return total >= 0 and self.stats.frames >= total
 
+    def frames_left(self) -> int | None:
+        """Frames that may still be yielded (or written); ``None`` without a budget.
+
+        0 once the budget is spent, also when the last batch was cut short of it
+        (an env batch keeps whole steps; a replay write keeps whole rows).
+        """
+        total = self.config.total_frames
+        if total < 0:
+            return None
+        return 0 if self._budget_closed else max(0, total - self.stats.frames)
+
+    def budget_changed(self) -> None:
+        """Reopens the budget after ``config.total_frames`` changed (``set_total_frames``)."""
+        self._budget_closed = False
+
     def more_frames(self, in_flight: int) -> bool:
         """Whether frames beyond those yielded and ``in_flight`` are still wanted."""
         if self.stopping or self._budget_closed:

@@ -22,6 +22,7 @@ from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
+from tdscheme.validation import invalid
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +327,35 @@ class RayCollector(
     def collected_frames(self) -> int:
         """Frames yielded so far."""
         return self._stats.frames
+
+    def set_total_frames(self, total_frames: int) -> None:
+        """Changes the frame budget (the constructor's ``total_frames``) of this collector.
+
+        It counts every frame yielded (or written) since construction, or since the
+        state loaded with :meth:`load_state_dict`; it may be changed while
+        iterating: the batch that would pass it is cut to fit, as at construction.
+        A replay-buffer request already sent keeps the budget it was sent with.
+
+        Args:
+            total_frames: an int >= 0, or -1 for no limit.
+
+        Raises:
+            ValueError: ``total_frames`` is neither.
+        """
+        if isinstance(total_frames, bool) or not isinstance(total_frames, int) or total_frames < -1:
+            raise invalid("total_frames", total_frames, "an int >= 0, or -1 for no limit")
+        self.config.total_frames = self.total_frames = total_frames
+        self._flow.budget_changed()
+
+    @property
+    def frames_left(self) -> int | None:
+        """Frames that may still be yielded (or written); ``None`` without ``total_frames``.
+
+        0 once the budget is spent, also when the last batch was cut short of it
+        (with a batched env the cut keeps whole steps, so up to one step's frames
+        less than ``total_frames`` may be yielded, never more).
+        """
+        return self._flow.frames_left()
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yields batches (see the class docstring) until ``total_frames``.

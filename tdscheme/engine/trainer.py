@@ -182,8 +182,13 @@ class Trainer:
             cfg.total_frames, enabled=cfg.progress, every_s=cfg.progress_every_s,
             initial_frames=min(self.frames, cfg.total_frames),
         )  # fmt: skip
+        self.scheme.set_total_frames(cfg.total_frames)  # the last batch is cut to fit
         try:
-            while self.frames < cfg.total_frames and not self.target_reached:
+            while (
+                self.frames < cfg.total_frames
+                and self.scheme.frames_left != 0
+                and not self.target_reached
+            ):
                 if interrupts.stop_requested():
                     break
                 before = self.frames

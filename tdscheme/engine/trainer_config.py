@@ -16,7 +16,10 @@ class TrainerConfig:
     """How a :class:`Trainer` runs, logs, evaluates and checkpoints.
 
     Args:
-        total_frames: stop after training on this many frames.
+        total_frames: stop after training on exactly this many frames: with
+            collectors the last batch is cut to fit (its surplus booked as
+            discarded in the collector's ledger); with gradient workers the last
+            step may pass it by less than one step's frames.
         run_dir: the run's directory (logs, ``config.json``, ``checkpoints/``);
             ``None`` writes nothing (no logs, no checkpoints).
         logger: ``"csv"`` or ``"tensorboard"`` (torchrl's loggers); ``metrics.csv`` is

@@ -72,6 +72,15 @@ class WorkerError(RuntimeError):
         super().__init__(text)
 
 
+def _last_exception_line(text: str) -> str:
+    """The last ``SomeError: message`` line of a traceback text (its first line otherwise)."""
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*:", line):
+            return line
+    return lines[0] if lines else "no message"
+
+
 def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
     """A distinct, reproducible seed per worker and per restart (``None`` when unseeded).
 
@@ -172,6 +181,8 @@ class ActorPool:
 
         Raises:
             PlacementError: some did not start within ``timeout_s`` (``actor_start_timeout_s``).
+            WorkerError: (``error_class``) a constructor raised: the first line names
+                the exception, the remote traceback follows; it is not restarted.
         """
         placement.wait_started(
             [self._slots[i].actor for i in worker_ids],
@@ -180,6 +191,16 @@ class ActorPool:
             what=self.error_class.role,
             argument=argument,
         )
+        # A constructor that raised (a bad env, a policy that does not fit it) is the
+        # user's mistake, the same in every incarnation: report it now, never restart it.
+        # (A worker that died is left to the caller's next call, which restarts it.)
+        refs = [self.submit(worker_id, "ping") for worker_id in worker_ids]
+        ready = set(self.wait(refs, num_returns=len(refs), timeout_s=timeout_s))
+        for ref in refs:
+            if ref in ready:
+                self.outcome(ref)
+            else:
+                self.forget([ref])
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
         """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""
@@ -295,7 +316,10 @@ class ActorPool:
             raise self.error_class(worker_id, message, str(err)) from None
         except RayActorError as err:
             if err.actor_init_failed:
-                raise self.error_class(worker_id, "failed while starting", str(err)) from None
+                text = str(err)
+                raise self.error_class(
+                    worker_id, f"failed while starting: {_last_exception_line(text)}", text
+                ) from None
             killed = self._killed.get(worker_id)
             if killed is not None and killed[0] == generation:
                 self.last_death[worker_id] = killed[1]

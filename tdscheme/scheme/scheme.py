@@ -35,6 +35,7 @@ from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
 from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
+from tdscheme.validation import invalid
 
 __all__ = ["Driver", "Scheme"]
 
@@ -284,6 +285,46 @@ class Scheme:
         }
         metrics.update(driver_metrics)
         return metrics
+
+    def set_total_frames(self, total_frames: int) -> None:
+        """Trains on at most ``total_frames`` frames in all (those resumed from included).
+
+        With collectors (on- and off-policy) the budget is exact: no frame past it
+        is asked of a worker, and the batch that would pass it is cut along time,
+        its surplus booked as ``discarded`` in the collector's frame ledger. With
+        gradient workers each step trains on whole worker batches, so the last step
+        may pass ``total_frames`` by less than one step's frames; stop stepping once
+        :attr:`frames` reaches it. The :class:`~tdscheme.engine.Trainer` calls this
+        with its ``total_frames``.
+
+        Args:
+            total_frames: an int >= 0, or -1 for no limit.
+
+        Raises:
+            ValueError: ``total_frames`` is neither.
+        """
+        if isinstance(total_frames, bool) or not isinstance(total_frames, int) or total_frames < -1:
+            raise invalid("total_frames", total_frames, "an int >= 0, or -1 for no limit")
+        collector = self.collector
+        if collector is None:
+            return
+        if total_frames == -1:
+            collector.set_total_frames(-1)
+        else:
+            collector.set_total_frames(
+                collector.collected_frames + max(0, total_frames - self.frames)
+            )
+
+    @property
+    def frames_left(self) -> int | None:
+        """Frames the collector may still deliver under :meth:`set_total_frames`.
+
+        ``None`` without a budget (and with gradient workers); 0 once it is spent,
+        also when the last batch was cut short of it (a batched env's batch is cut
+        at whole steps).
+        """
+        collector = self.collector
+        return None if collector is None else collector.frames_left
 
     def __iter__(self) -> Iterator[dict[str, float]]:
         """Yields :meth:`step` forever; stop when you have trained enough."""

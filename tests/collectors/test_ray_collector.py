@@ -280,7 +280,14 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
             seen.update(worker_ids(next(it)))
         assert seen == {0, 1}
         assert collector.set_seed(3) not in (3, collector._pool.worker_seed(1))  # chains on
-        del it
+        # A budget set while iterating: 70 more frames, the second batch cut to fit.
+        with pytest.raises(ValueError, match="total_frames=-2 is invalid; accepted: an int >= 0"):
+            collector.set_total_frames(-2)
+        assert collector.frames_left is None
+        collector.set_total_frames(collector.collected_frames + 70)
+        assert [b.numel() for b in it] == [50, 20] and collector.frames_left == 0
+        ledger = collector.stats()["ledger"]
+        assert ledger["yielded"] == collector.collected_frames and ledger["unaccounted"] == 0
 
 
 def test_shutdown_leaves_the_ray_it_did_not_start(ray_clean):

@@ -90,19 +90,23 @@ def test_run_logs_evaluates_checkpoints_and_resumes_exactly(ray_clean, tmp_path)
     # checkpoint never written.
     manager.list()[-1].unlink()
     saved = load_checkpoint(manager.latest())
-    resumed = dataclasses.replace(preset.trainer, total_frames=3072, resume=True)
+    # Not a multiple of the 512-frame batches: the last batch is cut to fit, exactly.
+    resumed = dataclasses.replace(preset.trainer, total_frames=2900, resume=True)
     with Trainer(preset.build_scheme, config=resumed,
                                  run_config=preset.to_dict()) as trainer:  # fmt: skip
         assert trainer.frames == 1024 and trainer.scheme.collector.collected_frames == 1024
         assert_same(saved["scheme"]["learner"], trainer.scheme.learner.state_dict())
         assert trainer.scheme.learner.version == 2
         summary = trainer.run()
-    assert summary["frames"] == 3072
+        ledger = trainer.scheme.collector.stats()["ledger"]
+    assert summary["frames"] == 2900
+    assert ledger["yielded"] == 2900 and ledger["discarded"] >= 3072 - 2900, ledger
+    assert ledger["unaccounted"] == 0
     metrics = read_metrics(tmp_path)
     steps = [step for step, _ in metrics["frames"]]
-    assert steps == [512, 1024, 1536, 2048, 2560, 3072]
+    assert steps == [512, 1024, 1536, 2048, 2560, 2900]
     for name, rows in metrics.items():
         counts = collections.Counter(step for step, _ in rows)
         assert max(counts.values()) == 1, f"{name} logged a step twice: {counts}"
-    assert [step for step, _ in metrics["eval/return"]] == [1024, 2048, 3072]
+    assert [step for step, _ in metrics["eval/return"]] == [1024, 2048, 2900]
     assert load_checkpoint(manager.latest())["trainer"]["resumes"] == 1

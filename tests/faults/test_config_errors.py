@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
 
-from tdscheme import RayCollectorConfig, SchemeConfig
+from tdscheme import RayCollector, RayCollectorConfig, SchemeConfig, WorkerError
 from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
 from tdscheme.engine import TrainerConfig
 from tdscheme.presets import ActorCriticConfig
@@ -70,3 +71,17 @@ def test_policy_keys_are_checked_when_the_worker_starts(policy, expected):
     with pytest.raises(ValueError) as info:
         CollectorWorker(0, WorkerSpec(PENDULUM, policy, frames_per_batch=10))
     assert expected in str(info.value)
+
+
+def test_a_policy_that_does_not_fit_the_env_fails_the_construction_on_the_driver(ray_clean, caplog):
+    # The mistake is the same in every incarnation: one clean error naming it, no restart.
+    with caplog.at_level(logging.WARNING, logger="tdscheme"):
+        with pytest.raises(WorkerError) as info:
+            RayCollector(
+                PENDULUM, bias_policy(3, 1, obs_key="obs"), frames_per_batch=20,
+                num_collectors=1, remote_configs={"num_cpus": 0.5}, max_restarts=3,
+            )  # fmt: skip
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith("collector worker 0: failed while starting: ValueError: ")
+    assert "in_keys ['obs'] that the env does not provide" in first_line
+    assert not [r for r in caplog.records if "restarting" in r.getMessage()]
