@@ -13,6 +13,7 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,plot]"
+  # envpool and mujoco: the EnvPool backend's and sac-halfcheetah's tests run too
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,plot,envpool,mujoco]"
   echo "$want" > "$stamp"
 fi

@@ -23,7 +23,15 @@ import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.data import Bounded, Categorical, OneHot
-from torchrl.envs import Compose, EnvBase, RewardScaling, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import (
+    Compose,
+    DoubleToFloat,
+    EnvBase,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
 from tdscheme.env_ids import check_env_id
@@ -171,10 +179,10 @@ def train_env(
     Returns:
         A torchrl env with ``RewardSum`` and ``StepCounter`` transforms.
     """
-    transforms = [RewardSum(), StepCounter()]
+    env = make_env(env_id, num_envs=num_envs, backend=backend)
+    transforms = [*_float32(env), RewardSum(), StepCounter()]
     if reward_scale != 1.0:
         transforms.append(RewardScaling(loc=0.0, scale=reward_scale))
-    env = make_env(env_id, num_envs=num_envs, backend=backend)
     return TransformedEnv(env, Compose(*transforms))
 
 
@@ -187,9 +195,21 @@ def eval_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
 
     Returns:
-        A torchrl env.
+        A torchrl env (float64 observations as float32, as in training).
     """
-    return make_env(env_id, num_envs=num_envs, backend=backend)
+    env = make_env(env_id, num_envs=num_envs, backend=backend)
+    transforms = _float32(env)
+    return TransformedEnv(env, Compose(*transforms)) if transforms else env
+
+
+def _float32(env: EnvBase) -> list[DoubleToFloat]:
+    """torchrl's ``DoubleToFloat`` when the env observes float64 (MuJoCo does); else nothing.
+
+    The presets' networks are float32, as torchrl's sota-implementations' are.
+    """
+    spec = env.observation_spec
+    double = any(leaf.dtype == torch.float64 for leaf in spec.values(True, True))
+    return [DoubleToFloat()] if double else []
 
 
 def actor_critic_modules(

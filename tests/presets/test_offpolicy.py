@@ -24,7 +24,7 @@ from tdscheme.presets import get_preset, preset_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 MUJOCO = importlib.util.find_spec("mujoco") is not None
-NO_MUJOCO = "sac-halfcheetah needs MuJoCo: pip install -e '.[mujoco]' (not in the test install)"
+NO_MUJOCO = "sac-halfcheetah needs MuJoCo: pip install -c constraints.txt -e '.[mujoco]'"
 OFF_POLICY = ["dqn-cartpole", "sac-pendulum", "td3-pendulum", "sac-halfcheetah"]
 
 #: a few hundred frames on one small worker: 128 random frames, then 0.25 steps per frame
