@@ -7,6 +7,7 @@ The public names are imported lazily (PEP 562): a Ray worker that unpickles a
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -35,6 +36,28 @@ __all__ = [
     "WorkerError",
     "__version__",
 ]
+
+
+
+def _silence_gym_notice() -> None:
+    """Keeps gym's import banner out of every tdscheme process's stderr.
+
+    EnvPool (the ``envpool`` extra) depends on the old ``gym`` 0.26, and torchrl
+    imports ``gym`` whenever it is installed, so each process that imports torchrl
+    (the driver and every worker) would print gym's four-line deprecation notice;
+    tdscheme uses gymnasium, never gym. The notice lives in ``gym_notices``, read once
+    by ``gym``'s ``__init__``; emptying it before that import silences it.
+    """
+    if "gym" in sys.modules:
+        return
+    try:
+        from gym_notices import notices
+    except ImportError:
+        return
+    notices.notices.clear()
+
+
+_silence_gym_notice()
 
 if TYPE_CHECKING:
     from tdscheme.collectors import RayCollector, RayCollectorConfig, WorkerError
