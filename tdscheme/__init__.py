@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 
-
 def _silence_gym_notice() -> None:
     """Keeps gym's import banner out of every tdscheme process's stderr.
 
