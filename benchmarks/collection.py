@@ -39,6 +39,13 @@ Sections (``--sections``, default all):
 * ``limits``: a hand-written Ray collector (plain actors, gymnasium, torch,
   numpy batches; 1 env and a vector env), the same loop in-process without
   Ray, and torchrl's single-process ``Collector`` (1 env and 8 batched envs).
+* ``startup``: what a user's script waits for: a fresh Python process per run that
+  builds the collector with no Ray running (each library starts its own, as it does
+  for a user: tdscheme's local Ray preloads the worker modules into the processes it
+  prestarts; torchrl's calls ``ray.init()``) and takes the first batch (CartPole-v1,
+  2 collectors, ``frames_per_batch=1000``); construction to first batch and process
+  start to first batch (imports included), the two libraries alternating, median of
+  ``--startup-runs`` (3).
 * ``scale`` (``--scale``, not in the default run): frames/s of tdscheme and
   torchrl with 2, 4, 8 and 14 collectors (1 CartPole env each, 1000 frames per
   batch, first-ready) on a Ray of ``os.cpu_count()`` CPUs, and each one's
@@ -55,6 +62,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import json
 import os
 import signal
 import statistics
@@ -71,9 +79,12 @@ import ray
 import torch
 from report import Recorder, parse_section_args, run_sections
 
+from tdscheme import envs  # make_env with its backend= (the test kit's has none)
 from tdscheme.testing import make_env, mlp_policy
 
-SECTIONS = ("same", "batched", "envpool", "push", "large", "recommended", "limits", "scale")
+SECTIONS = (
+    "same", "batched", "envpool", "startup", "push", "large", "recommended", "limits", "scale",
+)  # fmt: skip
 DEFAULT_SECTIONS = tuple(x for x in SECTIONS if x != "scale")  # scale: --scale, 16 cores
 SCALE_COLLECTORS = (2, 4, 8, 14)
 # torchrl 0.14.1's RayCollector yields nothing with total_frames=-1 (its loop tests
@@ -91,6 +102,7 @@ METRICS = {  # metric -> column title
     "push_idle_median_s": "push to idle workers (median)",
     "push_in_loop_median_s": "push between batches (median)",
     "linear_fraction": "fraction of linear scaling",
+    "process_to_first_batch_s": "process start to first batch (imports, Ray start)",
 }
 
 
@@ -110,6 +122,7 @@ class Settings:
         (env, sync) for env in ENVS for sync in (False, True)
     )
     docstring_collectors: tuple[int, ...] = (1, 2)
+    startup_runs: int = 3
     scale_collectors: tuple[int, ...] = SCALE_COLLECTORS
 
     @classmethod
@@ -126,6 +139,7 @@ class Settings:
             sweep_frames_per_batch=(2048,),
             same_matrix=(("Pendulum-v1", True),),  # first-ready CartPole runs in push, large
             docstring_collectors=(1,),
+            startup_runs=1,
             scale_collectors=(2, 4),
         )
 
@@ -355,7 +369,7 @@ def section_envpool(rec: Recorder, s: Settings) -> None:
         ("Pong-v5", 16, 1024, peers.pixel_index_policy((4, 84, 84), 6), "4x84x84 uint8, linear"),
     ]
     for env_id, num_envs, fpb, policy, what in cases:
-        env_fn = functools.partial(make_env, env_id, num_envs=num_envs, backend="envpool")
+        env_fn = functools.partial(envs.make_env, env_id, num_envs=num_envs, backend="envpool")
         make = functools.partial(
             tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
         )
@@ -365,6 +379,71 @@ def section_envpool(rec: Recorder, s: Settings) -> None:
             config=config,
         )  # fmt: skip
         measure(rec, s, row, make, frames=max(3 * s.frames, s.min_batches * fpb))
+
+
+#: One startup run: a fresh process, no Ray running; prints a JSON line with the times.
+STARTUP_SCRIPT = """
+import functools, json, sys, time
+start = time.perf_counter()
+impl = sys.argv[1]
+if impl == "tdscheme":
+    from tdscheme import RayCollector
+else:
+    from torchrl.collectors.distributed import RayCollector
+from tdscheme.testing import make_env, mlp_policy
+import torch
+torch.manual_seed(0)
+built = time.perf_counter()
+collector = RayCollector(
+    functools.partial(make_env, "CartPole-v1"), mlp_policy(4, 2), frames_per_batch=1000,
+    total_frames=2**40, num_collectors=2, remote_configs={"num_cpus": 1},
+)
+next(iter(collector))
+first = time.perf_counter()
+collector.shutdown()
+import ray
+ray.shutdown()
+print(json.dumps({"construct": first - built, "process": first - start}), flush=True)
+"""
+
+
+def section_startup(rec: Recorder, s: Settings) -> None:
+    """Construction (and process start) to first batch in a fresh process, Ray started by each."""
+    import subprocess
+    import tempfile
+
+    times: dict[str, list[tuple[float, float]]] = {"tdscheme": [], "torchrl": []}
+    notes: dict[str, str] = {}
+    for run in range(s.startup_runs):
+        for impl in list(times)[:: 1 if run % 2 == 0 else -1]:  # alternate who goes first
+            log(f"startup | {impl} | run {run}")
+            with tempfile.TemporaryDirectory(prefix="tds-", dir="/tmp") as tmp:
+                env = dict(os.environ, RAY_TMPDIR=tmp)  # its own Ray, not this script's
+                env.pop("RAY_ADDRESS", None)
+                started = time.perf_counter()
+                proc = subprocess.run(
+                    [sys.executable, "-c", STARTUP_SCRIPT, impl], env=env, text=True,
+                    capture_output=True, timeout=s.timeout_s,
+                )  # fmt: skip
+                wall = time.perf_counter() - started
+            lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                notes[impl] = f"n/a: exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
+                continue
+            got = json.loads(lines[-1])
+            times[impl].append((got["construct"], got["process"]))
+            log(
+                f"  construct {got['construct']:.2f} s, process {got['process']:.2f} s, wall {wall:.1f} s"
+            )
+            settle()
+    config = f"fresh process, 2 collectors, fpb=1000, median of {s.startup_runs}"
+    for impl, runs in times.items():
+        row = dict(section="startup", impl=impl, env="CartPole-v1", order="first-ready",
+                   config=config)  # fmt: skip
+        for index, metric in enumerate(("first_batch_s", "process_to_first_batch_s")):
+            value = statistics.median(r[index] for r in runs) if runs else None
+            rec.add(Measurement(**row, metric=metric, value=value, unit="s",
+                                note=notes.get(impl, "")))  # fmt: skip
 
 
 def section_scale(rec: Recorder, s: Settings) -> None:
@@ -756,7 +835,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 sections = {
                     "same": section_same, "batched": section_batched,
-                    "envpool": section_envpool, "push": section_push,
+                    "envpool": section_envpool, "startup": section_startup,
+                    "push": section_push,
                     "large": section_large, "scale": section_scale,
                 }  # fmt: skip
                 sections[section](rec, s)
