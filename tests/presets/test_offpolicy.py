@@ -165,10 +165,12 @@ def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, capsys):
 def test_sac_pendulum_beats_minus_600(ray_clean, tmp_path):
     """A random Pendulum policy returns about -1200; SAC is better than -600 within 8k frames."""
     # one gradient step per frame, whatever the preset's speed-tuned ratio: this checks
-    # that SAC learns through tdscheme, within a small frame budget
+    # that SAC learns through tdscheme, within a small frame budget; minibatches of 64 at
+    # lr 3e-3 get there in fewer, cheaper steps (-600 at 3-4k frames, ~40 s here, against
+    # ~5k frames and ~57 s with the preset's 256 at 1e-3)
     settings = {"run_dir": str(tmp_path), "total_frames": 8_000, "eval_every_frames": 1_024,
                 "eval_episodes": 5, "target_return": -600.0, "progress": False,
-                "utd_ratio": 1.0}  # fmt: skip
+                "utd_ratio": 1.0, "batch_size": 64, "lr": 3e-3}  # fmt: skip
     preset = get_preset("sac-pendulum").override(settings)
     with preset.build_trainer() as trainer:
         summary = trainer.run()
