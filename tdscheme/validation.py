@@ -18,7 +18,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_positive_number", "invalid"]
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_frame_budget",
+    "check_int",
+    "check_positive_number",
+    "invalid",
+]
 
 
 def invalid(name: str, value: Any, accepted: str, *, context: str = "") -> ValueError:
@@ -33,6 +40,12 @@ def check_int(name: str, value: Any, *, minimum: int, optional: bool = False) ->
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise invalid(name, value, f"{'None or ' if optional else ''}an int >= {minimum}")
+
+
+def check_frame_budget(name: str, value: Any) -> None:
+    """Raises unless ``value`` is an int ``>= 0``, or ``-1`` (no limit)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise invalid(name, value, "an int >= 0, or -1 for no limit")
 
 
 def check_positive_number(name: str, value: Any) -> None:

@@ -22,7 +22,7 @@ from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
-from tdscheme.validation import invalid
+from tdscheme.validation import check_frame_budget
 
 logger = logging.getLogger(__name__)
 
@@ -342,8 +342,7 @@ class RayCollector(
         Raises:
             ValueError: ``total_frames`` is neither.
         """
-        if isinstance(total_frames, bool) or not isinstance(total_frames, int) or total_frames < -1:
-            raise invalid("total_frames", total_frames, "an int >= 0, or -1 for no limit")
+        check_frame_budget("total_frames", total_frames)
         self.config.total_frames = self.total_frames = total_frames
         self._flow.budget_changed()
 

@@ -35,7 +35,7 @@ from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
 from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
-from tdscheme.validation import invalid
+from tdscheme.validation import check_frame_budget
 
 __all__ = ["Driver", "Scheme"]
 
@@ -303,8 +303,7 @@ class Scheme:
         Raises:
             ValueError: ``total_frames`` is neither.
         """
-        if isinstance(total_frames, bool) or not isinstance(total_frames, int) or total_frames < -1:
-            raise invalid("total_frames", total_frames, "an int >= 0, or -1 for no limit")
+        check_frame_budget("total_frames", total_frames)
         collector = self.collector
         if collector is None:
             return
