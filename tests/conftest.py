@@ -29,3 +29,11 @@ def ray_clean(ray_session):
     before = alive_actor_ids()
     yield ray_session
     assert_no_actors_left(before)
+
+
+@pytest.fixture(scope="module")
+def ray_module_clean(ray_session):
+    """Like ``ray_clean`` for a module's shared actors: fails the module if they outlive it."""
+    before = alive_actor_ids()
+    yield ray_session
+    assert_no_actors_left(before, what="module")

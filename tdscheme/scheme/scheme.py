@@ -261,7 +261,8 @@ class Scheme:
             The iteration's metrics (see the class docstring).
 
         Raises:
-            RuntimeError: the scheme is shut down.
+            RuntimeError: the scheme is shut down, or :meth:`set_total_frames`'s
+                budget is spent (:attr:`frames_left` is 0).
             tdscheme.WorkerError: a collector worker failed for good.
             tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed
                 for good.
@@ -269,6 +270,11 @@ class Scheme:
         """
         if self._closed:
             raise RuntimeError("Scheme is shut down")
+        if self.frames_left == 0:
+            raise RuntimeError(
+                f"no frame is left to train on: the budget of set_total_frames is spent at "
+                f"{self.frames} frames; raise it with set_total_frames, or stop stepping"
+            )
         if self._started_at is None:
             self._started_at = time.perf_counter()
         start = time.perf_counter()
@@ -326,8 +332,8 @@ class Scheme:
         return None if collector is None else collector.frames_left
 
     def __iter__(self) -> Iterator[dict[str, float]]:
-        """Yields :meth:`step` forever; stop when you have trained enough."""
-        while True:
+        """Yields :meth:`step` until :meth:`set_total_frames`'s budget is spent (forever without one)."""
+        while self.frames_left != 0:
             yield self.step()
 
     # -- state ---------------------------------------------------------------------

@@ -11,8 +11,9 @@ from tdscheme.testing import CountingPolicy
 SMALL = {"num_cpus": 0.5}
 
 
-@pytest.fixture
-def two_workers(ray_clean):
+@pytest.fixture(scope="module")
+def two_workers(ray_module_clean):
+    """Shared by the module's tests (in file order: the first reads the untouched counters)."""
     collector = RayCollector(
         [CountingEnv, CountingEnv], CountingPolicy(), frames_per_batch=10, total_frames=-1,
         remote_configs=SMALL,

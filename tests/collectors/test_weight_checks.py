@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme import RayCollector
-from tdscheme.testing import alive_actor_ids, assert_no_actors_left, bias_policy, make_env
+from tdscheme.testing import bias_policy, make_env
 
 SMALL = {"num_cpus": 0.5}
 pendulum = functools.partial(make_env, "Pendulum-v1")
@@ -23,10 +23,9 @@ def _weights(**overrides: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module", params=["policy", "policy_factory"])
-def collector(ray_session, request):
+def collector(ray_module_clean, request):
     """One collector per policy form, shared by the module's tests: a rejected push changes
     nothing, and the one accepted push comes last (tests run in file order per param)."""
-    before = alive_actor_ids()
     factory = request.param == "policy_factory"
     collector = RayCollector(
         pendulum, None if factory else bias_policy(3, 1),
@@ -39,7 +38,6 @@ def collector(ray_session, request):
         yield collector
     finally:
         collector.shutdown()
-        assert_no_actors_left(before)
 
 
 def _rejected(collector: RayCollector, weights, match: str) -> None:

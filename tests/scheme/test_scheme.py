@@ -86,6 +86,14 @@ def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
         assert all(torch.equal(before.get(k), after.get(k)) for k in before.keys(True, True))
         assert scheme.frames == 1024 and scheme.collector.collected_frames == 1024
         assert scheme.collector.wait_for_weights(timeout_s=60) == [3, 3]
+        # A budget of 100 more frames: the stacked [2 workers, 4 envs, T] batch is cut at
+        # whole steps of 8 frames (96, never over), then iteration ends and step() says why.
+        scheme.set_total_frames(1124)
+        assert [m["frames"] for m in scheme] == [1120.0] and scheme.frames_left == 0
+        with pytest.raises(RuntimeError, match="budget of set_total_frames is spent at 1120"):
+            scheme.step()
+        ledger = scheme.collector.stats()["ledger"]
+        assert ledger["yielded"] == 1120 and ledger["unaccounted"] == 0, ledger
     scheme.shutdown()  # idempotent
     assert [m["frames"] for m in history] == [256.0, 512.0, 768.0, 1024.0]
     last = history[-1]
