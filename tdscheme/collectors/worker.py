@@ -166,6 +166,9 @@ class CollectorWorker(SchemeReceiverMixin):
         self._writer = None if spec.replay_buffer is None else BufferWriter(spec.replay_buffer)
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
+        # held across a write's staleness check and the write, and by set_weights: once a
+        # push is acknowledged, no write of frames it makes too stale is still in flight
+        self._write_lock = threading.Lock()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
         self.env_steps = 0  # progress, read by the driver through progress()
         self._collector = self._build_collector(spec, worker_id)
@@ -266,12 +269,13 @@ class CollectorWorker(SchemeReceiverMixin):
                 td, max_frames, whole_trajectories=self.spec.whole_trajectories
             )
             batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
-            if self._too_stale(version):
-                batch.frames, batch.frames_dropped = 0, batch.frames
-            elif batch.frames:
-                # the reply goes with the write: if this worker dies before replying,
-                # the driver finds it in the buffer (replay.last_write)
-                self._writer.extend(td, record=batch)
+            with self._write_lock:
+                if self._too_stale(version):
+                    batch.frames, batch.frames_dropped = 0, batch.frames
+                elif batch.frames:
+                    # the reply goes with the write: if this worker dies before replying,
+                    # the driver finds it in the buffer (replay.last_write)
+                    self._writer.extend(td, record=batch)
         batch.encode_s = time.perf_counter() - collected
         return batch
 
@@ -324,12 +328,14 @@ class CollectorWorker(SchemeReceiverMixin):
         Runs in the ``control`` group, so it is answered while a batch is being
         collected: the weights are staged and applied when the next batch
         starts (a batch never mixes two versions). A newer push replaces an
-        older one that was not applied yet.
+        older one that was not applied yet. With a replay buffer it waits for a
+        write in flight, so that once it is acknowledged no frames it makes
+        too stale (``max_policy_lag``) reach the buffer.
 
         Returns:
             ``policy_version`` (the acknowledgement that the weights arrived).
         """
-        with self._staged_cond:
+        with self._write_lock, self._staged_cond:
             if self._staged is None or self._staged[1] < policy_version:
                 self._staged = (weights, policy_version)
             self._staged_cond.notify_all()
