@@ -6,9 +6,10 @@ The public names are imported lazily (PEP 562): a Ray worker that unpickles a
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tdscheme.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -65,14 +66,4 @@ if TYPE_CHECKING:
     from tdscheme.scheme import Scheme, SchemeConfig
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tdscheme' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

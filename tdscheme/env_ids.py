@@ -18,7 +18,10 @@ import difflib
 
 from tdscheme.validation import invalid
 
-__all__ = ["check_env_id", "close_env_ids"]
+__all__ = ["ENV_BACKENDS", "check_env_id", "close_env_ids"]
+
+#: The env backends of :func:`tdscheme.envs.make_env` (gymnasium's ids, or EnvPool's).
+ENV_BACKENDS = ("gymnasium", "envpool")
 
 
 def close_env_ids(env_id: str, *, n: int = 3) -> list[str]:

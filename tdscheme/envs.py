@@ -29,10 +29,12 @@ from __future__ import annotations
 import gymnasium as gym
 from torchrl.envs import EnvBase, GymEnv, GymWrapper
 
+from tdscheme.env_ids import ENV_BACKENDS
+
 __all__ = ["BACKENDS", "make_env"]
 
 #: The env backends :func:`make_env` accepts.
-BACKENDS = ("gymnasium", "envpool")
+BACKENDS = ENV_BACKENDS
 
 
 def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> EnvBase:

@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
 
 #: Floors, lowest first: a room may import rooms on its own floor only where noted.
 FLOORS: list[set[str]] = [
-    {"keys", "validation", "log_levels", "episodes", "envs", "env_ids", "transport", "runtime"},
+    {"keys", "validation", "log_levels", "lazy", "episodes", "envs", "env_ids", "transport",
+     "runtime"},
     {"learner"},
     {"collectors", "gradient_workers"},
     {"scheme"},
@@ -27,7 +28,7 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 #: Rooms of the ground floor that other ground-floor rooms may import (leaves).
-GROUND_LEAVES = {"keys", "validation", "log_levels"}
+GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "env_ids"}
 #: Downward imports that are still wrong: (importer's room, imported room).
 FORBIDDEN = {("collectors", "learner")}
 

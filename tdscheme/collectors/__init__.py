@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from tdscheme.collectors.config import RayCollectorConfig
-from tdscheme.collectors.pool import WorkerError
-from tdscheme.collectors.preemption import PreemptionConfig
-from tdscheme.collectors.ray_collector import RayCollector
-from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
-from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "CollectorWorker": "tdscheme.collectors.worker",
+    "MASK_KEY": "tdscheme.keys",
+    "POLICY_VERSION_KEY": "tdscheme.keys",
+    "PreemptionConfig": "tdscheme.collectors.preemption",
+    "RayCollector": "tdscheme.collectors.ray_collector",
+    "RayCollectorConfig": "tdscheme.collectors.config",
+    "WORKER_ID_KEY": "tdscheme.keys",
+    "WorkerError": "tdscheme.collectors.pool",
+    "WorkerSpec": "tdscheme.collectors.worker",
+}
 
 __all__ = [
     "MASK_KEY",
@@ -20,3 +29,13 @@ __all__ = [
     "WorkerError",
     "WorkerSpec",
 ]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.collectors.config import RayCollectorConfig
+    from tdscheme.collectors.pool import WorkerError
+    from tdscheme.collectors.preemption import PreemptionConfig
+    from tdscheme.collectors.ray_collector import RayCollector
+    from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+    from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

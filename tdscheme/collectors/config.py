@@ -12,6 +12,7 @@ from torch import nn
 from tdscheme.collectors.lean import LeanCollector
 from tdscheme.collectors.preemption import PreemptionConfig
 from tdscheme.collectors.replay import is_ray_replay_buffer
+from tdscheme.collectors.sync_rules import check_sync_rules
 from tdscheme.collectors.torchrl_args import (
     check_weight_args,
     for_worker_collector,
@@ -26,31 +27,6 @@ from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import check_bool, check_int, check_positive_number, invalid
 
 _DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
-
-
-def check_sync_rules(
-    *, frames_per_batch: int, num_collectors: int, sync: bool, preemption: PreemptionConfig
-) -> None:
-    """The rules of stacked (``sync=True``) collection, shared by every config that sets them.
-
-    Raises:
-        ValueError: a batch that does not split evenly over the workers, or
-            preemption without ``sync=True``.
-    """
-    if sync and frames_per_batch % num_collectors:
-        raise invalid(
-            "frames_per_batch", frames_per_batch,
-            f"a multiple of num_collectors (each worker collects frames_per_batch / "
-            f"num_collectors); pick a multiple of {num_collectors}",
-            context=f"sync=True and num_collectors={num_collectors}",
-        )  # fmt: skip
-    if preemption.enabled and not sync:
-        raise invalid(
-            "preemption", dataclasses.asdict(preemption),
-            "None, or set sync=True (stragglers are only cut off when a batch waits for "
-            "every worker)",
-            context="sync=False",
-        )  # fmt: skip
 
 
 #: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).

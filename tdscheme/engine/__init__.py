@@ -8,13 +8,26 @@ Example:
 
 from __future__ import annotations
 
-from tdscheme.engine.checkpoint import CheckpointError, CheckpointManager
-from tdscheme.engine.evaluation import EvalResult, evaluate
-from tdscheme.engine.plot import plot_learning_curve
-from tdscheme.engine.progress import Progress
-from tdscheme.engine.run_log import RunLogger, read_metrics
-from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
-from tdscheme.engine.trainer import Trainer, TrainerConfig
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "CheckpointError": "tdscheme.engine.checkpoint",
+    "CheckpointManager": "tdscheme.engine.checkpoint",
+    "EvalResult": "tdscheme.engine.evaluation",
+    "Progress": "tdscheme.engine.progress",
+    "RunLogger": "tdscheme.engine.run_log",
+    "Trainer": "tdscheme.engine.trainer",
+    "TrainerConfig": "tdscheme.engine.trainer",
+    "evaluate": "tdscheme.engine.evaluation",
+    "plot_learning_curve": "tdscheme.engine.plot",
+    "read_metrics": "tdscheme.engine.run_log",
+    "rng_state": "tdscheme.engine.seeding",
+    "seed_everything": "tdscheme.engine.seeding",
+    "set_rng_state": "tdscheme.engine.seeding",
+    "worker_seeds": "tdscheme.engine.seeding",
+}
 
 __all__ = [
     "CheckpointError",
@@ -32,3 +45,14 @@ __all__ = [
     "set_rng_state",
     "worker_seeds",
 ]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.engine.checkpoint import CheckpointError, CheckpointManager
+    from tdscheme.engine.evaluation import EvalResult, evaluate
+    from tdscheme.engine.plot import plot_learning_curve
+    from tdscheme.engine.progress import Progress
+    from tdscheme.engine.run_log import RunLogger, read_metrics
+    from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
+    from tdscheme.engine.trainer import Trainer, TrainerConfig
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -32,11 +32,11 @@ from tensordict import TensorDictBase
 from torchrl.record.loggers.common import Logger
 
 from tdscheme.engine.atomic import atomic_write
+from tdscheme.engine.trainer_config import BACKENDS
 
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.csv"
-BACKENDS = ("csv", "tensorboard")
 _HEADER = ["step", "name", "value"]
 
 

@@ -23,7 +23,7 @@ from tdscheme.engine.replay_checkpoint import (
 )
 from tdscheme.engine.run_log import RunLogger
 from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
-from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.engine.trainer_config import CONFIG_FILE, TrainerConfig
 from tdscheme.runtime import interrupts
 from tdscheme.scheme import Scheme
 
@@ -31,8 +31,6 @@ __all__ = ["CONFIG_FILE", "Trainer", "TrainerConfig"]
 
 logger = logging.getLogger(__name__)
 
-#: The file in a run directory that holds the run's configuration (``run_config``).
-CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
 
 

@@ -6,9 +6,13 @@ import dataclasses
 import math
 import os
 
-from tdscheme.engine.run_log import BACKENDS
+__all__ = ["BACKENDS", "CONFIG_FILE", "TrainerConfig"]
 
-__all__ = ["TrainerConfig"]
+#: The file in a run directory that holds the run's configuration (``run_config``).
+CONFIG_FILE = "config.json"
+
+#: The run log's backends (``TrainerConfig.logger``).
+BACKENDS = ("csv", "tensorboard")
 
 
 @dataclasses.dataclass

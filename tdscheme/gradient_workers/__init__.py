@@ -14,14 +14,22 @@ Example:
 
 from __future__ import annotations
 
-from tdscheme.gradient_workers.asynchronous import AsynchronousCoordinator
-from tdscheme.gradient_workers.build import build_gradient_coordinator
-from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
-from tdscheme.gradient_workers.coordinator import GradientCoordinator
-from tdscheme.gradient_workers.decentralized import DecentralizedCoordinator
-from tdscheme.gradient_workers.pool import GradientWorkerError
-from tdscheme.gradient_workers.synchronous import SynchronousCoordinator
-from tdscheme.gradient_workers.worker import GradientResult, GradientWorker
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "AsynchronousCoordinator": "tdscheme.gradient_workers.asynchronous",
+    "DecentralizedCoordinator": "tdscheme.gradient_workers.decentralized",
+    "GradientCoordinator": "tdscheme.gradient_workers.coordinator",
+    "GradientResult": "tdscheme.gradient_workers.worker",
+    "GradientWorker": "tdscheme.gradient_workers.worker",
+    "GradientWorkerError": "tdscheme.gradient_workers.pool",
+    "GradientWorkerSpec": "tdscheme.gradient_workers.config",
+    "GradientWorkersConfig": "tdscheme.gradient_workers.config",
+    "SynchronousCoordinator": "tdscheme.gradient_workers.synchronous",
+    "build_gradient_coordinator": "tdscheme.gradient_workers.build",
+}
 
 __all__ = [
     "AsynchronousCoordinator",
@@ -35,3 +43,15 @@ __all__ = [
     "SynchronousCoordinator",
     "build_gradient_coordinator",
 ]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.gradient_workers.asynchronous import AsynchronousCoordinator
+    from tdscheme.gradient_workers.build import build_gradient_coordinator
+    from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
+    from tdscheme.gradient_workers.coordinator import GradientCoordinator
+    from tdscheme.gradient_workers.decentralized import DecentralizedCoordinator
+    from tdscheme.gradient_workers.pool import GradientWorkerError
+    from tdscheme.gradient_workers.synchronous import SynchronousCoordinator
+    from tdscheme.gradient_workers.worker import GradientResult, GradientWorker
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,12 +8,20 @@ Example:
 
 from __future__ import annotations
 
-from tdscheme.learner.batches import MASK_KEY
-from tdscheme.learner.config import LearnerConfig
-from tdscheme.learner.gradients import average_gradients
-from tdscheme.learner.learner import Learner
-from tdscheme.learner.offpolicy import OffPolicyLearner, is_prioritized
-from tdscheme.learner.target_nets import TARGET_UPDATES, make_target_updater
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "Learner": "tdscheme.learner.learner",
+    "LearnerConfig": "tdscheme.learner.config",
+    "MASK_KEY": "tdscheme.learner.batches",
+    "OffPolicyLearner": "tdscheme.learner.offpolicy",
+    "TARGET_UPDATES": "tdscheme.learner.target_nets",
+    "average_gradients": "tdscheme.learner.gradients",
+    "is_prioritized": "tdscheme.learner.offpolicy",
+    "make_target_updater": "tdscheme.learner.target_nets",
+}
 
 __all__ = [
     "MASK_KEY",
@@ -25,3 +33,13 @@ __all__ = [
     "is_prioritized",
     "make_target_updater",
 ]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.learner.batches import MASK_KEY
+    from tdscheme.learner.config import LearnerConfig
+    from tdscheme.learner.gradients import average_gradients
+    from tdscheme.learner.learner import Learner
+    from tdscheme.learner.offpolicy import OffPolicyLearner, is_prioritized
+    from tdscheme.learner.target_nets import TARGET_UPDATES, make_target_updater
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

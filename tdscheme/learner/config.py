@@ -1,16 +1,20 @@
-"""``LearnerConfig``: how a Learner turns a batch into optimizer steps."""
+"""``LearnerConfig``: how a Learner turns a batch into optimizer steps (checked without torch)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tdscheme.validation import check_bool, check_int
 
-__all__ = ["LearnerConfig"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TARGET_UPDATES", "LearnerConfig"]
+
+#: The accepted kinds of target update: Polyak averaging every step, or a copy every N steps.
+TARGET_UPDATES = ("soft", "hard")
 
 
 @dataclass
@@ -80,6 +84,8 @@ class LearnerConfig:
             )
         if not _is_positive(self.lr):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        import torch  # only here: the config module stays importable without torch
+
         try:
             torch.device(self.device)
         except (RuntimeError, TypeError) as err:

@@ -33,6 +33,7 @@ from typing import Any
 from torchrl.objectives import HardUpdate, LossModule, SoftUpdate
 from torchrl.objectives.utils import TargetNetUpdater
 
+from tdscheme.learner.config import TARGET_UPDATES
 from tdscheme.validation import check_choice, check_int, check_positive_number, invalid
 
 __all__ = [
@@ -41,9 +42,6 @@ __all__ = [
     "make_target_updater",
     "updater_state",
 ]
-
-#: The accepted kinds of target update: Polyak averaging every step, or a copy every N steps.
-TARGET_UPDATES = ("soft", "hard")
 
 
 def make_target_updater(

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
-from tdscheme.presets.actor_critic import ActorCriticConfig
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
@@ -27,9 +26,9 @@ from tdscheme.presets.offpolicy import (
     sac_pendulum,
     td3_pendulum,
 )
-from tdscheme.presets.offpolicy_modules import OffPolicyConfig
 from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
 from tdscheme.presets.preset import Preset
+from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
 
 __all__ = [
     "DEFAULT_PRESET",

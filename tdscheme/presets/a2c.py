@@ -9,14 +9,17 @@ Example:
 
 from __future__ import annotations
 
-from torch import nn
-from torchrl.objectives import A2CLoss
+from typing import TYPE_CHECKING
 
-from tdscheme.engine.trainer import TrainerConfig
-from tdscheme.learner import Learner
-from tdscheme.presets.actor_critic import ActorCriticConfig
-from tdscheme.presets.preset import Preset, actor_critic_learner
-from tdscheme.scheme import SchemeConfig
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets.preset import Preset
+from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.scheme.config import SchemeConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tdscheme.learner import Learner
 
 __all__ = ["a2c_cartpole", "a2c_learner"]
 
@@ -40,6 +43,10 @@ def a2c_learner(
     Returns:
         The Learner.
     """
+    from torchrl.objectives import A2CLoss
+
+    from tdscheme.presets.actor_critic import actor_critic_learner
+
     loss = A2CLoss(
         actor,
         critic,

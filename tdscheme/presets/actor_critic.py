@@ -1,4 +1,4 @@
-"""Envs, actor-critic networks and hyperparameters shared by the PPO and A2C presets.
+"""Envs, actor-critic networks and the learner shared by the PPO and A2C presets.
 
 Everything here is a module-level function of plain arguments, so that
 ``functools.partial`` of it pickles by reference into Ray workers.
@@ -15,9 +15,8 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from functools import partial
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -33,135 +32,25 @@ from torchrl.envs import (
     TransformedEnv,
 )
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import LossModule
+from torchrl.objectives.value import GAE
 
-from tdscheme.env_ids import check_env_id
-from tdscheme.envs import BACKENDS, make_env
+from tdscheme.envs import make_env
+from tdscheme.learner import Learner, LearnerConfig
+from tdscheme.presets.settings import ActorCriticConfig
 
-__all__ = ["ACTIVATIONS", "ActorCriticConfig", "actor_critic_modules", "eval_env", "train_env"]
+__all__ = [
+    "ACTIVATIONS",
+    "ActorCriticConfig",
+    "actor_critic_learner",
+    "actor_critic_modules",
+    "eval_env",
+    "linear_lr_schedule",
+    "train_env",
+]
 
-#: Hidden-layer activations by name.
+#: Hidden-layer activations by name (the names :data:`~tdscheme.presets.settings.ACTIVATION_NAMES`).
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
-
-
-@dataclasses.dataclass
-class ActorCriticConfig:
-    """Env, network and loss hyperparameters of an actor-critic preset (PPO or A2C).
-
-    Args:
-        env_id: a gymnasium env id with a flat observation and a discrete or box action
-            (with ``env_backend="envpool"``: an EnvPool id).
-        env_backend: ``"gymnasium"`` (default) or ``"envpool"``
-            (:func:`tdscheme.envs.make_env`'s ``backend``).
-        num_envs: envs each collector worker steps in one batch (gymnasium's sync
-            vector env); more envs per process means more frames per second.
-        eval_num_envs: envs stepped together during evaluation.
-        hidden_sizes: hidden layers of the actor and of the (separate) critic.
-        activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
-        gamma: discount.
-        gae_lambda: GAE's lambda.
-        lr: Adam learning rate.
-        anneal_lr: decay the learning rate linearly to ``lr * lr_end_factor`` over
-            ``anneal_frames`` frames, then keep it there.
-        anneal_frames: frames over which the learning rate decays; ``None``: the
-            run's ``total_frames``.
-        lr_end_factor: the final learning rate as a fraction of ``lr``.
-        num_epochs: passes over each batch.
-        minibatch_size: frames per optimizer step (``None``: the whole batch).
-        max_grad_norm: gradient clipping (``None``: none).
-        clip_epsilon: PPO's ratio clip (ignored by A2C).
-        entropy_coef: weight of the entropy bonus.
-        critic_coef: weight of the value loss.
-        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
-        normalize_advantage: standardize advantages per minibatch (PPO).
-        reward_scale: multiply training rewards by this (episode returns are logged
-            unscaled).
-        device: where the learner trains (``"cpu"``, ``"cuda"``).
-
-    Raises:
-        ValueError: a value out of range, naming the field, its value and what is accepted.
-
-    Example:
-        >>> ActorCriticConfig(lr=1e-3).hidden_sizes
-        (64, 64)
-    """
-
-    env_id: str = "CartPole-v1"
-    env_backend: str = "gymnasium"
-    num_envs: int = 16
-    eval_num_envs: int = 10
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    lr: float = 3e-4
-    anneal_lr: bool = True
-    anneal_frames: int | None = None
-    lr_end_factor: float = 0.0
-    num_epochs: int = 4
-    minibatch_size: int | None = 256
-    max_grad_norm: float | None = 0.5
-    clip_epsilon: float = 0.2
-    entropy_coef: float = 0.01
-    critic_coef: float = 0.5
-    loss_critic_type: str = "l2"
-    normalize_advantage: bool = True
-    reward_scale: float = 1.0
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        self.hidden_sizes = tuple(self.hidden_sizes)
-        for name in ("num_envs", "eval_num_envs", "num_epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid; accepted: an int >= 1")
-        af = self.anneal_frames
-        if af is not None and (isinstance(af, bool) or not isinstance(af, int) or af < 1):
-            raise ValueError(f"anneal_frames={af!r} is invalid; accepted: None or an int >= 1")
-        if not self.hidden_sizes or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
-        ):
-            raise ValueError(
-                f"hidden_sizes={self.hidden_sizes!r} is invalid; accepted: ints >= 1, e.g. (64, 64)"
-            )
-        if self.env_backend not in BACKENDS:
-            raise ValueError(
-                f"env_backend={self.env_backend!r} is invalid; accepted: {', '.join(BACKENDS)}"
-            )
-        if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
-            check_env_id(self.env_id)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation={self.activation!r} is invalid; accepted: {sorted(ACTIVATIONS)}"
-            )
-        for name, low, high in (
-            ("gamma", 0.0, 1.0),
-            ("gae_lambda", 0.0, 1.0),
-            ("lr_end_factor", 0.0, 1.0),
-        ):
-            value = getattr(self, name)
-            if not _is_number(value) or not low <= value <= high:
-                raise ValueError(
-                    f"{name}={value!r} is invalid; accepted: a number in [{low}, {high}]"
-                )
-        for name in ("lr", "clip_epsilon", "reward_scale"):
-            if not _is_number(getattr(self, name)) or not getattr(self, name) > 0:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is invalid; accepted: a number > 0"
-                )
-        for name in ("entropy_coef", "critic_coef"):
-            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is invalid; accepted: a number >= 0"
-                )
-        if self.loss_critic_type not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"loss_critic_type={self.loss_critic_type!r} is invalid; accepted: "
-                f"'l2', 'l1', 'smooth_l1'"
-            )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def train_env(
@@ -324,4 +213,42 @@ def linear_lr_schedule(
     """
     return torch.optim.lr_scheduler.LinearLR(
         optimizer, start_factor=1.0, end_factor=end_factor, total_iters=max(1, total_updates)
+    )
+
+
+def actor_critic_learner(
+    loss: LossModule,
+    critic: nn.Module,
+    *,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """Wraps an actor-critic loss in a Learner with GAE and the configured optimizer.
+
+    Args:
+        loss: e.g. ``ClipPPOLoss`` or ``A2CLoss``, built over ``critic``.
+        critic: the value network GAE uses (the one the loss trains).
+        config: GAE, optimizer and minibatch hyperparameters.
+        total_updates: learner updates of the whole run; with ``config.anneal_lr``
+            the learning rate decays linearly over them.
+
+    Returns:
+        The Learner.
+    """
+    scheduler = None
+    if config.anneal_lr and total_updates:
+        scheduler = partial(
+            linear_lr_schedule, total_updates=total_updates, end_factor=config.lr_end_factor
+        )
+    return Learner(
+        loss,
+        config=LearnerConfig(
+            num_epochs=config.num_epochs,
+            minibatch_size=config.minibatch_size,
+            max_grad_norm=config.max_grad_norm,
+            lr=config.lr,
+            device=config.device,
+        ),
+        value_estimator=GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic),
+        lr_scheduler=scheduler,
     )

@@ -17,12 +17,12 @@ Example:
 
 from __future__ import annotations
 
-from tdscheme.engine.trainer import TrainerConfig
+from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets.a2c import a2c_learner
-from tdscheme.presets.actor_critic import ActorCriticConfig
 from tdscheme.presets.ppo import ppo_learner
 from tdscheme.presets.preset import Preset
-from tdscheme.scheme import SchemeConfig
+from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.scheme.config import SchemeConfig
 
 __all__ = ["a3c_cartpole", "ppo_cartpole_dd"]
 

@@ -3,6 +3,8 @@
 Each is an :class:`OffPolicyPreset`: a :class:`~tdscheme.presets.Preset` whose
 factories include the replay buffer (``storage_factory``), so its Scheme trains
 off-policy (see :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`).
+The learners and factories import torch and torchrl when they are called, so
+that making a preset (and the command's check of its settings) does not.
 
 Example:
     >>> preset = dqn_cartpole()
@@ -18,16 +20,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-from torchrl.objectives import DQNLoss, SACLoss, TD3Loss
-
-from tdscheme.engine.trainer import TrainerConfig
-from tdscheme.learner import LearnerConfig, OffPolicyLearner, make_target_updater
-from tdscheme.presets.offpolicy_modules import OffPolicyConfig, offpolicy_modules, replay_buffer
+from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets.preset import Preset
-from tdscheme.scheme import SchemeConfig
+from tdscheme.presets.settings import OffPolicyConfig
+from tdscheme.scheme.config import SchemeConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tdscheme.learner import OffPolicyLearner
 
 __all__ = [
     "OffPolicyPreset",
@@ -42,6 +45,8 @@ __all__ = [
 
 
 def _learner(loss: Any, policy: nn.Module, config: OffPolicyConfig) -> OffPolicyLearner:
+    from tdscheme.learner import LearnerConfig, OffPolicyLearner, make_target_updater
+
     loss.make_value_estimator(gamma=config.gamma)
     return OffPolicyLearner(
         loss,
@@ -64,6 +69,8 @@ def dqn_learner(
         qvalue: the Q-value actor.
         config: loss, optimizer and target-update hyperparameters.
     """
+    from torchrl.objectives import DQNLoss
+
     loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True, double_dqn=True)
     return _learner(loss, actor, config)
 
@@ -72,6 +79,8 @@ def sac_learner(
     *, actor: nn.Module, qvalue: nn.Module, config: OffPolicyConfig, **_: Any
 ) -> OffPolicyLearner:
     """torchrl's ``SACLoss`` (two Q-networks, learned temperature) in an OffPolicyLearner."""
+    from torchrl.objectives import SACLoss
+
     loss = SACLoss(actor, qvalue, num_qvalue_nets=2, action_spec=actor.spec)
     return _learner(loss, actor, config)
 
@@ -87,6 +96,8 @@ def td3_learner(
         qvalue: the Q-network.
         config: loss, optimizer and target-update hyperparameters.
     """
+    from torchrl.objectives import TD3Loss
+
     spec = actor[-1].spec if hasattr(actor[-1], "spec") else None
     loss = TD3Loss(policy, qvalue, action_spec=spec, num_qvalue_nets=2)
     return _learner(loss, actor, config)
@@ -106,6 +117,8 @@ class OffPolicyPreset(Preset):
 
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": collection policy, "qvalue": ..., ...}``."""
+        from tdscheme.presets.offpolicy_modules import offpolicy_modules
+
         a = self.algo
         return partial(
             offpolicy_modules, a.env_id, algo=self.algo_name, hidden_sizes=a.hidden_sizes,
@@ -120,6 +133,8 @@ class OffPolicyPreset(Preset):
 
     def storage_factory(self) -> Callable[[], Any]:
         """Builds the replay buffer where ``scheme.buffer_location`` says."""
+        from tdscheme.presets.offpolicy_modules import replay_buffer
+
         a = self.algo
         ray_held = self.scheme.buffer_location == "ray"
         return partial(

@@ -1,4 +1,4 @@
-"""Networks, replay buffers and hyperparameters of the off-policy presets (DQN, SAC, TD3, DDPG).
+"""Networks and replay buffers of the off-policy presets (DQN, SAC, TD3, DDPG).
 
 Everything here is a module-level function of plain arguments, so that
 ``functools.partial`` of it pickles by reference into Ray workers.
@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -44,11 +43,10 @@ from torchrl.modules import (
     ValueOperator,
 )
 
-from tdscheme.env_ids import check_env_id
-from tdscheme.envs import BACKENDS, make_env
-from tdscheme.learner.target_nets import TARGET_UPDATES
+from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
-from tdscheme.validation import check_bool, check_choice, check_int, invalid
+from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
+from tdscheme.validation import check_choice, invalid
 
 __all__ = [
     "OFFPOLICY_ALGOS",
@@ -56,130 +54,6 @@ __all__ = [
     "offpolicy_modules",
     "replay_buffer",
 ]
-
-#: The off-policy algorithms the presets build (torchrl's losses of the same names).
-OFFPOLICY_ALGOS = ("dqn", "sac", "td3", "ddpg")
-
-
-@dataclasses.dataclass
-class OffPolicyConfig:
-    """Env, network, loss, replay and exploration hyperparameters of an off-policy preset.
-
-    Args:
-        env_id: a gymnasium env id with a flat observation (discrete actions for
-            DQN, a 1-D box for SAC, TD3 and DDPG).
-        env_backend: ``"gymnasium"`` (default) or ``"envpool"`` (the same id in EnvPool's
-            threads; see :func:`tdscheme.envs.make_env`).
-        num_envs: envs each collector worker steps in one batch.
-        eval_num_envs: envs stepped together during evaluation.
-        hidden_sizes: hidden layers of the actor and of each Q-network.
-        activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
-        gamma: discount.
-        lr: Adam learning rate (one optimizer over every trained parameter).
-        max_grad_norm: gradient clipping (``None``: none).
-        batch_size: frames per gradient step (the replay buffer's sample size).
-        buffer_size: frames the replay buffer holds (the oldest are overwritten).
-        prioritized: prioritized replay (torchrl's ``PrioritizedSampler``, the loss's
-            ``td_error`` written back after every step); driver-held buffers only.
-        priority_alpha: prioritized replay's exponent on priorities.
-        priority_beta: prioritized replay's importance-sampling exponent.
-        target_update: ``"soft"`` (torchrl's ``SoftUpdate`` every step) or ``"hard"``
-            (``HardUpdate``, a copy every ``hard_update_interval`` steps).
-        tau: the soft update's rate.
-        hard_update_interval: gradient steps between hard target copies.
-        eps_init: DQN: initial epsilon of the epsilon-greedy policy.
-        eps_end: DQN: final epsilon.
-        exploration_frames: frames over which epsilon (DQN) or the action noise
-            (TD3, DDPG) anneals to its end value.
-        noise_sigma: TD3 / DDPG: initial std of the Gaussian action noise, as a
-            fraction of the action range's half-width.
-        noise_sigma_end: TD3 / DDPG: final std of the action noise.
-        reward_scale: multiply training rewards by this (episode returns are logged
-            unscaled).
-        device: where the learner trains (``"cpu"``, ``"cuda"``).
-
-    Raises:
-        ValueError: a value out of range, naming the field, its value and what is accepted.
-
-    Example:
-        >>> OffPolicyConfig(env_id="Pendulum-v1").batch_size
-        256
-        >>> OffPolicyConfig(tau=0)
-        Traceback (most recent call last):
-        ...
-        ValueError: tau=0 is invalid; accepted: a number in (0, 1]
-    """
-
-    env_id: str = "CartPole-v1"
-    env_backend: str = "gymnasium"
-    num_envs: int = 8
-    eval_num_envs: int = 10
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "relu"
-    gamma: float = 0.99
-    lr: float = 3e-4
-    max_grad_norm: float | None = None
-    batch_size: int = 256
-    buffer_size: int = 100_000
-    prioritized: bool = False
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    target_update: str = dataclasses.field(default="soft", metadata={"choices": TARGET_UPDATES})
-    tau: float = 0.005
-    hard_update_interval: int = 500
-    eps_init: float = 1.0
-    eps_end: float = 0.05
-    exploration_frames: int = 10_000
-    noise_sigma: float = 0.1
-    noise_sigma_end: float = 0.1
-    reward_scale: float = 1.0
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        self.hidden_sizes = tuple(self.hidden_sizes)
-        for name in ("num_envs", "eval_num_envs", "batch_size", "buffer_size"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("hard_update_interval", self.hard_update_interval, minimum=1)
-        check_int("exploration_frames", self.exploration_frames, minimum=1)
-        if not self.hidden_sizes or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
-        ):
-            raise invalid("hidden_sizes", self.hidden_sizes, "ints >= 1, e.g. (64, 64)")
-        check_choice("activation", self.activation, sorted(ACTIVATIONS))
-        check_choice("env_backend", self.env_backend, BACKENDS)
-        if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
-            check_env_id(self.env_id)
-        check_choice("target_update", self.target_update, TARGET_UPDATES)
-        check_bool("prioritized", self.prioritized)
-        for name, low, high, low_open in (
-            ("gamma", 0.0, 1.0, False),
-            ("tau", 0.0, 1.0, True),
-            ("eps_init", 0.0, 1.0, False),
-            ("eps_end", 0.0, 1.0, False),
-            ("priority_alpha", 0.0, 1.0, False),
-            ("priority_beta", 0.0, 1.0, False),
-        ):
-            value = getattr(self, name)
-            inside = _is_number(value) and (
-                low < value <= high if low_open else low <= value <= high
-            )
-            if not inside:
-                bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-                raise invalid(name, value, f"a number in {bounds}")
-        for name in ("lr", "reward_scale"):
-            if not _is_number(getattr(self, name)) or not getattr(self, name) > 0:
-                raise invalid(name, getattr(self, name), "a number > 0")
-        for name in ("noise_sigma", "noise_sigma_end"):
-            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
-                raise invalid(name, getattr(self, name), "a number >= 0")
-        if self.max_grad_norm is not None and not (
-            _is_number(self.max_grad_norm) and self.max_grad_norm > 0
-        ):
-            raise invalid("max_grad_norm", self.max_grad_norm, "None or a number > 0")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _env_specs(env_id: str) -> tuple[int, Any]:

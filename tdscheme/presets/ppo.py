@@ -11,14 +11,17 @@ Example:
 
 from __future__ import annotations
 
-from torch import nn
-from torchrl.objectives import ClipPPOLoss
+from typing import TYPE_CHECKING
 
-from tdscheme.engine.trainer import TrainerConfig
-from tdscheme.learner import Learner
-from tdscheme.presets.actor_critic import ActorCriticConfig
-from tdscheme.presets.preset import Preset, actor_critic_learner
-from tdscheme.scheme import SchemeConfig
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets.preset import Preset
+from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.scheme.config import SchemeConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tdscheme.learner import Learner
 
 __all__ = ["ppo_cartpole", "ppo_learner", "ppo_pendulum"]
 
@@ -41,6 +44,10 @@ def ppo_learner(
     Returns:
         The Learner.
     """
+    from torchrl.objectives import ClipPPOLoss
+
+    from tdscheme.presets.actor_critic import actor_critic_learner
+
     loss = ClipPPOLoss(
         actor,
         critic,

@@ -6,6 +6,10 @@ From them it makes the picklable factories a :class:`~tdscheme.Scheme` takes, an
 it round-trips through a JSON-compatible dict (``to_dict`` /
 ``tdscheme.presets.preset_from_dict``), which
 is what a run directory's ``config.json`` and its checkpoints hold.
+
+Making, overriding and saving a preset imports no torch (the ``tdscheme``
+command checks every setting before it starts Ray); the factories import the
+networks, envs and the Scheme when they are called.
 """
 
 from __future__ import annotations
@@ -13,64 +17,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-from torchrl.objectives import LossModule
-from torchrl.objectives.value import GAE
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.scheme.config import SchemeConfig
 
-from tdscheme.engine.trainer import Trainer, TrainerConfig
-from tdscheme.learner import Learner, LearnerConfig
-from tdscheme.presets.actor_critic import (
-    ActorCriticConfig,
-    actor_critic_modules,
-    eval_env,
-    linear_lr_schedule,
-    train_env,
-)
-from tdscheme.scheme import Scheme, SchemeConfig
+if TYPE_CHECKING:
+    from torch import nn
 
-__all__ = ["Preset", "actor_critic_learner"]
+    from tdscheme.engine.trainer import Trainer
+    from tdscheme.learner import Learner
+    from tdscheme.scheme import Scheme
+
+__all__ = ["Preset"]
 
 _SECTIONS = ("algo", "scheme", "trainer")
-
-
-def actor_critic_learner(
-    loss: LossModule,
-    critic: nn.Module,
-    *,
-    config: ActorCriticConfig,
-    total_updates: int | None = None,
-) -> Learner:
-    """Wraps an actor-critic loss in a Learner with GAE and the configured optimizer.
-
-    Args:
-        loss: e.g. ``ClipPPOLoss`` or ``A2CLoss``, built over ``critic``.
-        critic: the value network GAE uses (the one the loss trains).
-        config: GAE, optimizer and minibatch hyperparameters.
-        total_updates: learner updates of the whole run; with ``config.anneal_lr``
-            the learning rate decays linearly over them.
-
-    Returns:
-        The Learner.
-    """
-    scheduler = None
-    if config.anneal_lr and total_updates:
-        scheduler = partial(
-            linear_lr_schedule, total_updates=total_updates, end_factor=config.lr_end_factor
-        )
-    return Learner(
-        loss,
-        config=LearnerConfig(
-            num_epochs=config.num_epochs,
-            minibatch_size=config.minibatch_size,
-            max_grad_norm=config.max_grad_norm,
-            lr=config.lr,
-            device=config.device,
-        ),
-        value_estimator=GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic),
-        lr_scheduler=scheduler,
-    )
 
 
 @dataclasses.dataclass
@@ -104,6 +66,8 @@ class Preset:
 
     def env_factory(self) -> Callable[[], Any]:
         """Builds one collector worker's batched training env."""
+        from tdscheme.presets.actor_critic import train_env
+
         a = self.algo
         return partial(
             train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale,
@@ -112,11 +76,15 @@ class Preset:
 
     def eval_env_factory(self) -> Callable[[], Any]:
         """Builds the evaluation env (the env's own rewards)."""
+        from tdscheme.presets.actor_critic import eval_env
+
         a = self.algo
         return partial(eval_env, a.env_id, num_envs=a.eval_num_envs, backend=a.env_backend)
 
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": ..., "critic": ...}``."""
+        from tdscheme.presets.actor_critic import actor_critic_modules
+
         a = self.algo
         return partial(
             actor_critic_modules, a.env_id, hidden_sizes=a.hidden_sizes, activation=a.activation,
@@ -140,10 +108,14 @@ class Preset:
 
     def build_scheme(self) -> Scheme:
         """A new :class:`~tdscheme.Scheme` (starts or joins Ray, starts the collectors)."""
+        from tdscheme.scheme import Scheme
+
         return Scheme(**self.factories(), config=self.scheme)
 
     def build_trainer(self) -> Trainer:
         """A :class:`~tdscheme.engine.Trainer` that builds and runs this preset's scheme."""
+        from tdscheme.engine.trainer import Trainer
+
         return Trainer(self.build_scheme, config=self.trainer, run_config=self.to_dict())
 
     # -- configuration -------------------------------------------------------------------

@@ -10,8 +10,23 @@
 
 from __future__ import annotations
 
-from tdscheme.scheme.config import GRAD_COMMUNICATIONS, SchemeConfig
-from tdscheme.scheme.metrics import episode_metrics
-from tdscheme.scheme.scheme import Driver, Scheme
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "Driver": "tdscheme.scheme.scheme",
+    "GRAD_COMMUNICATIONS": "tdscheme.scheme.config",
+    "Scheme": "tdscheme.scheme.scheme",
+    "SchemeConfig": "tdscheme.scheme.config",
+    "episode_metrics": "tdscheme.scheme.metrics",
+}
 
 __all__ = ["GRAD_COMMUNICATIONS", "Driver", "Scheme", "SchemeConfig", "episode_metrics"]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.scheme.config import GRAD_COMMUNICATIONS, SchemeConfig
+    from tdscheme.scheme.metrics import episode_metrics
+    from tdscheme.scheme.scheme import Driver, Scheme
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 
 It is converted once into the lower layers' configs (:meth:`SchemeConfig.collector_config`,
 :meth:`SchemeConfig.grad_workers_config`), and checked with their own rules
-(:func:`~tdscheme.collectors.config.check_sync_rules`,
+(:func:`~tdscheme.collectors.sync_rules.check_sync_rules`,
 :func:`~tdscheme.gradient_workers.config.check_mode_rules`).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tdscheme.collectors.config import RayCollectorConfig, check_sync_rules
+from tdscheme.collectors.sync_rules import check_sync_rules
 from tdscheme.gradient_workers.config import GradientWorkersConfig, check_mode_rules
 from tdscheme.runtime.preemption import PreemptionConfig
 from tdscheme.runtime.ray_lease import check_init_keys
@@ -24,6 +24,9 @@ from tdscheme.validation import (
     check_positive_number,
     invalid,
 )
+
+if TYPE_CHECKING:  # torch and torchrl: imported when a collector is built, not to check settings
+    from tdscheme.collectors.config import RayCollectorConfig
 
 __all__ = ["BUFFER_LOCATIONS", "GRAD_COMMUNICATIONS", "SchemeConfig"]
 
@@ -264,6 +267,8 @@ synchronous step)
             >>> rc.frames_per_worker, rc.total_frames, rc.num_collectors
             (256, -1, 2)
         """
+        from tdscheme.collectors.config import RayCollectorConfig
+
         return RayCollectorConfig(
             env_factory,
             policy,

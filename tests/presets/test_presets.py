@@ -41,6 +41,14 @@ def test_override_validates_and_round_trips():
         preset.override({"activation": "gelu"})
 
 
+def test_the_light_settings_name_the_built_activations():
+    """settings.py (no torch) checks the names actor_critic.py builds modules from."""
+    from tdscheme.presets.actor_critic import ACTIVATIONS
+    from tdscheme.presets.settings import ACTIVATION_NAMES
+
+    assert sorted(ACTIVATIONS) == sorted(ACTIVATION_NAMES)
+
+
 ON_POLICY = sorted(n for n in PRESETS if not isinstance(get_preset(n), OffPolicyPreset))
 
 
