@@ -440,7 +440,7 @@ def cli_resume_changed() -> dict[str, Any]:
 
 
 def cli_resume_collectors() -> dict[str, Any]:
-    from tdscheme.cli.commands import _train_preset, build_parser
+    from tdscheme.cli.parser import build_parser, train_preset
 
     with tempfile.TemporaryDirectory() as d:
         run_dir = _saved_run(Path(d) / "run")
@@ -448,7 +448,7 @@ def cli_resume_collectors() -> dict[str, Any]:
             ["train", "--resume", str(run_dir), "--num-collectors", "3"]
         )
         start = time.perf_counter()
-        preset = _train_preset(args, {"num_collectors": 3}, args.command_parser)
+        preset = train_preset(args)
         ok = preset.scheme.num_collectors == 1
         return row("tdscheme train --resume with a changed --num-collectors",
                    "survived" if ok else "wrong result", time.perf_counter() - start, 2.0,

@@ -14,25 +14,23 @@ for ``frames_per_batch``, ``--sync/--no-sync`` for booleans, ``none`` for an
 unset optional value, ``64,64`` for a tuple of ints and JSON for dicts
 (``--collector-resources '{"num_cpus": 0.5}'``). ``tdscheme train --help`` lists them.
 
-Start-up: this module imports only Ray. For ``train`` (not ``--resume``) it
-starts Ray (with ``--ray-init-config`` when given) in the main thread while a
-second thread imports the commands (torch, torchrl, the presets), and a local
+Start-up: this module imports neither torch nor torchrl. It parses the command
+line and, for ``train``, makes the preset (:mod:`tdscheme.cli.parser`), which
+checks every setting: a usage error is one line within a second or two, before
+Ray starts. Then it starts Ray (the preset's ``ray_init_config``) in the main
+thread while a second thread imports the commands (torch, torchrl), and a local
 Ray's worker processes import torch and torchrl as soon as they are spawned
-(:mod:`tdscheme.runtime.ray_lease`): the seconds each of these takes overlap instead of
-adding up. Should the parsed settings ask for another Ray, the early one is
-given back before the run starts its own. The price: a usage error of
-``train`` is reported once that Ray is up, and the command exits once it is down
-again (a few seconds later than it would otherwise).
+(:mod:`tdscheme.runtime.ray_lease`): the seconds each of these takes overlap
+instead of adding up.
 
 Logging: WARNING, or INFO with ``-v``, for tdscheme, torchrl and Ray, on the
-driver and in every worker actor (:mod:`tdscheme.log_levels`). It is set up
-before Ray starts, from a look at ``argv``, and again once ``argv`` is parsed.
+driver and in every worker actor (:mod:`tdscheme.log_levels`), set up once
+``argv`` is parsed.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import signal
 import sys
@@ -71,26 +69,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupts.install()  # SIGINT / SIGTERM: stop between steps (re-installed after ray.init)
     lease = None
     forced_line = None
+    verbose = False
     try:
-        configure_driver_logging(logging.INFO if _verbose(argv) else logging.WARNING)
-        usage_error = _early_usage_error(argv)
-        if usage_error is not None:  # before Ray starts: the user waits for nothing
-            print(f"usage: tdscheme train [PRESET] [--SETTING VALUE ...]\n"
-                  f"tdscheme train: error: {usage_error}", file=sys.stderr)  # fmt: skip
-            return 2
-        early, ray_init_config = _early_ray(argv)
-        if early:
-            lease = _start_ray_while_importing(ray_init_config)
+        from tdscheme.cli.parser import build_parser, train_preset
+
+        args = build_parser().parse_args(argv)  # a usage error exits here with status 2
+        verbose = args.verbose
+        configure_driver_logging(logging.INFO if verbose else logging.WARNING)
+        preset = None
+        if args.command == "train":
+            preset = train_preset(args)  # every setting checked, still before Ray
+            lease = _start_ray_while_importing(preset.scheme.ray_init_config)
         from tdscheme.cli import commands
 
-        return commands.run(argv, started, ray_lease=lease)
+        return commands.run(args, preset, started, ray_lease=lease)
     except BaseException as err:
         name = interrupts.stop_requested() or (
             "SIGINT" if isinstance(err, KeyboardInterrupt) else None
         )
         if name is None:
             raise
-        if _verbose(argv):
+        if verbose:
             logger.warning("interrupted here", exc_info=err)
         forced_line = (
             f"tdscheme: {name}: stopped at once (before training started, on a second signal, "
@@ -104,91 +103,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupts.uninstall()
         if forced_line is not None:
             print(forced_line, file=sys.stderr, flush=True)
-
-
-def _verbose(argv: list[str]) -> bool:
-    """A look at ``argv`` before parsing: is the global ``-v``/``--verbose`` given?
-
-    Global options come before the command word; argparse accepts any prefix of
-    ``--verbose`` (it is the only global long option besides ``--help``).
-    """
-    for arg in argv:
-        if not arg.startswith("-"):
-            return False
-        if arg == "-v" or (len(arg) >= 3 and "--verbose".startswith(arg)):
-            return True
-    return False
-
-
-def _option_value(argv: list[str], option: str) -> str | None:
-    """The value given to ``option`` (``--x v`` or ``--x=v``), the last one winning."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == option and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(option + "="):
-            value = arg.partition("=")[2]
-    return value
-
-
-def _early_usage_error(argv: list[str]) -> str | None:
-    """The usage errors of ``train`` that need no import of torch: found before Ray starts.
-
-    ``--env-id`` is looked up in gymnasium's registry (with close names suggested),
-    ``--ray-init-config``'s keys are checked against ``ray.init``'s arguments. Every
-    other setting is checked when the command has parsed it.
-    """
-    words = [a for a in argv if not a.startswith("-")]
-    if not words or words[0] != "train" or {"-h", "--help"} & set(argv):
-        return None
-    env_id = _option_value(argv, "--env-id")
-    if env_id is not None and _option_value(argv, "--env-backend") in (None, "gymnasium"):
-        from tdscheme.env_ids import check_env_id
-
-        try:
-            check_env_id(env_id)
-        except ValueError as err:
-            return f"argument --env-id: {err}"
-    text = _option_value(argv, "--ray-init-config")
-    if text is not None:
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError:
-            return None  # the parser reports it
-        if isinstance(config, dict):
-            from tdscheme.runtime.ray_lease import check_init_keys
-
-            try:
-                check_init_keys(config)
-            except ValueError as err:
-                return f"argument --ray-init-config: {err}"
-    return None
-
-
-def _early_ray(argv: list[str]) -> tuple[bool, dict[str, Any] | None]:
-    """A look at ``argv`` before parsing: start Ray early? and with which ``ray_init_config``.
-
-    Only for ``train`` without ``--resume`` (whose Ray settings are in its run
-    directory) or help; a ``--ray-init-config`` that is not JSON is left to the
-    parser to report. A guess is safe: the run compares it with what it parsed.
-    """
-    if {"-h", "--help", "--resume"} & set(argv) or any(a.startswith("--resume=") for a in argv):
-        return False, None
-    words = [a for a in argv if not a.startswith("-")]  # the only global option is -v
-    if not words or words[0] != "train":
-        return False, None
-    option = "--ray-init-config"
-    for i, arg in enumerate(argv):
-        if arg == option or arg.startswith(option + "="):
-            text = (
-                arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
-            )
-            try:
-                config = json.loads(text)
-            except json.JSONDecodeError:
-                return False, None
-            return (True, config) if config is None or isinstance(config, dict) else (False, None)
-    return True, None
 
 
 def _start_ray_while_importing(ray_init_config: dict[str, Any] | None) -> RayLease | None:

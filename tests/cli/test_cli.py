@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tdscheme.cli.main import _early_ray, _verbose, main
+from tdscheme.cli.main import main
 from tdscheme.engine import CheckpointManager, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,42 +101,6 @@ def test_conflicting_settings_are_a_usage_error(ray_session, capsys, tmp_path):
     assert "decentralized=True is invalid with grad_communication='asynchronous'" in (
         capsys.readouterr().err
     )
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["train"], (True, None)),
-        (["-v", "train", "a2c-cartpole", "--lr", "1e-3"], (True, None)),
-        (["train", "--ray-init-config", '{"num_cpus": 1}'], (True, {"num_cpus": 1})),
-        (["train", '--ray-init-config={"address": "auto"}'], (True, {"address": "auto"})),
-        (["train", "--ray-init-config", "null"], (True, None)),
-        (["train", "--ray-init-config", "{bad"], (False, None)),  # the parser reports it
-        (["train", "--ray-init-config", "[1]"], (False, None)),
-        (["train", "--help"], (False, None)),
-        (["train", "--resume", "runs/x"], (False, None)),  # its Ray settings are in the run
-        (["eval", "runs/x"], (False, None)),
-        ([], (False, None)),
-    ],
-)  # fmt: skip
-def test_train_starts_ray_before_parsing_only_when_it_will_need_it(argv, expected):
-    assert _early_ray(argv) == expected
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["-v", "train"], True),
-        (["--verbose", "train"], True),
-        (["--verb", "eval", "runs/x"], True),  # argparse takes a prefix of a long option
-        (["train", "-v"], False),  # not a global option there: the parser reports it
-        (["train", "--lr", "-1"], False),
-        (["--help"], False),
-        ([], False),
-    ],
-)  # fmt: skip
-def test_verbosity_is_known_before_parsing(argv, expected):
-    assert _verbose(argv) is expected
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

@@ -16,44 +16,61 @@ from pathlib import Path
 import pytest
 import torch
 
-from tdscheme.cli.main import _early_usage_error, main
+from tdscheme.cli.main import main
 from tdscheme.engine import CheckpointManager
 from tdscheme.presets import get_preset
 
 TDSCHEME = [sys.executable, "-m", "tdscheme.cli"]
 
 
+USAGE_ERRORS = {
+    "env-id typo": (["train", "--env-id", "Cartpole-v1"],
+                    "argument --env-id: env_id='Cartpole-v1' is invalid", "did you mean 'CartPole-v1'"),
+    "no collectors": (["train", "ppo-cartpole", "--num-collectors", "0"],
+                      "argument --num-collectors: num_collectors=0", "accepted"),
+    "unknown preset": (["train", "ppo-cartpol"], "argument PRESET: invalid choice", "ppo-cartpole"),
+    "negative lr": (["train", "--lr", "-1"], "argument --lr: lr=-1.0", "accepted"),
+    "unknown Ray option": (["train", "--ray-init-config", '{"num_cpu": 2}'],
+                           "argument --ray-init-config: ray_init_config['num_cpu']=2 is invalid",
+                           "num_cpus"),
+    "resume of no run": (["train", "--resume", "nowhere"], "argument --resume: nowhere has no",
+                         "not a tdscheme run"),
+}  # fmt: skip
+
+
 @pytest.mark.timeout(60)
-def test_unknown_env_id_is_one_line_before_ray_starts(tmp_path):
+@pytest.mark.parametrize("case", list(USAGE_ERRORS))
+def test_usage_errors_are_one_line_before_ray_starts(tmp_path, case):
+    argv, *expected = USAGE_ERRORS[case]
     ray_tmp = tmp_path / "r"
     ray_tmp.mkdir()
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
     env.pop("RAY_ADDRESS", None)
     result = subprocess.run(
-        [*TDSCHEME, "train", "--env-id", "Cartpole-v1"], capture_output=True, text=True,
-        timeout=60, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+        [*TDSCHEME, *argv], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, result.stderr
-    assert "argument --env-id: env_id='Cartpole-v1' is invalid" in errors[0]
-    assert "did you mean 'CartPole-v1'" in errors[0]
+    assert all(text in errors[0] for text in expected), errors[0]
     assert list(ray_tmp.iterdir()) == [], "Ray was started before the usage error"
 
 
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["train", "--env-id=CartPole-v9"], "argument --env-id: env_id='CartPole-v9' is invalid"),
-        (["train", "--ray-init-config", '{"num_cpu": 2}'],
-         "argument --ray-init-config: ray_init_config['num_cpu']=2 is invalid"),
-        (["train", "--env-id", "Pendulum-v1", "--ray-init-config", '{"num_cpus": 1}'], None),
-        (["eval", "--env-id", "nope"], None),  # not train: the parser reports it
-    ],
-)  # fmt: skip
-def test_early_checks(argv, expected):
-    error = _early_usage_error(argv)
-    assert error == expected if expected is None else expected in error
+def test_parsing_and_checking_every_preset_imports_no_torch():
+    """What runs before Ray starts stays light: no torch, tensordict or torchrl."""
+    code = (
+        "import sys\n"
+        "from tdscheme.cli.parser import build_parser, train_preset\n"
+        "from tdscheme.presets import PRESETS\n"
+        "for name in sorted(PRESETS):\n"
+        "    train_preset(build_parser().parse_args(['train', name, '--run-dir', 'x']))\n"
+        "heavy = sorted(m for m in ('torch', 'tensordict', 'torchrl') if m in sys.modules)\n"
+        "print('heavy:', heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "heavy: []" in result.stdout, result.stdout + result.stderr
 
 
 def saved_run(run_dir: Path, **overrides) -> Path:
@@ -94,12 +111,10 @@ def test_eval_falls_back_past_a_damaged_newest_checkpoint(tmp_path, capsys, capl
 
 
 def test_resume_adopts_the_runs_number_of_collectors(tmp_path, capsys):
-    from tdscheme.cli.commands import _train_preset, build_parser
+    from tdscheme.cli.parser import build_parser, train_preset
 
     run_dir = saved_run(tmp_path / "run")
-    parser = build_parser()
-    args = parser.parse_args(["train", "--resume", str(run_dir), "--num-collectors", "3"])
-    overrides = {"num_collectors": 3}
-    preset = _train_preset(args, overrides, args.command_parser)
+    args = build_parser().parse_args(["train", "--resume", str(run_dir), "--num-collectors", "3"])
+    preset = train_preset(args)
     assert preset.scheme.num_collectors == 1 and preset.trainer.resume
     assert "--num-collectors 3 ignored: the run in" in capsys.readouterr().err

@@ -1,0 +1,151 @@
+"""The ``tdscheme`` command's parser, and the preset a ``train`` command asks for.
+
+Nothing here imports torch: :mod:`tdscheme.cli.main` parses the command line and
+makes the preset (which checks every setting) before it starts Ray, so that a
+user's mistake is one line within a second or two, not after Ray's start.
+
+Example:
+    >>> args = build_parser().parse_args(["train", "ppo-cartpole", "--lr", "1e-3",
+    ...                                   "--run-dir", "runs/x"])
+    >>> preset = train_preset(args)
+    >>> preset.name, preset.algo.lr, preset.trainer.run_dir
+    ('ppo-cartpole', 0.001, 'runs/x')
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tdscheme.cli.options import add_setting_options, option_name, setting_error
+from tdscheme.cli.resume import resume_overrides
+from tdscheme.engine.trainer_config import CONFIG_FILE
+from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
+
+__all__ = ["build_parser", "train_preset"]
+
+#: Parsed arguments that are not settings of a preset.
+_NOT_SETTINGS = ("command", "command_parser", "verbose", "preset", "resume")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tdscheme`` argument parser with its ``train``, ``eval`` and ``plot`` commands."""
+    parser = argparse.ArgumentParser(
+        prog="tdscheme", description="TensorDict-native distributed RL on Ray and torchrl."
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log progress details, and INFO records of Ray, torchrl and the workers",
+    )  # fmt: skip
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train", help="train a preset", description="Train a preset; every setting can be set."
+    )
+    train.add_argument(
+        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
+        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
+    )  # fmt: skip
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
+    )
+    # every preset's settings (DEFAULT_PRESET's first); a setting the chosen preset does
+    # not have is a usage error naming it (Preset.override)
+    names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
+    add_setting_options(train, [get_preset(n) for n in names], skip=("resume",))
+    train.set_defaults(command_parser=train)
+
+    ev = commands.add_parser(
+        "eval", help="evaluate a checkpoint", description="Evaluate a checkpoint."
+    )
+    ev.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint file or a run directory")
+    ev.add_argument("--episodes", type=_positive_int, default=10, help="episodes (default 10)")
+    ev.add_argument("--seed", type=int, default=0, help="eval env seed (default 0)")
+    ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+
+    plot = commands.add_parser(
+        "plot", help="plot a run's learning curve", description="Write a PNG."
+    )
+    plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")
+    plot.add_argument("--metric", default="eval/return", help="the metric (default eval/return)")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not an int >= 1")
+    return value
+
+
+def _check_known(preset: Preset, overrides: dict[str, Any], sub: argparse.ArgumentParser) -> None:
+    """Options of another preset's settings (the parser has every preset's) are usage errors."""
+    owners = preset.setting_owners()
+    for name in overrides:
+        if name not in owners:
+            sub.error(
+                f"argument {option_name(name)}: not a setting of preset {preset.name} "
+                f"(another preset's); see tdscheme train {preset.name} --help"
+            )
+
+
+def train_preset(args: argparse.Namespace) -> Preset:
+    """The preset ``tdscheme train`` runs: the named one (or the run's, with ``--resume``), overridden.
+
+    Args:
+        args: ``build_parser().parse_args(...)`` of a ``train`` command.
+
+    Returns:
+        The preset, every setting checked (its configs validate them).
+
+    Raises:
+        SystemExit: a usage error (status 2), printed as one line naming the option,
+            the value and what is accepted.
+    """
+    sub = args.command_parser  # its usage errors show the train usage
+    overrides = train_overrides(args)
+    try:
+        if args.resume is not None:
+            if args.preset is not None:
+                sub.error("argument PRESET: not allowed with --resume (the run's preset is reused)")
+            config_path = Path(args.resume) / CONFIG_FILE
+            if not config_path.is_file():
+                sub.error(
+                    f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run"
+                )
+            saved = preset_from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+            _check_known(saved, overrides, sub)
+            kept, notes, errors = resume_overrides(saved, overrides, str(args.resume))
+            if errors:
+                sub.error("; ".join(errors))
+            for note in notes:
+                print(f"tdscheme train: {note}", file=sys.stderr)
+            return saved.override({**kept, "run_dir": str(args.resume), "resume": True})
+        preset = get_preset(args.preset or DEFAULT_PRESET)
+        _check_known(preset, overrides, sub)
+        if "run_dir" not in overrides:
+            overrides["run_dir"] = str(_new_run_dir(preset.name))
+        return preset.override(overrides)
+    except (ValueError, TypeError) as err:
+        sub.error(setting_error(err, overrides))
+    raise AssertionError("unreachable")
+
+
+def _new_run_dir(name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path("runs") / f"{name}-{stamp}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = Path("runs") / f"{name}-{stamp}-{suffix}"
+    return path
+
+
+def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line (the parser leaves the others unset)."""
+    return {k: v for k, v in vars(args).items() if k not in _NOT_SETTINGS}
