@@ -184,23 +184,19 @@ class ActorPool:
             WorkerError: (``error_class``) a constructor raised: the first line names
                 the exception, the remote traceback follows; it is not restarted.
         """
-        placement.wait_started(
-            [self._slots[i].actor for i in worker_ids],
-            lambda actor: actor.ping.remote(),
-            timeout_s=timeout_s,
-            what=self.error_class.role,
-            argument=argument,
-        )
+        refs = [self.submit(worker_id, "ping") for worker_id in worker_ids]
+        try:
+            placement.wait_started(
+                refs, timeout_s=timeout_s, what=self.error_class.role, argument=argument
+            )
+        except placement.PlacementError:
+            self.forget(refs)
+            raise
         # A constructor that raised (a bad env, a policy that does not fit it) is the
         # user's mistake, the same in every incarnation: report it now, never restart it.
         # (A worker that died is left to the caller's next call, which restarts it.)
-        refs = [self.submit(worker_id, "ping") for worker_id in worker_ids]
-        ready = set(self.wait(refs, num_returns=len(refs), timeout_s=timeout_s))
         for ref in refs:
-            if ref in ready:
-                self.outcome(ref)
-            else:
-                self.forget([ref])
+            self.outcome(ref)
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
         """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""

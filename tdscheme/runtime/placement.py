@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
@@ -122,44 +122,40 @@ def check_fits(requests: Sequence[Mapping[str, Any]], *, what: str, argument: st
 
 
 def wait_started(
-    actors: Sequence[Any],
-    ping: Callable[[Any], Any],
+    pings: Sequence[Any],
     *,
     timeout_s: float,
     what: str,
     argument: str,
-) -> list[int]:
-    """Waits until every actor answers ``ping`` (is placed and built), for ``timeout_s`` at most.
+) -> None:
+    """Waits until every actor answers its ping (is placed and built), for ``timeout_s`` at most.
 
     An actor whose constructor failed or that died answers with an error, which is
-    left for the caller's next call to report with its traceback; only silence
-    (the actor still pending) is this function's business.
+    left for the caller to report with its traceback (it holds the same futures);
+    only silence (the actor still pending) is this function's business.
 
     Args:
-        actors: the actor handles.
-        ping: returns the future of a cheap call on an actor.
+        pings: one future of a cheap call per actor, in the actors' order.
         timeout_s: ``actor_start_timeout_s``.
         what: how the message names the actors (``"collector worker"``).
         argument: the argument that set their resources, for the message.
 
-    Returns:
-        The indices of the actors that answered (all of them).
-
     Raises:
         PlacementError: some actors did not start within ``timeout_s``, naming
-            them, their resources and what the cluster has free.
+            them (their index in ``pings``), their resources and what the cluster
+            has free.
     """
-    refs = {ping(actor): i for i, actor in enumerate(actors)}
+    index = {ref: i for i, ref in enumerate(pings)}
     deadline = time.monotonic() + timeout_s
-    pending = list(refs)
+    pending = list(pings)
     while pending:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
     if not pending:
-        return sorted(refs.values())
-    silent = sorted(refs[ref] for ref in pending)
+        return
+    silent = sorted(index[ref] for ref in pending)
     raise PlacementError(
         f"{what}s {silent} did not start within actor_start_timeout_s={timeout_s:g} s: "
         f"Ray has not placed them (their resources: {argument}) or their constructor is "
