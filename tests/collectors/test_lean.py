@@ -17,12 +17,18 @@ from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
 from tdscheme.transport import TensorDictCodec
 
-# (env id, greedy policy): CartPole episodes end after ~10 steps under these MLPs,
-# Pendulum's (below) after 30 steps (truncation), so batches of 40 steps hold resets.
+# (env id, greedy policy): CartPole episodes end after ~10 steps under these MLPs (their
+# weights drawn after torch.manual_seed(0), whatever ran before), Pendulum's (below) after 30
+# steps (truncation), so batches of 40 steps hold resets.
 POLICIES = {
     "CartPole-v1": lambda: mlp_policy(4, 2),
     "Pendulum-v1": lambda: mlp_policy(3, 1, discrete=False),
 }
+
+
+def seeded_policy(env_id: str):
+    torch.manual_seed(0)
+    return POLICIES[env_id]()
 
 
 def short_pendulum(num_envs: int = 1) -> GymWrapper:
@@ -75,7 +81,7 @@ def test_lean_frames_equal_torchrls(env_id, num_envs):
         env_fn = functools.partial(short_pendulum, num_envs)
     else:
         env_fn = functools.partial(make_env, env_id, num_envs=num_envs)
-    policy = POLICIES[env_id]()
+    policy = seeded_policy(env_id)
     want, _ = batches(Collector, env_fn, policy, steps=40)
     got, reason = batches(LeanCollector, env_fn, policy, steps=40)
     assert reason is None  # the lean rollout ran
