@@ -5,10 +5,12 @@ The default collector class of tdscheme's workers. It *is* a torchrl
 preallocated batch buffer and the trajectory-id pool are torchrl's own); only
 :meth:`LeanCollector.rollout` changes, and only where the env is a plain
 torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
-``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it) and
-the collector runs none of torchrl's per-frame options (transforms, postproc,
-replay buffer, device casts, random frames, trajectory batches, ...). Then each
-step:
+``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it), bare
+or in a ``TransformedEnv`` whose transforms are episode bookkeeping the lean
+loop runs itself (``RewardSum``, ``StepCounter``, ``RewardScaling``, as the
+presets use: :mod:`~tdscheme.collectors.lean_transforms`), and the collector
+runs none of torchrl's per-frame options (postproc, replay buffer, device
+casts, random frames, trajectory batches, ...). Then each step:
 
 * calls the policy once, under ``torch.no_grad`` and the collector's
   exploration type, on a fresh TensorDict holding what torchrl's carrier holds
@@ -53,9 +55,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, OneHot, Unbounded
-from torchrl.envs import GymWrapper
+from torchrl.envs import GymWrapper, TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
+from tdscheme.collectors.lean_transforms import episode_transforms
 from tdscheme.runtime.torchrl_names import Collector
 
 logger = logging.getLogger(__name__)
@@ -108,7 +111,13 @@ class LeanCollector(Collector):
     __init__.__signature__ = inspect.signature(Collector.__init__)  # type: ignore[attr-defined]
 
     def _why_not_lean(self) -> str | None:
-        env = self.env
+        transforms = episode_transforms(self.env)
+        if isinstance(transforms, str):
+            return transforms
+        self._transforms = transforms
+        env = self._base_env = (
+            self.env.base_env if isinstance(self.env, TransformedEnv) else self.env
+        )
         if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
             return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
         if getattr(env, "wrapper_frame_skip", 1) != 1 or env.info_dict_reader:
@@ -153,6 +162,7 @@ class LeanCollector(Collector):
         written = {
             "observation", *_DONE_KEYS, _TRAJ_IDS, *self._policy_output_keys,
             ("next", "observation"), ("next", "reward"), *(("next", k) for k in _DONE_KEYS),
+            *transforms.keys, *(("next", k) for k in transforms.keys),
         }  # fmt: skip
         missing = set(self._final_rollout.keys(True, True)) - written
         if missing:
@@ -172,7 +182,8 @@ class LeanCollector(Collector):
             return self._lean_rollout()
 
     def _lean_rollout(self) -> TensorDictBase:
-        env, gym_env, out = self.env, self.env._env, self._final_rollout
+        env, out, transforms = self._base_env, self._final_rollout, self._transforms
+        gym_env = env._env
         batch_dims = env.batch_size
         time_dim = len(batch_dims)
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
@@ -182,21 +193,25 @@ class LeanCollector(Collector):
             out.get(key).zero_()
         obs = self._carrier.get("observation")
         traj_ids = self._carrier.get(_TRAJ_IDS)
+        state = transforms.initial(self._carrier)  # RewardSum / StepCounter entries
         falses = {
             key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
         }
         call_policy = self._policy_call()
         to_gym, read_obs = self._action_to_gym(), self._obs_from_gym()
-        reward_dtype = env.reward_spec.dtype
+        reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         for t in range(self.frames_per_batch):
             inputs = {
                 "observation": obs,
                 _TRAJ_IDS: traj_ids,
                 **{k: v.clone() for k, v in falses.items()},
+                **state,
             }
             outputs = call_policy(inputs)
             rows["observation"][t].copy_(obs)
             rows[_TRAJ_IDS][t].copy_(traj_ids)
+            for key, value in state.items():
+                rows[key][t].copy_(value)
             for key in policy_keys:
                 rows[key][t].copy_(outputs[key])
             next_obs, reward, terminated, truncated, _ = gym_env.step(to_gym(outputs["action"]))
@@ -204,25 +219,35 @@ class LeanCollector(Collector):
             truncated = np.asarray(truncated, dtype=bool)
             done = torch.as_tensor(terminated | truncated)
             next_obs = read_obs(next_obs)
+            reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
+            next_state, reward = transforms.step(state, reward)
             values = {
                 ("next", "observation"): next_obs,
-                ("next", "reward"): torch.as_tensor(reward, dtype=reward_dtype),
+                ("next", "reward"): reward,
                 ("next", "done"): done,
                 ("next", "terminated"): torch.as_tensor(terminated),
                 ("next", "truncated"): torch.as_tensor(truncated),
+                **{("next", key): value for key, value in next_state.items()},
             }
             for key, value in values.items():
                 row = rows[key][t]
                 row.copy_(value.reshape(row.shape))
-            obs, traj_ids = self._reset_done(done.reshape(batch_dims), next_obs, traj_ids)
+            done = done.reshape(batch_dims)
+            obs, traj_ids = self._reset_done(done, next_obs, traj_ids)
+            state = transforms.reset(next_state, done)
         self._carrier = self._as_carrier(
-            {"observation": obs, _TRAJ_IDS: traj_ids, **{k: v.clone() for k, v in falses.items()}}
+            {
+                "observation": obs,
+                _TRAJ_IDS: traj_ids,
+                **{k: v.clone() for k, v in falses.items()},
+                **state,
+            }
         )
         return out
 
     def _action_to_gym(self) -> Any:
         """``action tensor -> what gymnasium's step takes``, as the torchrl wrapper's ``read_action``."""
-        spec, batched = self.env.action_spec, bool(self.env.batch_size)
+        spec, batched = self._base_env.action_spec, bool(self._base_env.batch_size)
         if isinstance(spec, OneHot):
             if batched:
                 return lambda action: action.long().argmax(-1).numpy()
@@ -233,7 +258,7 @@ class LeanCollector(Collector):
 
     def _obs_from_gym(self) -> Any:
         """``gymnasium observation -> tensor``, as the observation spec's ``encode``."""
-        spec = self.env.observation_spec["observation"]
+        spec = self._base_env.observation_spec["observation"]
         shape, dtype = spec.shape, spec.dtype
 
         def read(obs: Any) -> torch.Tensor:
@@ -291,7 +316,7 @@ class LeanCollector(Collector):
         """
         if not done.any():
             return obs, traj_ids
-        env = self.env
+        env = self._base_env
         if env.batch_size:
             reset = env._env.reset(options={"reset_mask": done.numpy().copy()})
         else:

@@ -7,12 +7,21 @@ import functools
 import gymnasium as gym
 import pytest
 import torch
-from torchrl.envs import GymWrapper, StepCounter, TransformedEnv
+from torchrl.envs import (
+    Compose,
+    GymWrapper,
+    RewardClipping,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.collectors.lean import LeanCollector
 from tdscheme.envs import make_env
+from tdscheme.presets.actor_critic import train_env
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
 from tdscheme.transport import TensorDictCodec
@@ -126,13 +135,55 @@ def test_a_reset_between_batches_and_a_constant_policy_match():
     assert_same_frames(*results)
 
 
+def episode_env(env_id: str, num_envs: int, *transforms) -> TransformedEnv:
+    return TransformedEnv(make_env(env_id, num_envs=num_envs), Compose(*transforms))
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])
+@pytest.mark.parametrize("actor", ["mlp", "probabilistic"])
+def test_episode_transforms_match_torchrls(num_envs, actor):
+    """The presets' RewardSum / StepCounter / RewardScaling envs run the lean loop, same frames."""
+    # (env, the reward RewardSum adds per CartPole step: 1, or 1 * 0.5 + 1 once scaled first)
+    cases = {
+        "presets": (lambda: train_env("CartPole-v1", num_envs=num_envs, reward_scale=0.1), 1.0),
+        "scaled first": (
+            lambda: episode_env(
+                "CartPole-v1",
+                num_envs,
+                RewardScaling(loc=1.0, scale=0.5),
+                RewardSum(),
+                StepCounter(),
+            ),
+            1.5,
+        ),
+    }
+    for name, (env_fn, per_step) in cases.items():
+        torch.manual_seed(0)
+        policy = mlp_policy(4, 2) if actor == "mlp" else cartpole_modules(num_cells=8)["actor"]
+        want, _ = batches(Collector, env_fn, policy, steps=40)
+        got, reason = batches(LeanCollector, env_fn, policy, steps=40)
+        assert reason is None, name
+        assert_same_frames(want, got)
+        for batch in got:
+            ended = batch["next", "done"]
+            assert ended.any() and not ended.all(), name  # episodes end and reset inside batches
+            returns = batch["next", "episode_reward"][ended]
+            assert torch.equal(returns, batch["next", "step_count"][ended] * per_step), name
+
+
 def test_other_envs_and_options_run_torchrls_rollout():
     policy = mlp_policy(3, 1, discrete=False)
-    transformed = functools.partial(lambda: TransformedEnv(make_env("Pendulum-v1"), StepCounter()))
-    want, _ = batches(Collector, transformed, policy, steps=10)
-    got, reason = batches(LeanCollector, transformed, policy, steps=10)
-    assert "TransformedEnv" in reason
-    assert_same_frames(want, got)
+    for transform, why in [
+        (StepCounter(max_steps=5), "StepCounter truncates"),
+        (RewardClipping(-0.5, 0.5), "RewardClipping transform"),
+    ]:
+        transformed = functools.partial(
+            lambda t=transform: TransformedEnv(make_env("Pendulum-v1"), t.clone())
+        )
+        want, _ = batches(Collector, transformed, policy, steps=10)
+        got, reason = batches(LeanCollector, transformed, policy, steps=10)
+        assert why in reason
+        assert_same_frames(want, got)
     pendulum = functools.partial(make_env, "Pendulum-v1")
     _, reason = batches(LeanCollector, pendulum, policy, steps=10, postproc=lambda td: td)
     assert "postproc" in reason

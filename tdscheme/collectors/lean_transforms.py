@@ -1,0 +1,119 @@
+"""The episode transforms the lean rollout runs itself: ``RewardSum``, ``StepCounter``, ``RewardScaling``.
+
+tdscheme's presets (and most torchrl training scripts) wrap their env in
+``TransformedEnv(env, Compose(RewardSum(), StepCounter(), ...))`` to record
+episode returns and lengths. These transforms keep a small state per env copy
+and touch only the reward, so :class:`~tdscheme.collectors.lean.LeanCollector`
+can run them per step on plain tensors, in the order of the ``Compose``, with
+torchrl's arithmetic (``prev + reward``, ``count + 1``, ``reward * scale +
+loc``, zeroed where an episode ends). Any other transform, or these with
+non-default keys or options, makes :func:`episode_transforms` give a reason,
+and the collector runs torchrl's own rollout.
+
+Example:
+    >>> from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
+    >>> from tdscheme.envs import make_env
+    >>> env = TransformedEnv(make_env("CartPole-v1"), Compose(RewardSum(), StepCounter()))
+    >>> tracker = episode_transforms(env)
+    >>> tracker.keys
+    ['episode_reward', 'step_count']
+    >>> state = tracker.initial(env.reset())
+    >>> nxt, reward = tracker.step(state, torch.ones(1))
+    >>> nxt["episode_reward"].tolist(), nxt["step_count"].tolist(), reward.tolist()
+    ([1.0], [1], [1.0])
+    >>> tracker.reset(nxt, torch.tensor([True]))["step_count"].tolist()
+    [0]
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchrl.envs import Compose, RewardScaling, RewardSum, StepCounter, TransformedEnv
+
+__all__ = ["EpisodeTransforms", "episode_transforms"]
+
+
+class EpisodeTransforms:
+    """The per-step work of an env's ``RewardSum`` / ``StepCounter`` / ``RewardScaling``.
+
+    Built by :func:`episode_transforms`.
+
+    Attributes:
+        keys: the state keys these transforms write at the root and under ``"next"``.
+    """
+
+    def __init__(self, steps: list[tuple[str, Any]]) -> None:
+        self._steps = steps  # (kind, argument) in the Compose's order
+        self.keys = [arg for kind, arg in steps if kind in ("sum", "count")]
+
+    def initial(self, carrier: Any) -> dict[str, torch.Tensor]:
+        """The state torchrl's reset left in ``carrier`` (a TensorDict)."""
+        return {key: carrier.get(key) for key in self.keys}
+
+    def step(
+        self, state: dict[str, torch.Tensor], reward: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The next state and the reward the batch keeps, as the transforms' ``_step``."""
+        nxt: dict[str, torch.Tensor] = {}
+        for kind, arg in self._steps:
+            if kind == "sum":
+                nxt[arg] = state[arg] + reward
+            elif kind == "count":
+                nxt[arg] = state[arg] + 1
+            else:  # "scale": (scale, loc), as RewardScaling without standard_normal
+                scale, loc = arg
+                reward = reward * scale + loc
+        return nxt, reward
+
+    def reset(self, nxt: dict[str, torch.Tensor], done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The state after the copies where ``done`` reset (zeros there), as the ``_reset``s."""
+        if not done.any():
+            return nxt
+        return {key: torch.where(~done.reshape(v.shape), v, 0) for key, v in nxt.items()}
+
+
+def episode_transforms(env: Any) -> EpisodeTransforms | str:
+    """The lean form of ``env``'s transforms, or why there is none.
+
+    Args:
+        env: a ``TransformedEnv`` (any other env has no transforms to run).
+
+    Returns:
+        An :class:`EpisodeTransforms`, or a string saying which transform or
+        option the lean rollout does not run.
+    """
+    if not isinstance(env, TransformedEnv):
+        return EpisodeTransforms([])
+    transform = env.transform
+    parts = list(transform.transforms) if type(transform) is Compose else [transform]
+    steps: list[tuple[str, Any]] = []
+    for part in parts:
+        step = _lean_step(part)
+        if isinstance(step, str):
+            return step
+        steps.append(step)
+    return EpisodeTransforms(steps)
+
+
+def _lean_step(transform: Any) -> tuple[str, Any] | str:
+    """``(kind, argument)`` of one transform, or why the lean rollout cannot run it."""
+    kind = type(transform)
+    name = kind.__name__
+    if kind is RewardSum:
+        keys = (list(transform.in_keys), list(transform.out_keys))
+        if keys != (["reward"], ["episode_reward"]) or transform.reward_spec:
+            return "the env's RewardSum has keys or options other than the defaults"
+        return ("sum", "episode_reward")
+    if kind is StepCounter:
+        if transform.max_steps is not None or transform.step_count_key != "step_count":
+            return "the env's StepCounter truncates (max_steps) or writes another key"
+        return ("count", "step_count")
+    if kind is RewardScaling:
+        keys = (list(transform.in_keys), list(transform.out_keys))
+        if keys != (["reward"], ["reward"]) or bool(transform.standard_normal):
+            return "the env's RewardScaling has keys or options other than the defaults"
+        return ("scale", (transform.scale, transform.loc))
+    return f"the env has a {name} transform"
