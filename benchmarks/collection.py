@@ -48,7 +48,8 @@ Sections (``--sections``, default all):
   3 runs; and ``tdscheme, Ray up``: tdscheme's local Ray started first and given
   10 s for the worker processes it prestarts to import the worker modules (what
   ``tdscheme train`` arranges by starting Ray while it imports), then the same
-  construction.
+  construction; next to it, both libraries after a user's plain ``ray.init()``
+  and the same 10 s (``plain Ray up``: nothing preloaded in Ray's workers).
 * ``scale`` (``--scale``, not in the default run): frames/s of tdscheme and
   torchrl with 2, 4, 8 and 14 collectors (1 CartPole env each, 1000 frames per
   batch, first-ready) on a Ray of ``os.cpu_count()`` CPUs, and each one's
@@ -395,6 +396,10 @@ if impl == "tdscheme, Ray up":  # as `tdscheme train`: Ray first, its workers pr
     from tdscheme.runtime import local_ray_config
     ray.init(**local_ray_config())
     time.sleep(float(sys.argv[2]))
+elif impl.endswith("plain Ray up"):  # the user's own ray.init(), the same wait: nothing preloaded
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False)
+    time.sleep(float(sys.argv[2]))
 if impl.startswith("tdscheme"):
     from tdscheme import RayCollector
 else:
@@ -422,7 +427,10 @@ def section_startup(rec: Recorder, s: Settings) -> None:
     import tempfile
 
     times: dict[str, list[tuple[float, float]]] = {"tdscheme": [], "torchrl": []}
-    times["tdscheme, Ray up"] = []  # construction only: Ray started, its workers prestarted
+    # construction only: Ray started, its workers prestarted (and given the same time to import)
+    times["tdscheme, Ray up"] = []  # tdscheme's local Ray: its workers preload tdscheme's worker
+    times["tdscheme, plain Ray up"] = []  # a user's plain ray.init(): nothing preloaded
+    times["torchrl, plain Ray up"] = []
     notes: dict[str, str] = {}
     for run in range(s.startup_runs):
         for impl in list(times)[:: 1 if run % 2 == 0 else -1]:  # alternate who goes first
@@ -452,7 +460,7 @@ def section_startup(rec: Recorder, s: Settings) -> None:
         row = dict(section="startup", impl=impl, env="CartPole-v1", order="first-ready",
                    config=config)  # fmt: skip
         for index, metric in enumerate(("first_batch_s", "process_to_first_batch_s")):
-            if impl == "tdscheme, Ray up" and index == 1:
+            if impl.endswith("Ray up") and index == 1:
                 continue  # its process waited on purpose
             value = statistics.median(r[index] for r in runs) if runs else None
             rec.add(Measurement(**row, metric=metric, value=value, unit="s",
@@ -746,8 +754,14 @@ def references(ms: list[Measurement], m: Measurement) -> dict[str, Measurement]:
             None,
         )
 
-    if m.unit == "x" or (m.section == "startup" and m.impl != "torchrl"):
-        return {}  # already a ratio; or a tdscheme start-up row (torchrl's row has the ratio)
+    if m.unit == "x" or (m.section == "startup" and not m.impl.startswith("torchrl")):
+        return {}  # already a ratio; or a tdscheme start-up row (torchrl's rows have the ratio)
+    if m.section == "startup" and m.impl == "torchrl, plain Ray up":  # both given a running Ray
+        refs = {
+            "tdscheme's Ray": find("startup", m.env, m.order, "tdscheme, Ray up"),
+            "plain Ray": find("startup", m.env, m.order, "tdscheme, plain Ray up"),
+        }
+        return {k: v for k, v in refs.items() if v is not None}
     if m.section == "envpool":  # vs the gymnasium backend and the hand-written limit
         return {
             k: v

@@ -58,6 +58,7 @@ from torchrl.data import Bounded, Categorical, OneHot, Unbounded
 from torchrl.envs import GymWrapper, TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
+from tdscheme.collectors.gym_steps import EnvSteps, SubEnvSteps, gym_steps
 from tdscheme.collectors.lean_transforms import episode_transforms
 from tdscheme.runtime.torchrl_names import Collector
 
@@ -183,7 +184,7 @@ class LeanCollector(Collector):
 
     def _lean_rollout(self) -> TensorDictBase:
         env, out, transforms = self._base_env, self._final_rollout, self._transforms
-        gym_env = env._env
+        steps = gym_steps(env._env)
         batch_dims = env.batch_size
         time_dim = len(batch_dims)
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
@@ -214,9 +215,7 @@ class LeanCollector(Collector):
                 rows[key][t].copy_(value)
             for key in policy_keys:
                 rows[key][t].copy_(outputs[key])
-            next_obs, reward, terminated, truncated, _ = gym_env.step(to_gym(outputs["action"]))
-            terminated = np.asarray(terminated, dtype=bool)
-            truncated = np.asarray(truncated, dtype=bool)
+            next_obs, reward, terminated, truncated = steps.step(to_gym(outputs["action"]))
             done = torch.as_tensor(terminated | truncated)
             next_obs = read_obs(next_obs)
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
@@ -233,7 +232,7 @@ class LeanCollector(Collector):
                 row = rows[key][t]
                 row.copy_(value.reshape(row.shape))
             done = done.reshape(batch_dims)
-            obs, traj_ids = self._reset_done(done, next_obs, traj_ids)
+            obs, traj_ids = self._reset_done(steps, done, next_obs, traj_ids)
             state = transforms.reset(next_state, done)
         self._carrier = self._as_carrier(
             {
@@ -307,7 +306,11 @@ class LeanCollector(Collector):
         return generic
 
     def _reset_done(
-        self, done: torch.Tensor, obs: torch.Tensor, traj_ids: torch.Tensor
+        self,
+        steps: EnvSteps | SubEnvSteps,
+        done: torch.Tensor,
+        obs: torch.Tensor,
+        traj_ids: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Resets the copies whose episode ended, as torchrl's ``step_and_maybe_reset``.
 
@@ -316,12 +319,7 @@ class LeanCollector(Collector):
         """
         if not done.any():
             return obs, traj_ids
-        env = self._base_env
-        if env.batch_size:
-            reset = env._env.reset(options={"reset_mask": done.numpy().copy()})
-        else:
-            reset = env._env.reset()
-        reset_obs, _ = reset
+        reset_obs = steps.reset(done.reshape(-1).numpy())
         obs = self._obs_from_gym()(reset_obs).reshape(obs.shape)
         new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
         traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)

@@ -116,14 +116,15 @@ def test_exploration_of_a_probabilistic_actor_is_torchrls(exploration_type):
     assert "action_log_prob" in got[0].keys()
 
 
-def test_a_reset_between_batches_and_a_constant_policy_match():
-    env_fn = functools.partial(make_env, "CartPole-v1")
+@pytest.mark.parametrize("num_envs", [1, 4])
+def test_a_reset_between_batches_and_a_constant_policy_match(num_envs):
+    env_fn = functools.partial(make_env, "CartPole-v1", num_envs=num_envs)
     policy = bias_policy(4, 2, bias=0.0)  # one-hot argmax of [0, 0]: always action 0
     results = []
     for cls in (Collector, LeanCollector):
         torch.manual_seed(0)
         collector = cls(
-            env_fn(), policy, frames_per_batch=25, auto_register_policy_transforms=False
+            env_fn(), policy, frames_per_batch=25 * num_envs, auto_register_policy_transforms=False
         )
         collector.set_seed(3)
         collector.reset()  # as a worker does: torchrl's set_seed leaves the first observation
