@@ -21,7 +21,11 @@ Sections (``--sections``, default all):
   per worker, 4096 frames per batch, the same MLP writing action indices) next
   to the ``batched`` rows (gymnasium backend, hand-written limit), and Pong-v5
   (4 stacked 84x84 frames, 16 envs per worker, 1024 frames per batch, a tiny
-  linear policy). Rows are n/a with the reason where EnvPool is not installed.
+  linear policy); each next to the hand-written limit over EnvPool (plain
+  actors stepping EnvPool with the same torch policy, numpy batches), and Pong
+  also through the gymnasium backend (ale-py with EnvPool's preprocessing:
+  ``AtariPreprocessing`` + 4 stacked frames, the lean path). Rows are n/a with
+  the reason where EnvPool or ale-py + opencv (the ``clients`` extra) are missing.
 * ``push``: pushing a ~1M-parameter MLP to 2 collectors, timed until every
   worker has the weights: the first push and the median of the next ones
   (every worker constructed and idle, before iterating), and the median of
@@ -78,6 +82,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
 import torch
@@ -367,23 +372,57 @@ def section_batched(rec: Recorder, s: Settings) -> None:
         measure(rec, s, row, make, frames=frames)
 
 
+def gym_atari_env(env_id: str, num_envs: int) -> Any:
+    """Atari through gymnasium + ale-py, preprocessed as EnvPool does, for tdscheme's lean path.
+
+    ``num_envs`` copies of ``gym.make(env_id, frameskip=1, repeat_action_probability=0)``
+    with ``AtariPreprocessing`` (4 frames skipped, 84x84 grayscale, up to 30 no-ops)
+    and 4 stacked frames, in a ``SyncVectorEnv`` (auto-reset disabled) under torchrl's
+    ``GymWrapper``. Needs ale-py and opencv (the ``clients`` extra).
+    """
+    import ale_py
+    from torchrl.envs import GymWrapper
+
+    gym.register_envs(ale_py)
+
+    def one() -> Any:
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0)
+        env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=30)
+        return gym.wrappers.FrameStackObservation(env, 4)
+
+    mode = gym.vector.AutoresetMode.DISABLED
+    return GymWrapper(gym.vector.SyncVectorEnv([one] * num_envs, autoreset_mode=mode))
+
+
 def section_envpool(rec: Recorder, s: Settings) -> None:
-    """tdscheme over EnvPool envs: CartPole-v1 (vs the batched rows) and Pong-v5."""
+    """tdscheme over EnvPool envs (CartPole-v1, Pong-v5), the EnvPool limit, Pong via gymnasium."""
     cases = [
         ("CartPole-v1", 64, 4096, peers.index_mlp_policy(4, 2), "same MLP, action index"),
         ("Pong-v5", 16, 1024, peers.pixel_index_policy((4, 84, 84), 6), "4x84x84 uint8, linear"),
     ]
     for env_id, num_envs, fpb, policy, what in cases:
+        frames = max(3 * s.frames, s.min_batches * fpb)
+        config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}, {what}"
         env_fn = functools.partial(envs.make_env, env_id, num_envs=num_envs, backend="envpool")
-        make = functools.partial(
-            tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
-        )
-        config = f"{num_envs} envs/worker (EnvPool), 2 workers, fpb={fpb}, {what}"
-        row = dict(
-            section="envpool", impl="tdscheme envpool", env=env_id, order="first-ready",
-            config=config,
-        )  # fmt: skip
-        measure(rec, s, row, make, frames=max(3 * s.frames, s.min_batches * fpb))
+        makes = {
+            "tdscheme envpool": functools.partial(
+                tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
+            ),
+            "hand-written Ray envpool": functools.partial(
+                peers.MinimalRayCollector, env_id, num_envs=num_envs, frames_per_batch=fpb,
+                worker_cls=peers.MinimalEnvPoolWorker,
+            ),
+        }  # fmt: skip
+        if env_id == "Pong-v5":  # the gymnasium backend with EnvPool's preprocessing
+            atari_fn = functools.partial(gym_atari_env, "ALE/Pong-v5", num_envs)
+            pixels = peers.pixel_policy((4, 84, 84), 6)  # one-hot actions, as GymWrapper's
+            makes["tdscheme gymnasium (ale-py)"] = functools.partial(
+                tdscheme_collector, atari_fn, pixels, frames_per_batch=fpb, sync=False
+            )
+        for impl, make in makes.items():
+            row = dict(section="envpool", impl=impl, env=env_id, order="first-ready",
+                       config=config)  # fmt: skip
+            measure(rec, s, row, make, frames=frames)
 
 
 #: One startup run: a fresh process, no Ray running; prints a JSON line with the times.
@@ -762,15 +801,15 @@ def references(ms: list[Measurement], m: Measurement) -> dict[str, Measurement]:
             "plain Ray": find("startup", m.env, m.order, "tdscheme, plain Ray up"),
         }
         return {k: v for k, v in refs.items() if v is not None}
-    if m.section == "envpool":  # vs the gymnasium backend and the hand-written limit
-        return {
-            k: v
-            for k, v in {
-                "gym": find("batched", m.env, "first-ready", "tdscheme"),
-                "hand": find("batched", m.env, "first-ready", "hand-written Ray"),
-            }.items()
-            if v is not None
+    if m.section == "envpool":  # vs the gymnasium backend and the hand-written limits
+        if m.impl.startswith("hand-written"):
+            return {}
+        refs = {
+            "hand envpool": find("envpool", m.env, "first-ready", "hand-written Ray envpool"),
+            "gym": find("batched", m.env, "first-ready", "tdscheme"),
+            "hand gym": find("batched", m.env, "first-ready", "hand-written Ray"),
         }
+        return {k: v for k, v in refs.items() if v is not None and v is not m}
     if m.section == "limits":  # one env: tdscheme's same-config row; batched: recommended
         if m.config.startswith("1 env"):
             refs = {"same": find("same", m.env, "first-ready", "tdscheme")}

@@ -174,18 +174,72 @@ class MinimalCollectorWorker:
         self.env.close()
 
 
+class MinimalEnvPoolWorker:
+    """Steps EnvPool's envs with a plain torch policy and returns numpy batches.
+
+    No torchrl, no TensorDict: the EnvPool floor (EnvPool's own next-step auto-reset).
+
+    Args:
+        env_id: an EnvPool id (``"CartPole-v1"``, ``"Pong-v5"``: 4 stacked 84x84 frames).
+        num_envs: envs EnvPool steps together.
+        frames_per_batch: frames per returned batch (a multiple of ``num_envs``).
+        seed: env and policy seed.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, seed: int = 0) -> None:
+        import envpool
+
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.steps = frames_per_batch // num_envs
+        self.env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed)
+        space = self.env.observation_space
+        actions = int(self.env.action_space.n)
+        if len(space.shape) > 1:  # frames: the same linear pixel policy as tdscheme's row
+            self.net: nn.Module = PixelIndexPolicyNet(tuple(space.shape), actions)
+        else:
+            self.net = nn.Sequential(torch_mlp(int(np.prod(space.shape)), actions), ArgmaxIndex())
+        self.obs, _ = self.env.reset()
+
+    def next(self) -> dict[str, np.ndarray]:
+        """Collects one batch of ``frames_per_batch`` frames (time-major)."""
+        obs = np.empty((self.steps, *self.obs.shape), dtype=self.obs.dtype)
+        shape = (self.steps, self.obs.shape[0])
+        action = np.empty(shape, dtype=np.int64)
+        reward = np.empty(shape, dtype=np.float32)
+        done = np.empty(shape, dtype=bool)
+        with torch.no_grad():
+            for t in range(self.steps):
+                obs[t] = self.obs
+                action[t] = self.net(torch.as_tensor(obs[t])).numpy()
+                self.obs, reward[t], terminated, truncated, _ = self.env.step(action[t])
+                done[t] = np.logical_or(terminated, truncated)
+        return {"observation": obs, "action": action, "reward": reward, "done": done}
+
+    def close(self) -> None:
+        """Closes the envs."""
+        self.env.close()
+
+
 class MinimalRayCollector:
     """The hand-written Ray collector: ``num_workers`` plain actors, first-ready order.
 
     Iterating yields numpy batches as they become ready (``ray.wait``) and
     resubmits the worker that produced each one, like torchrl's and tdscheme's
-    ``sync=False``.
+    ``sync=False``. ``worker_cls`` is :class:`MinimalCollectorWorker` (gymnasium)
+    or :class:`MinimalEnvPoolWorker`.
     """
 
     def __init__(
-        self, env_id: str, *, num_envs: int, frames_per_batch: int, num_workers: int = 2
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        frames_per_batch: int,
+        num_workers: int = 2,
+        worker_cls: type = MinimalCollectorWorker,
     ) -> None:
-        remote_cls = ray.remote(num_cpus=1)(MinimalCollectorWorker)
+        remote_cls = ray.remote(num_cpus=1)(worker_cls)
         self.workers = [
             remote_cls.remote(env_id, num_envs, frames_per_batch, seed=i)
             for i in range(num_workers)
