@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 
 __all__ = [
     "WORKER_LOGGERS",
@@ -56,6 +57,9 @@ def configure_driver_logging(level: int) -> None:
     logging.basicConfig(level=level, format=_FORMAT)
     for name in ("tdscheme", "torchrl"):
         logging.getLogger(name).setLevel(level)
+    # torchrl sets its logger's level when it is imported, which may come later (the
+    # command imports it while Ray starts): it reads the level from RL_LOGGING_LEVEL
+    os.environ.setdefault("RL_LOGGING_LEVEL", logging.getLevelName(level))
 
 
 def configure_worker_logging(level: int) -> None:

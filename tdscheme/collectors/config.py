@@ -255,6 +255,23 @@ class RayCollectorConfig:
             return self.frames_per_batch // self.num_collectors
         return self.frames_per_batch
 
+    def random_frames_per_worker(self) -> int:
+        """Each worker's share of ``init_random_frames``, in whole batches of the worker's.
+
+        torchrl's collectors collect random frames in whole batches (with a warning
+        when ``init_random_frames`` is not a multiple of ``frames_per_batch``); the
+        share is rounded up to that multiple here, so a worker does what it is asked.
+
+        Example:
+            >>> from tdscheme.testing import make_env
+            >>> RayCollectorConfig(make_env, frames_per_batch=256, num_collectors=2,
+            ...                    init_random_frames=1000).random_frames_per_worker()
+            512
+        """
+        share = max(0, self.init_random_frames) // self.num_collectors
+        batch = self.frames_per_worker
+        return -(-share // batch) * batch
+
     def worker_specs(self) -> list[WorkerSpec]:
         """One :class:`WorkerSpec` per collector."""
         kwargs_list = self._per_collector("collector_kwargs", self.collector_kwargs or {})
@@ -274,7 +291,7 @@ class RayCollectorConfig:
             kwargs.update({name: devices[name][i] for name in _DEVICE_ARGS})
             kwargs.update(
                 max_frames_per_traj=self.max_frames_per_traj,
-                init_random_frames=max(0, self.init_random_frames) // self.num_collectors,
+                init_random_frames=self.random_frames_per_worker(),
                 reset_at_each_iter=self.reset_at_each_iter,
                 exploration_type=self.exploration_type,
                 split_trajs=False,
@@ -332,8 +349,8 @@ class RayCollectorConfig:
             >>> spec = added.worker_specs()[0]
             >>> spec.frames_per_batch, spec.collector_kwargs["device"]
             (50, 'cpu')
-            >>> spec.collector_kwargs["init_random_frames"]  # 40 frames over 2 workers: 20 each
-            20
+            >>> spec.collector_kwargs["init_random_frames"]  # 40 over 2 workers: 20, a batch: 50
+            50
         """
         fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn]
         replaced: dict[str, Any] = {

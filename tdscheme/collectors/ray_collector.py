@@ -91,7 +91,8 @@ class RayCollector(
         device, storing_device, env_device, policy_device: passed to each worker's
             collector (one value or one per collector).
         max_frames_per_traj, init_random_frames, reset_at_each_iter, exploration_type:
-            as torchrl's collectors (``init_random_frames`` is split over collectors).
+            as torchrl's collectors (``init_random_frames`` is split over collectors,
+            each share rounded up to whole batches as torchrl's collectors do).
         postproc: applied to each yielded batch on the driver.
         split_trajs: split yielded batches into trajectories on the driver.
         collector_class: ``None`` (default: tdscheme's ``LeanCollector``, a torchrl

@@ -144,7 +144,7 @@ def test_added_workers_keep_every_setting():
                     "init_random_frames", "max_frames_per_traj", "exploration_type"):  # fmt: skip
             assert spec.collector_kwargs[key] == original.collector_kwargs[key], key
         assert spec.compress is True
-    assert original.collector_kwargs["init_random_frames"] == 100
+    assert original.collector_kwargs["init_random_frames"] == 120  # 100 each: 4 batches of 30
     assert (added.max_policy_lag, added.seed, added.sync) == (2, 5, True)
 
 

@@ -182,11 +182,13 @@ def _assert_whole_trajectories(data) -> None:
 def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_per_batch):
     """A worker killed in background collection: nothing half-written, every frame accounted."""
     rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 10_000),
+        storage=functools.partial(LazyTensorStorage, 20_000),
         batch_size=32,
         remote_config={"num_cpus": 0},
     )
-    total = 1500
+    # far past the kill at 300 frames: the survivor alone cannot finish the run before the
+    # driver has met the death (a run that ends first discards the dead worker's request)
+    total = 10_000
     try:
         with RayCollector(
             env, mlp_policy(4, 2), frames_per_batch=100, total_frames=total, num_collectors=2,
