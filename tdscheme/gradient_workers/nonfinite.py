@@ -55,7 +55,6 @@ class NonFiniteGradients:
 
     def __init__(self, *, max_in_a_row: int) -> None:
         self.max_in_a_row = max_in_a_row
-        self.total = 0
         self.steps_in_a_row = 0
         self._in_a_row: dict[int, int] = {}
         self._last: dict[int, str] = {}
@@ -73,7 +72,6 @@ class NonFiniteGradients:
         count = self._in_a_row.get(worker_id, 0) + 1
         self._in_a_row[worker_id] = count
         self._last[worker_id] = result.nonfinite
-        self.total += 1
         logger.warning(
             "gradient worker %d sent a non-finite gradient, left out (%d in a row, "
             "max_nonfinite_updates=%d): %s",
@@ -96,7 +94,7 @@ class NonFiniteGradients:
         """Raises once a worker, or the steps, reached ``max_in_a_row`` in a row.
 
         Raises:
-            NonFiniteUpdateError: naming the workers, their counts and the last problem of each.
+            NonFiniteUpdateError: naming the workers and the last problem of each.
         """
         limit = self.max_in_a_row
         workers = sorted(w for w, count in self._in_a_row.items() if count >= limit)
