@@ -5,12 +5,15 @@ gradients of a worker are flattened into one buffer, scaled by its frame count,
 with the frame count appended, and all-reduced (sum) in one call; every rank then
 divides by the total frame count. Gloo's ring all-reduce finishes every element
 on one rank and copies it to the others, so all ranks receive identical bits and,
-applying them with identical optimizers, keep identical weights.
+applying them with identical optimizers, keep identical weights. A worker whose
+gradient is not finite takes part with zeros and weight 0, so the mean is the
+others'; when no rank has weight, every rank sees a total of 0 and skips the update.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import socket
 
 import torch
@@ -62,6 +65,8 @@ def init_process_group(
         ...                    master_port=free_port(), timeout_s=30)
         >>> weighted_allreduce_mean(TensorDict(g=torch.ones(2)), 3.0)[1]
         3.0
+        >>> weighted_allreduce_mean(TensorDict(g=torch.zeros(2)), 0.0)
+        (None, 0.0)
         >>> destroy_process_group()
     """
     if not (isinstance(world_size, int) and world_size >= 1):
@@ -88,23 +93,32 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def weighted_allreduce_mean(grads: TensorDictBase, weight: float) -> tuple[TensorDict, float]:
+def weighted_allreduce_mean(
+    grads: TensorDictBase, weight: float
+) -> tuple[TensorDict | None, float]:
     """The ``weight``-weighted mean of every rank's ``grads``, in one all-reduce.
 
+    A rank with nothing usable (e.g. a non-finite gradient) takes part with zeros
+    and weight 0: the mean is then the others'.
+
     Args:
-        grads: this rank's gradient TensorDict (same keys and shapes on every rank).
+        grads: this rank's gradient TensorDict (same keys and shapes on every rank);
+            finite, as ``0 * inf`` would still poison the sum.
         weight: this rank's weight, e.g. its frame count; ``>= 0``.
 
     Returns:
         ``(sum_r weight_r * grads_r / sum_r weight_r, sum_r weight_r)``: a new
-        TensorDict with ``grads``' keys, identical on every rank, and the total weight.
+        TensorDict with ``grads``' keys, identical on every rank, and the total
+        weight; the mean is ``None`` on every rank when the total weight is 0.
 
     Raises:
         RuntimeError: no process group, a peer died, or the collective timed out.
-        ValueError: the total weight is 0.
+        ValueError: ``weight`` is negative or not finite.
     """
     if not dist.is_initialized():
         raise RuntimeError("weighted_allreduce_mean needs init_process_group() first")
+    if not (math.isfinite(weight) and weight >= 0):
+        raise ValueError(f"weight={weight!r} is invalid; accepted: a finite number >= 0")
     keys = sorted(grads.keys(include_nested=True, leaves_only=True), key=str)
     leaves = [grads.get(key) for key in keys]
     flat = torch.cat([leaf.detach().reshape(-1).double() * weight for leaf in leaves])
@@ -112,7 +126,7 @@ def weighted_allreduce_mean(grads: TensorDictBase, weight: float) -> tuple[Tenso
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     total = float(flat[-1])
     if total <= 0:
-        raise ValueError(f"the all-reduced weight is {total}; some rank must have frames")
+        return None, total
     mean = flat[:-1] / total
     out, offset = {}, 0
     for key, leaf in zip(keys, leaves, strict=True):

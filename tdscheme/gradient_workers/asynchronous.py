@@ -12,7 +12,6 @@ weights go to the sender only, and the other workers keep computing.
 from __future__ import annotations
 
 import logging
-import time
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
 from tdscheme.gradient_workers.metrics import Timer, step_metrics
@@ -36,12 +35,6 @@ class AsynchronousCoordinator(GradientCoordinator):
 
     mode = "asynchronous"
 
-    def _dispatch(self, worker_id: int, timers: dict[str, Timer]) -> None:
-        with timers["dispatch"]:
-            ref = self._weights_ref()
-            future = self.pool.submit(worker_id, "compute_gradients", ref, self.learner.version)
-            self._in_flight[future] = worker_id
-
     def _step(self, timers: dict[str, Timer]) -> dict[str, float]:
         busy = set(self._in_flight.values())
         for worker_id in range(len(self.pool)):
@@ -52,22 +45,15 @@ class AsynchronousCoordinator(GradientCoordinator):
         staleness: list[int] = []
         dropped_staleness: list[int] = []
         grad_norms: list[float] = []
-        deadline = self._deadline()
         while len(applied) + len(dropped) < self.config.grads_per_step_or_default():
-            with timers["wait"]:
-                ready = self.pool.wait(
-                    list(self._in_flight), timeout_s=max(0.0, deadline - time.monotonic())
-                )
+            ready = self._wait_ready(list(self._in_flight), timers)
             if not ready:
-                raise TimeoutError(
-                    f"gradient workers {sorted(self._in_flight.values())} sent no gradient in "
-                    f"timeout_s={self.config.timeout_s} s"
-                )
-            ref = ready[0]
-            worker_id = self._in_flight.pop(ref)
-            result = self.pool.outcome(ref)
+                continue  # a hung worker was replaced, or the first due time passed
+            worker_id, result = self._outcome(ready[0])
             if result is DIED:
                 self._restart(worker_id, "died while computing a gradient")
+            elif not self._nonfinite.record(result):
+                dropped.append(result)
             else:
                 age = self.learner.version - result.version
                 bound = self.config.max_grad_staleness
@@ -77,9 +63,12 @@ class AsynchronousCoordinator(GradientCoordinator):
                 else:
                     with timers["apply"]:
                         out = self.learner.apply_gradients(self._codec.decode(result.grads))
-                    applied.append(result)
-                    staleness.append(age)
-                    grad_norms.append(float(out["grad_norm"]))
+                    if "grad_norm" in out:
+                        applied.append(result)
+                        staleness.append(age)
+                        grad_norms.append(float(out["grad_norm"]))
+                    else:  # the driver Learner skipped it (NaN / inf after all): counted there
+                        dropped.append(result)
             self._dispatch(worker_id, timers)
         return self._metrics(applied, dropped, staleness, dropped_staleness, grad_norms)
 

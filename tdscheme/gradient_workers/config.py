@@ -54,9 +54,11 @@ class GradientWorkersConfig:
             later, computed on old weights, and is dropped and counted. A dict or a
             :class:`~tdscheme.collectors.PreemptionConfig`; ``None`` waits for all.
         seed: base seed; each worker (and each of its restarts) gets its own.
-        max_restarts: times each worker may be recreated after dying.
-        timeout_s: longest wait for a gradient (or a decentralized step) before
-            a ``TimeoutError`` names the silent workers.
+        max_restarts: times each worker may be recreated after dying (or hanging).
+        timeout_s: longest wait for a gradient. Centralized: a worker silent this
+            long after its request is declared hung, killed and rebuilt (a restart);
+            decentralized: a step that does not finish in it is a ``TimeoutError``
+            naming the silent workers.
         actor_start_timeout_s: a worker Ray has not placed or built this long after
             it was asked for is an error (see :mod:`tdscheme.runtime.placement`).
         collector_kwargs: extra keyword arguments for every torchrl collector.

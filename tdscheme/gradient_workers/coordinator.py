@@ -17,6 +17,7 @@ from typing import Any
 
 from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
 from tdscheme.gradient_workers.metrics import Timer
+from tdscheme.gradient_workers.nonfinite import NonFiniteGradients
 from tdscheme.gradient_workers.pool import DIED, GradientWorkerPool
 from tdscheme.learner import Learner
 from tdscheme.runtime import RayLease
@@ -42,6 +43,20 @@ _TOTALS = (
     "frames_dropped",
     "episodes",
     "restarts",
+    "grads_nonfinite",
+    "hung",
+)
+
+#: Step metrics summed into the totals.
+_SUMMED = (
+    "updates",
+    "grads_applied",
+    "grads_dropped",
+    "grads_nonfinite",
+    "frames",
+    "frames_collected",
+    "frames_dropped",
+    "episodes",
 )
 
 
@@ -87,6 +102,10 @@ class GradientCoordinator:
         self._weights: tuple[int, Any] | None = None  # (version, object ref)
         #: compute_gradients future -> worker id (the modes that keep requests in flight)
         self._in_flight: dict[Any, int] = {}
+        #: worker id -> (monotonic time its request is due, the limit in words)
+        self._due: dict[int, tuple[float, str]] = {}
+        self._starting: set[int] = set()  # rebuilt workers that have not delivered yet
+        self._nonfinite = NonFiniteGradients(max_in_a_row=learner.config.max_nonfinite_updates)
         self._closed = False
         self._lease = RayLease.acquire(ray_init_config)
         self.pool = GradientWorkerPool(
@@ -113,17 +132,32 @@ class GradientCoordinator:
     def step(self) -> dict[str, float]:
         """Runs one training step.
 
+        A gradient holding NaN / inf is left out, dropped and counted
+        (:mod:`~tdscheme.gradient_workers.nonfinite`). In the centralized modes a
+        worker that sends nothing within ``config.timeout_s`` of its request (plus
+        ``actor_start_timeout_s`` just after a rebuild) is declared hung: one
+        warning line, killed, rebuilt like a dead one (it counts toward
+        ``max_restarts``) and sent the request again.
+
         Returns:
             Floats: ``frames`` (trained on), ``frames_collected``, ``frames_dropped``,
-            ``grads_applied``, ``grads_dropped``, ``updates``, ``version``,
-            ``restarts`` (total so far), ``episodes`` and ``episode_return_mean``
-            (when an episode ended), the frame-weighted means of the workers' loss
-            metrics and timings, ``wait_ms``, ``apply_ms``, ``dispatch_ms``,
-            ``step_ms``, and what the mode adds (see its class).
+            ``grads_applied``, ``grads_dropped`` (stale, preempted or non-finite),
+            ``grads_nonfinite`` (this step's), ``grads_nonfinite_total``,
+            ``updates``, ``version``, ``restarts`` and ``hung`` (totals so far),
+            ``episodes`` and ``episode_return_mean`` (when an episode ended), the
+            frame-weighted means of the workers' loss metrics and timings,
+            ``wait_ms``, ``apply_ms``, ``dispatch_ms``, ``step_ms``, and what the
+            mode adds (see its class).
 
         Raises:
-            GradientWorkerError: a worker raised, or died more than ``max_restarts`` times.
-            TimeoutError: no worker delivered within ``config.timeout_s``.
+            GradientWorkerError: a worker raised, or died or hung more than
+                ``max_restarts`` times (the message names it, and ``timeout_s``
+                for a hang).
+            tdscheme.learner.nonfinite.NonFiniteUpdateError: a worker sent
+                ``max_nonfinite_updates`` (the driver Learner's config) non-finite
+                gradients in a row, or that many steps in a row made no update
+                for them.
+            TimeoutError: decentralized: a step did not finish within ``config.timeout_s``.
             RuntimeError: the coordinator was shut down.
         """
         if self._closed:
@@ -135,11 +169,14 @@ class GradientCoordinator:
             metrics.setdefault(f"{name}_ms", timer.mean_ms())
         metrics["step_ms"] = 1e3 * (time.perf_counter() - start)
         metrics["version"] = float(self.learner.version)
-        metrics["restarts"] = float(self.totals["restarts"])
         self.totals["steps"] += 1
-        for key in ("updates", "grads_applied", "grads_dropped", "frames", "frames_collected",
-                    "frames_dropped", "episodes"):  # fmt: skip
+        for key in _SUMMED:
             self.totals[key] += int(metrics.get(key, 0))
+        for key, total in (("restarts", "restarts"), ("hung", "hung"),
+                           ("grads_nonfinite_total", "grads_nonfinite")):  # fmt: skip
+            metrics[key] = float(self.totals[total])
+        self._nonfinite.step_done(skipped=not metrics["updates"] and metrics["grads_nonfinite"] > 0)
+        self._nonfinite.check()
         return metrics
 
     def _step(self, timers: dict[str, Timer]) -> dict[str, float]:
@@ -162,6 +199,55 @@ class GradientCoordinator:
             worker_id, reason, weights_ref=self._weights_ref(), version=self.learner.version
         )
         self.totals["restarts"] += 1
+        self._starting.add(worker_id)
+
+    # -- centralized requests: dispatch, wait, hung workers -----------------------------------
+
+    def _dispatch(self, worker_id: int, timers: dict[str, Timer]) -> None:
+        """Sends ``worker_id`` the current weights (one ``ray.put`` per version) and a request."""
+        with timers["dispatch"]:
+            ref = self._weights_ref()
+            future = self.pool.submit(worker_id, "compute_gradients", ref, self.learner.version)
+            self._in_flight[future] = worker_id
+        limit_s, limit = self.config.timeout_s, f"timeout_s={self.config.timeout_s:g} s"
+        if worker_id in self._starting:  # a rebuilt actor is placed and built first
+            limit_s += self.config.actor_start_timeout_s
+            limit += f" + actor_start_timeout_s={self.config.actor_start_timeout_s:g} s"
+        self._due[worker_id] = (time.monotonic() + limit_s, limit)
+
+    def _wait_ready(self, refs: Sequence[Any], timers: dict[str, Timer]) -> list[Any]:
+        """Finished requests among ``refs``; ``[]`` when none is, by the first one's due time.
+
+        Requests past their due time first have their workers replaced (hung).
+        """
+        refs = self._replace_hung(refs, timers)
+        if not refs:
+            return []
+        with timers["wait"]:
+            due = min(self._due[self._in_flight[ref]][0] for ref in refs)
+            return self.pool.wait(refs, timeout_s=max(0.0, due - time.monotonic()))
+
+    def _replace_hung(self, refs: Sequence[Any], timers: dict[str, Timer]) -> list[Any]:
+        """Kills, rebuilds and re-asks the workers of overdue ``refs``; returns the other refs."""
+        now = time.monotonic()
+        overdue = [ref for ref in refs if self._due[self._in_flight[ref]][0] <= now]
+        done = set(self.pool.wait(overdue, num_returns=len(overdue), timeout_s=0))
+        hung = [ref for ref in overdue if ref not in done]
+        for ref in hung:
+            worker_id = self._in_flight.pop(ref)
+            self.pool.forget([ref])
+            self.totals["hung"] += 1  # the restart logs it: one line naming the worker, the limit
+            self._restart(worker_id, f"hung: sent no gradient in {self._due[worker_id][1]}")
+            self._dispatch(worker_id, timers)
+        return [ref for ref in refs if ref not in hung]
+
+    def _outcome(self, ref: Any) -> tuple[int, Any]:
+        """``(worker id, result or DIED)`` of a finished request, no longer in flight."""
+        worker_id = self._in_flight.pop(ref)
+        result = self.pool.outcome(ref)
+        if result is not DIED:
+            self._starting.discard(worker_id)
+        return worker_id, result
 
     def _deadline(self) -> float:
         return time.monotonic() + self.config.timeout_s

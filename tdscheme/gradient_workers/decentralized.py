@@ -5,7 +5,10 @@ version) and form one torch.distributed gloo group, hosted by rank 0 on its own
 node (its IP address and a port free there). Each step, every worker collects,
 computes its gradient, all-reduces it weighted by frame count and applies the
 mean with its own optimizer: identical inputs, identical updates, so all workers
-keep bit-identical weights. The driver only starts the step, gathers metrics and
+keep bit-identical weights. A worker whose gradient holds NaN / inf takes part
+with weight 0, so every worker applies the others' mean; when none is finite,
+every worker skips the update (see :mod:`~tdscheme.gradient_workers.allreduce`);
+the driver counts and names them (:mod:`~tdscheme.gradient_workers.nonfinite`). The driver only starts the step, gathers metrics and
 mirrors rank 0's weights and version into its own Learner (for evaluation and
 checkpoints).
 
@@ -43,7 +46,8 @@ class DecentralizedCoordinator(GradientCoordinator):
     See :class:`~tdscheme.gradient_workers.coordinator.GradientCoordinator` for the
     arguments. In :meth:`step` metrics, ``apply_ms`` and ``allreduce_ms`` are the
     workers' (frame-weighted) means, ``mirror_ms`` the driver's copy of rank 0's
-    weights, ``grads_applied`` the gradients combined and ``updates`` 1.
+    weights, ``grads_applied`` the gradients combined (the finite ones) and
+    ``updates`` 1 (0 when none was finite).
     """
 
     mode = "decentralized"
@@ -130,9 +134,11 @@ class DecentralizedCoordinator(GradientCoordinator):
     def _finish(self, results: list[GradientResult]) -> dict[str, float]:
         start = time.perf_counter()
         rank0 = results[0]
+        updates = rank0.version - self.learner.version  # 0 when no rank had a finite gradient
         self.learner.load_weights(self._codec.decode(rank0.weights))
         self.learner.version = rank0.version
-        metrics = step_metrics(results, [], updates=1)
+        finite, nonfinite = self._nonfinite.split(results)
+        metrics = step_metrics(finite, nonfinite, updates=updates)
         metrics["mirror_ms"] = 1e3 * (time.perf_counter() - start)
         return metrics
 

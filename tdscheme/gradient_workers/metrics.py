@@ -114,19 +114,23 @@ def step_metrics(
 
     Args:
         applied: the gradients the step used (applied or all-reduced).
-        dropped: the gradients it received and dropped (stale, preempted).
+        dropped: the gradients it received and dropped (stale, preempted, non-finite).
         updates: the learner updates the step made.
 
     Returns:
         :func:`summarize_results` of ``applied``, :func:`episode_stats` of both,
         and ``frames`` (trained on), ``frames_collected``, ``frames_dropped``,
-        ``grads_applied``, ``grads_dropped`` and ``updates``.
+        ``grads_applied``, ``grads_dropped``, ``grads_nonfinite`` (those of the
+        dropped that held NaN / inf) and ``updates``.
 
     Example:
-        >>> r = lambda frames: GradientResult(0, 0, frames, None, {}, [], {})
-        >>> m = step_metrics([r(100)], [r(50)], updates=1)
+        >>> r = lambda frames, bad=None: GradientResult(0, 0, frames, None, {}, [], {},
+        ...                                             nonfinite=bad)
+        >>> m = step_metrics([r(100)], [r(50), r(50, "non-finite loss")], updates=1)
         >>> m["frames"], m["frames_collected"], m["frames_dropped"], m["grads_dropped"]
-        (100.0, 150.0, 50.0, 1.0)
+        (100.0, 200.0, 100.0, 2.0)
+        >>> m["grads_nonfinite"]
+        1.0
     """
     metrics = summarize_results(applied)
     metrics.update(episode_stats([*applied, *dropped]))
@@ -138,6 +142,7 @@ def step_metrics(
         frames_dropped=float(frames_dropped),
         grads_applied=float(len(applied)),
         grads_dropped=float(len(dropped)),
+        grads_nonfinite=float(sum(r.nonfinite is not None for r in dropped)),
         updates=float(updates),
     )
     return metrics

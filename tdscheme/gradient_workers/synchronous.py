@@ -6,13 +6,14 @@ count (:func:`~tdscheme.learner.average_gradients`) and takes one optimizer step
 With preemption thresholds, the step stops waiting for stragglers once enough
 workers and frames are in; a straggler's gradient, computed on the weights of
 an earlier version, is dropped (and counted) when it arrives, and that worker
-gets the current weights and a new request at once.
+gets the current weights and a new request at once. A gradient holding NaN / inf
+is left out of the average (when none is finite, no step: the weights and the
+version stay), see :mod:`~tdscheme.gradient_workers.nonfinite`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
@@ -43,12 +44,6 @@ class SynchronousCoordinator(GradientCoordinator):
     def _setup(self) -> None:
         self._preemption: PreemptionConfig = self.config.preemption  # type: ignore[assignment]
 
-    def _dispatch(self, worker_id: int, timers: dict[str, Timer]) -> None:
-        with timers["dispatch"]:
-            ref = self._weights_ref()
-            future = self.pool.submit(worker_id, "compute_gradients", ref, self.learner.version)
-            self._in_flight[future] = worker_id
-
     def _step(self, timers: dict[str, Timer]) -> dict[str, float]:
         num_workers = len(self.pool)
         busy = set(self._in_flight.values())
@@ -57,7 +52,6 @@ class SynchronousCoordinator(GradientCoordinator):
                 self._dispatch(worker_id, timers)
         fresh: dict[int, GradientResult] = {}
         dropped: list[GradientResult] = []
-        deadline = self._deadline()
         while len(fresh) < num_workers and not self._preemption.should_cut(
             finished=len(fresh),
             workers=num_workers,
@@ -65,15 +59,7 @@ class SynchronousCoordinator(GradientCoordinator):
             frames_per_batch=num_workers * self.config.frames_per_batch,
         ):
             pending = [ref for ref, w in self._in_flight.items() if w not in fresh]
-            with timers["wait"]:
-                ready = self.pool.wait(pending, timeout_s=max(0.0, deadline - time.monotonic()))
-            if not ready:
-                waiting = sorted(w for w in self._in_flight.values() if w not in fresh)
-                raise TimeoutError(
-                    f"gradient workers {waiting} sent no gradient in "
-                    f"timeout_s={self.config.timeout_s} s"
-                )
-            for ref in ready:
+            for ref in self._wait_ready(pending, timers):
                 self._receive(ref, fresh, dropped, timers)
         return self._apply(list(fresh.values()), dropped, timers)
 
@@ -84,13 +70,13 @@ class SynchronousCoordinator(GradientCoordinator):
         dropped: list[GradientResult],
         timers: dict[str, Timer],
     ) -> None:
-        worker_id = self._in_flight.pop(ref)
-        result = self.pool.outcome(ref)
+        worker_id, result = self._outcome(ref)
         if result is DIED:
             self._restart(worker_id, "died while computing a gradient")
             self._dispatch(worker_id, timers)
         elif result.version != self.learner.version:
             # A straggler left out of an earlier step: its gradient is for old weights.
+            self._nonfinite.record(result)
             dropped.append(result)
             self._dispatch(worker_id, timers)
         else:
@@ -102,11 +88,17 @@ class SynchronousCoordinator(GradientCoordinator):
         dropped: list[GradientResult],
         timers: dict[str, Timer],
     ) -> dict[str, float]:
-        with timers["apply"]:
-            grads = [self._codec.decode(r.grads) for r in fresh]
-            average = average_gradients(grads, weights=[r.frames for r in fresh])
-            applied = self.learner.apply_gradients(average)
-        metrics = step_metrics(fresh, dropped, updates=1)
-        metrics["applied_grad_norm"] = float(applied["grad_norm"])
+        finite, nonfinite = self._nonfinite.split(fresh)
+        version = self.learner.version
+        applied = None
+        if finite:  # none finite: no step, the weights and version stay
+            with timers["apply"]:
+                grads = [self._codec.decode(r.grads) for r in finite]
+                average = average_gradients(grads, weights=[r.frames for r in finite])
+                applied = self.learner.apply_gradients(average)
+        updates = self.learner.version - version
+        metrics = step_metrics(finite, [*dropped, *nonfinite], updates=updates)
+        if updates:
+            metrics["applied_grad_norm"] = float(applied["grad_norm"])
         metrics["preempted"] = float(len(self.pool) - len(fresh))
         return metrics

@@ -37,13 +37,16 @@ class GradientResult:
             gradient computed with (for a decentralized step: the version after it).
         frames: valid frames in the batch, the gradient's weight in an average.
         grads: the encoded gradient TensorDict (``None`` from a decentralized step,
-            whose gradient never leaves the workers).
+            whose gradient never leaves the workers, and when ``nonfinite``).
         metrics: loss terms, ``loss``, ``grad_norm`` (unclipped), ``lr``, as floats.
         episode_returns: returns of the episodes that ended in the batch.
         timings_ms: ``collect_ms``, ``compute_ms``, ``encode_ms``, and for a
             decentralized step ``allreduce_ms`` and ``apply_ms``.
         weights: the loss module's encoded weights after a decentralized step,
             when asked for (the driver mirrors rank 0's); otherwise ``None``.
+        nonfinite: what held NaN / inf (the batch, the loss or the gradient norm;
+            ``Learner.last_nonfinite``) when the gradient is unusable: it is not
+            sent, and a decentralized step gave it weight 0; ``None`` when finite.
     """
 
     worker_id: int
@@ -54,6 +57,7 @@ class GradientResult:
     episode_returns: list[float]
     timings_ms: dict[str, float]
     weights: Payload | None = None
+    nonfinite: str | None = None
 
 
 class GradientWorker:
@@ -143,7 +147,8 @@ class GradientWorker:
             version: the learner version of ``weights``.
 
         Returns:
-            The encoded gradient with its frame count, metrics and timings.
+            The encoded gradient with its frame count, metrics and timings; no
+            gradient, and ``nonfinite`` saying why, when it held NaN / inf.
 
         Raises:
             ValueError: ``weights`` given without ``version``.
@@ -158,7 +163,7 @@ class GradientWorker:
         collected = time.perf_counter()
         grads, metrics = self.learner.compute_gradients(batch)
         computed = time.perf_counter()
-        payload = self._codec.encode(grads)
+        payload = None if grads is None else self._codec.encode(grads)
         timings = {
             "collect_ms": 1e3 * (collected - start),
             "compute_ms": 1e3 * (computed - collected),
@@ -271,7 +276,11 @@ class GradientWorker:
     def step_allreduce(self, return_weights: bool = False) -> GradientResult:
         """Collects, computes a gradient, all-reduces it (weighted by frames), applies it.
 
-        Every rank must call this for the all-reduce to complete.
+        Every rank must call this for the all-reduce to complete. A rank whose
+        gradient held NaN / inf contributes zeros with weight 0, so the others'
+        mean is applied; when every rank's did, the all-reduced weight is 0 and
+        every rank skips the update (same bits, same decision: the weights stay
+        identical).
 
         Args:
             return_weights: put this worker's encoded weights after the update in
@@ -279,7 +288,8 @@ class GradientWorker:
 
         Returns:
             The result of this step (``grads`` is ``None``; ``frames`` are this
-            worker's own; ``version`` is the version after the update).
+            worker's own; ``version`` is the version after the update;
+            ``nonfinite`` set when this worker's gradient was left out).
 
         Raises:
             RuntimeError: not in a process group, a peer died, or the all-reduce
@@ -294,9 +304,11 @@ class GradientWorker:
         collected = time.perf_counter()
         grads, metrics = self.learner.compute_gradients(batch)
         computed = time.perf_counter()
-        mean, _ = allreduce.weighted_allreduce_mean(grads, float(metrics["num_frames"]))
+        weight = 0.0 if grads is None else float(metrics["num_frames"])
+        grads = self.learner.zero_gradients() if grads is None else grads
+        mean, _ = allreduce.weighted_allreduce_mean(grads, weight)
         reduced = time.perf_counter()
-        applied = _floats(self.learner.apply_gradients(mean))
+        applied = {} if mean is None else _floats(self.learner.apply_gradients(mean))
         done = time.perf_counter()
         timings = {
             "collect_ms": 1e3 * (collected - start),
@@ -305,7 +317,8 @@ class GradientWorker:
             "apply_ms": 1e3 * (done - reduced),
         }
         result = self._result(metrics, returns, timings, grads=None)
-        result.metrics["applied_grad_norm"] = applied["grad_norm"]
+        if "grad_norm" in applied:  # absent when no rank had a finite gradient
+            result.metrics["applied_grad_norm"] = applied["grad_norm"]
         if return_weights:
             result.weights = self.weights()
         return result
@@ -350,6 +363,7 @@ class GradientWorker:
             metrics=values,
             episode_returns=returns,
             timings_ms=timings,
+            nonfinite=self.learner.last_nonfinite,
         )
 
 

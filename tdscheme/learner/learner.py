@@ -22,7 +22,11 @@ from torchrl.objectives.value import ValueEstimatorBase
 
 from tdscheme.learner.batches import minibatches, prepare_batch
 from tdscheme.learner.config import LearnerConfig
-from tdscheme.learner.gradients import assign_gradients_, gradients_from_parameters
+from tdscheme.learner.gradients import (
+    assign_gradients_,
+    gradients_from_parameters,
+    parameter_key,
+)
 from tdscheme.learner.nonfinite import NonFiniteGuard, SkippedStep, batch_source
 
 __all__ = ["Learner"]
@@ -137,6 +141,8 @@ class Learner:
             )
         self.lr_scheduler = None if lr_scheduler is None else lr_scheduler(self.optimizer)
         self.version = 0
+        #: what made the last :meth:`compute_gradients` non-finite (``None``: it was finite)
+        self.last_nonfinite: str | None = None
         self._nonfinite = NonFiniteGuard(
             max_in_a_row=self.config.max_nonfinite_updates,
             drop_frames=self.config.drop_nonfinite_frames,
@@ -194,11 +200,15 @@ class Learner:
         metrics.update(self._nonfinite.metrics(skipped=False, dropped=dropped))
         return _metrics_td(metrics, lr=lr, num_frames=flat.shape[0])
 
-    def compute_gradients(self, batch: TensorDictBase) -> tuple[TensorDict, TensorDict]:
+    def compute_gradients(self, batch: TensorDictBase) -> tuple[TensorDict | None, TensorDict]:
         """One backward pass over the whole batch, without an optimizer step.
 
         ``compute_gradients`` followed by :meth:`apply_gradients` gives the same
-        parameters as :meth:`update` with one epoch, one unshuffled minibatch.
+        parameters as :meth:`update` with one epoch, one unshuffled minibatch. The
+        batch, loss and gradient norm are checked for NaN / inf as in :meth:`update`
+        (``drop_nonfinite_frames`` applies too); a non-finite one gives no gradient,
+        and nothing is counted toward ``max_nonfinite_updates``: whoever applies
+        gradients decides (the gradient-worker coordinators count per worker).
 
         Args:
             batch: as for :meth:`update`; the value estimator runs first.
@@ -206,21 +216,45 @@ class Learner:
         Returns:
             ``(grads, metrics)``. ``grads`` holds one detached CPU tensor per
             trainable parameter, keyed like ``TensorDict.from_module(loss_module)``
-            (zeros where a parameter got no gradient). ``metrics`` holds the loss
-            terms, ``loss``, ``grad_norm`` (unclipped), ``lr`` and ``num_frames``
-            (the weight to give ``grads`` in :func:`average_gradients`).
+            (zeros where a parameter got no gradient); it is ``None`` when NaN / inf
+            was found, and :attr:`last_nonfinite` then says where. ``metrics`` holds
+            the loss terms, ``loss``, ``grad_norm`` (unclipped), ``lr`` and
+            ``num_frames`` (the weight to give ``grads`` in :func:`average_gradients`),
+            only the last two without ``grads``, and ``nonfinite_frames_dropped``
+            with ``drop_nonfinite_frames``.
 
         Raises:
             TypeError: ``batch`` is not a TensorDict.
             ValueError: ``batch`` has no batch dimension or no valid frame.
         """
+        extra: dict[str, torch.Tensor] = {}
+        if self.config.drop_nonfinite_frames:
+            batch, dropped = self._nonfinite.drop_frames(batch)
+            extra["nonfinite_frames_dropped"] = torch.tensor(float(dropped))
         flat = self._prepare(batch)
-        self._zero_grad()
-        metrics = self._backward(flat)
-        metrics["grad_norm"] = self._total_grad_norm()
-        grads = gradients_from_parameters(self._params)
-        self._zero_grad()
-        return grads, _metrics_td(metrics, lr=self._lr(), num_frames=flat.shape[0])
+        metrics: dict[str, torch.Tensor] = {}
+        grads: TensorDict | None = None
+        self.last_nonfinite = self._nonfinite.check_batch(flat)
+        if self.last_nonfinite is None:
+            self._zero_grad()
+            metrics = self._backward(flat)
+            metrics["grad_norm"] = self._total_grad_norm()
+            try:
+                self._nonfinite.check_step(
+                    {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}
+                )
+                grads = gradients_from_parameters(self._params)
+            except SkippedStep as skip:
+                self.last_nonfinite, metrics = str(skip), {}
+            self._zero_grad()
+        return grads, _metrics_td({**metrics, **extra}, lr=self._lr(), num_frames=flat.shape[0])
+
+    def zero_gradients(self) -> TensorDict:
+        """Zeros shaped like :meth:`compute_gradients`' ``grads`` (a no-op contribution to a sum)."""
+        zeros = {
+            parameter_key(n): torch.zeros(p.shape, dtype=p.dtype) for n, p in self._params.items()
+        }
+        return TensorDict(zeros, batch_size=[])
 
     def apply_gradients(self, grads: TensorDictBase) -> TensorDict:
         """Takes one optimizer step with the given gradients.

@@ -86,7 +86,8 @@ class SchemeConfig:
         seed: seeds torch before the modules are built (reproducible initial
             weights) and each worker distinctly; ``None`` leaves them unseeded.
         batch_timeout_s: raise if no batch arrives for this long while the workers
-            still answer; with gradient workers: the longest wait for a gradient.
+            still answer; with gradient workers: the longest wait for a gradient (a
+            centralized worker silent this long is declared hung and rebuilt).
         actor_start_timeout_s: a worker Ray has not placed or built this long
             after it was asked for is an error (impossible requests are one at once).
         worker_stall_timeout_s: a collector worker without progress (env steps)

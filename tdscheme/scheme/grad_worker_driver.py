@@ -25,6 +25,9 @@ _COORDINATOR_KEYS = frozenset(
         "frames_dropped",
         "grads_applied",
         "grads_dropped",
+        "grads_nonfinite",
+        "grads_nonfinite_total",
+        "hung",
         "updates",
         "preempted",
         "staleness_mean",
@@ -41,8 +44,9 @@ def scheme_metrics(step: Mapping[str, float], *, mode: str, learner: Learner) ->
 
     * ``episode_return_mean``, ``episodes`` -> ``train/episode_return``,
       ``train/episodes`` (only when an episode ended, as with collectors);
-    * the counters (``grads_applied``, ``grads_dropped``, ``frames_dropped``,
-      ``updates``, ``preempted``, ``staleness_*``, ``version``, ``restarts``) and
+    * the counters (``grads_applied``, ``grads_dropped``, ``grads_nonfinite``
+      (``_total``), ``frames_dropped``, ``updates``, ``preempted``,
+      ``staleness_*``, ``version``, ``restarts``, ``hung``) and
       every timer (``wait_ms``, ``apply_ms``, ``dispatch_ms``, ``step_ms``,
       ``collect_ms``, ...) -> ``grad_workers/<name>``;
     * the workers' loss metrics (``loss_objective``, ``grad_norm``, ...) ->

@@ -89,6 +89,39 @@ def test_nan_gradients_are_not_applied():
     assert model.version == 0 and (model.weights() == before).all()
 
 
+def test_compute_gradients_gives_no_gradient_for_a_bad_batch_loss_or_norm():
+    model = learner(max_nonfinite_updates=1)  # compute_gradients counts nothing: no raise
+    good = rollout_batch()
+    bad = good.clone()
+    bad["next", "reward"][5] = float("inf")
+    for _ in range(3):
+        grads, metrics = model.compute_gradients(bad)
+        assert grads is None and set(metrics.keys()) == {"lr", "num_frames"}
+        assert "('next', 'reward')" in model.last_nonfinite
+        assert "worker(s) [3]" in model.last_nonfinite
+    nan_loss = good.clone()
+    nan_loss["action_log_prob"] = torch.full_like(nan_loss["action_log_prob"], float("nan"))
+    assert model.compute_gradients(nan_loss)[0] is None
+    assert "action_log_prob" in model.last_nonfinite
+    grads, metrics = model.compute_gradients(good)
+    assert model.last_nonfinite is None and metrics["num_frames"] == 32
+    assert all(torch.isfinite(g).all() for g in grads.values(True, True))
+    zeros = model.zero_gradients()
+    assert set(zeros.keys(True, True)) == set(grads.keys(True, True))
+    assert not any(z.any() for z in zeros.values(True, True))
+    assert model.version == 0 and all(p.grad is None for p in model.loss_module.parameters())
+
+
+def test_compute_gradients_honours_drop_nonfinite_frames():
+    model = learner(drop_nonfinite_frames=True)
+    batch = rollout_batch()
+    batch["next", "reward"][4] = float("nan")
+    grads, metrics = model.compute_gradients(batch)
+    assert grads is not None and model.last_nonfinite is None
+    assert metrics["nonfinite_frames_dropped"] == 1 and metrics["num_frames"] == 31
+    assert all(torch.isfinite(g).all() for g in grads.values(True, True))
+
+
 @pytest.mark.parametrize("field", ["max_nonfinite_updates", "drop_nonfinite_frames"])
 def test_config_checks_the_new_fields(field):
     with pytest.raises(ValueError, match=rf"{field}=0.5 is invalid; accepted: "):

@@ -124,3 +124,24 @@ def test_compressed_payloads_decode_to_the_same_values():
     finally:
         plain.shutdown()
         packed.shutdown()
+
+
+def test_a_nonfinite_gradient_is_not_sent_and_a_lone_rank_skips_its_update():
+    inf_rewards = functools.partial(
+        make_env, "CartPole-v1", nonfinite_at_step=1, nonfinite_value=float("inf"),
+        nonfinite_every=True,
+    )  # fmt: skip
+    worker = GradientWorker(0, spec(env_factory=inf_rewards), seed=0)
+    try:
+        result = worker.compute_gradients()
+        assert result.grads is None and result.frames == 64
+        assert "('next', 'reward')" in result.nonfinite
+        before = codec.decode(worker.weights())
+        worker.setup_process_group(0, 1, "127.0.0.1", free_port(), 30.0)
+        result = worker.step_allreduce(return_weights=True)
+        # weight 0 from the only rank: no mean, no step, no new version
+        assert result.nonfinite is not None and result.version == 0
+        assert "applied_grad_norm" not in result.metrics
+        assert_equal_tds(codec.decode(result.weights), before)
+    finally:
+        worker.shutdown()
