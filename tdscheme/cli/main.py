@@ -14,7 +14,9 @@ for ``frames_per_batch``, ``--sync/--no-sync`` for booleans, ``none`` for an
 unset optional value, ``64,64`` for a tuple of ints and JSON for dicts
 (``--collector-resources '{"num_cpus": 0.5}'``). ``tdscheme train --help`` lists them.
 
-Start-up: this module imports neither torch nor torchrl. It parses the command
+Start-up: this module imports neither Ray, torch nor torchrl, and installs the
+signal handlers first (a Ctrl-C in the first second is a stop request, not a
+traceback from inside an import). It parses the command
 line and, for ``train``, makes the preset (:mod:`tdscheme.cli.parser`), which
 checks every setting: a usage error is one line within a second or two, before
 Ray starts. Then it starts Ray (the preset's ``ray_init_config``) in the main

@@ -5,13 +5,18 @@
   calls and remote errors, shared by the collector and gradient-worker pools.
 * :mod:`~tdscheme.runtime.torchrl_names`: where torchrl keeps the names that move
   between releases.
+* :mod:`~tdscheme.runtime.interrupts`: Ctrl-C and SIGTERM as a stop request.
 
-Only the Ray lease is imported here (the command's entry imports it before
-anything heavy); import the other modules by their path.
+The Ray lease's names are exported lazily (:mod:`tdscheme.lazy`): importing this
+package imports no Ray, so the command installs its signal handlers
+(``interrupts``) before anything heavy is imported. Import the other modules by
+their path.
 """
 
 from __future__ import annotations
 
-from tdscheme.runtime.ray_lease import WORKER_PRELOAD_MODULES, RayLease, local_ray_config
+from tdscheme.lazy import lazy_exports
 
 __all__ = ["WORKER_PRELOAD_MODULES", "RayLease", "local_ray_config"]
+
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "tdscheme.runtime.ray_lease"))
