@@ -6,10 +6,17 @@ import functools
 
 import pytest
 import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
+from tdscheme.collectors.lean import LeanCollector
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_modules
+from tdscheme.runtime.torchrl_names import Collector
+from tests.collectors.test_lean import assert_same_frames
 from tdscheme.transport import TensorDictCodec
 
 pytest.importorskip(
@@ -59,3 +66,56 @@ def test_the_presets_policy_takes_envpool_index_actions():
         env.close()
     assert td["action"].shape == (2, 3) and set(td["action"].unique().tolist()) <= {0, 1}
     assert td["action_log_prob"].shape == (2, 3)
+
+
+class PixelArgmax(nn.Module):
+    """The index of the largest of 6 linear scores of a 4x84x84 uint8 frame stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4 * 84 * 84, 6)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.linear(obs.flatten(-3).float() / 255).argmax(-1)
+
+
+def seeded_batches(cls, env_fn, policy, *, steps, seed=0, **kwargs):
+    """Two batches of ``cls`` seeded with ``seed`` (torchrl's ``reset()`` fails on EnvPool's
+    carrier: "more than one element of the written-to tensor refers to a single memory
+    location", so unlike ``test_lean.batches`` there is none)."""
+    torch.manual_seed(seed)
+    env = env_fn()
+    collector = cls(
+        env, policy, frames_per_batch=steps * env.batch_size.numel(),
+        auto_register_policy_transforms=False, **kwargs,
+    )  # fmt: skip
+    try:
+        collector.set_seed(seed)
+        it = iter(collector)
+        return [next(it), next(it)], getattr(collector, "lean_reason", None)
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "num_envs", "steps"), [("CartPole-v1", 4, 60), ("ALE/Pong-v5", 2, 8)]
+)
+@pytest.mark.parametrize(
+    "exploration_type", [ExplorationType.DETERMINISTIC, ExplorationType.RANDOM]
+)
+def test_lean_envpool_frames_equal_torchrls(env_id, num_envs, steps, exploration_type):
+    """The lean loop steps EnvPool itself (no reset calls: EnvPool resets at the next step)."""
+    env_fn = functools.partial(make_env, env_id, num_envs=num_envs, backend="envpool")
+    torch.manual_seed(0)
+    if env_id == "CartPole-v1":  # the presets' ProbabilisticActor (a sample when RANDOM)
+        actor = actor_critic_modules(env_id, hidden_sizes=(8,), backend="envpool")["actor"]
+    else:  # frames: a linear layer over the 4x84x84 uint8 frames, greedy
+        actor = TensorDictModule(PixelArgmax(), in_keys=["observation"], out_keys=["action"])
+    kwargs = {"exploration_type": exploration_type}
+    want, _ = seeded_batches(Collector, env_fn, actor, steps=steps, **kwargs)
+    got, reason = seeded_batches(LeanCollector, env_fn, actor, steps=steps, **kwargs)
+    assert reason is None
+    assert_same_frames(want, got)
+    if env_id == "CartPole-v1":  # episodes ended, and EnvPool began new ones, inside the batches
+        done = torch.cat([b["next", "done"].flatten() for b in got])
+        assert done.any() and got[-1]["collector", "traj_ids"].unique().numel() > num_envs

@@ -1,12 +1,13 @@
-"""LeanCollector: torchrl's ``Collector`` with a lean rollout over plain gymnasium envs.
+"""LeanCollector: torchrl's ``Collector`` with a lean rollout over plain gymnasium or EnvPool envs.
 
 The default collector class of tdscheme's workers. It *is* a torchrl
 ``Collector`` (constructor, weights, seeding, ``reset``, ``state_dict``, the
 preallocated batch buffer and the trajectory-id pool are torchrl's own); only
 :meth:`LeanCollector.rollout` changes, and only where the env is a plain
 torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
-``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it), bare
-or in a ``TransformedEnv`` whose transforms are episode bookkeeping the lean
+``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it) or
+torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
+backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are episode bookkeeping the lean
 loop runs itself (``RewardSum``, ``StepCounter``, ``RewardScaling``, as the
 presets use: :mod:`~tdscheme.collectors.lean_transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, replay buffer, device
@@ -16,11 +17,13 @@ casts, random frames, trajectory batches, ...). Then each step:
   exploration type, on a fresh TensorDict holding what torchrl's carrier holds
   (observation, ``done`` / ``terminated`` / ``truncated``,
   ``("collector", "traj_ids")``);
-* steps the gymnasium env directly, converting actions and outputs as the
-  torchrl wrapper's readers do (one-hot -> index, observation and reward cast
-  to their spec's dtype and shape, ``done = terminated | truncated``) without
-  their per-call spec lookups, and resets the copies whose episode ended as
-  torchrl does (``reset_mask``; a single env: ``reset()``);
+* steps the gymnasium or EnvPool env directly, converting actions and outputs
+  as the torchrl wrapper's readers do (one-hot -> index, observation and reward
+  cast to their spec's dtype and shape, ``done = terminated | truncated``)
+  without their per-call spec lookups, and resets the copies whose episode
+  ended as torchrl does (gymnasium: ``reset_mask``, a single env ``reset()``;
+  EnvPool resets them itself at their next step:
+  :mod:`~tdscheme.collectors.env_steps`);
 * writes every entry into torchrl's preallocated batch (``use_buffers``), so
   no per-step TensorDict is built, copied, stacked or ``step_mdp``-ed.
 
@@ -58,7 +61,13 @@ from torchrl.data import Bounded, Categorical, OneHot, Unbounded
 from torchrl.envs import GymWrapper, TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
-from tdscheme.collectors.gym_steps import EnvSteps, SubEnvSteps, gym_steps
+from tdscheme.collectors.env_steps import (
+    EnvPoolSteps,
+    EnvSteps,
+    SubEnvSteps,
+    env_steps,
+    is_envpool_env,
+)
 from tdscheme.collectors.lean_transforms import episode_transforms
 from tdscheme.runtime.torchrl_names import Collector
 
@@ -86,6 +95,32 @@ def _is_plain_module(policy: Any) -> bool:
         and not policy._forward_pre_hooks
         and "_" not in policy.out_keys_source
     )
+
+
+def _why_not_gym(env: Any) -> str | None:
+    """Why the lean loop cannot step this torchrl gymnasium env, or ``None``."""
+    if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
+        return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
+    if getattr(env, "wrapper_frame_skip", 1) != 1 or env.info_dict_reader:
+        return "the env skips frames or reads its info dict"
+    if getattr(env, "from_pixels", False):
+        return "the env renders pixels"
+    if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
+        return "the vector env has no autoreset_mode"
+    if env.batch_size and env._env.autoreset_mode.name != "DISABLED":
+        return "the vector env resets by itself (torchrl wants AutoresetMode.DISABLED)"
+    if not isinstance(env._env.observation_space, gym_spaces().Box):
+        return "the env's observation space is not a Box"
+    return None
+
+
+def _why_not_envpool(env: Any) -> str | None:
+    """Why the lean loop cannot step this torchrl ``MultiThreadedEnv``, or ``None``."""
+    if type(env).__name__ not in ("MultiThreadedEnv", "MultiThreadedEnvWrapper"):
+        return f"the env is a {type(env).__name__}, not torchrl's own MultiThreadedEnv"
+    if len(env._env.spec.observation_space.shape) == 0:
+        return "the EnvPool env's observation is not one array"
+    return None
 
 
 _TRAJ_IDS = ("collector", "traj_ids")
@@ -119,16 +154,11 @@ class LeanCollector(Collector):
         env = self._base_env = (
             self.env.base_env if isinstance(self.env, TransformedEnv) else self.env
         )
-        if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
-            return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
-        if getattr(env, "wrapper_frame_skip", 1) != 1 or env.info_dict_reader:
-            return "the env skips frames or reads its info dict"
-        if getattr(env, "from_pixels", False) or env.device not in (None, torch.device("cpu")):
-            return "the env renders pixels or lives on a device"
-        if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
-            return "the vector env has no autoreset_mode"
-        if env.batch_size and env._env.autoreset_mode.name != "DISABLED":
-            return "the vector env resets by itself (torchrl wants AutoresetMode.DISABLED)"
+        why = _why_not_envpool(env) if is_envpool_env(env) else _why_not_gym(env)
+        if why is not None:
+            return why
+        if env.device not in (None, torch.device("cpu")):
+            return "the env lives on a device"
         if list(env.observation_spec.keys(True, True)) != ["observation"]:
             return "the env has observations other than 'observation'"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
@@ -139,8 +169,6 @@ class LeanCollector(Collector):
             return f"the env's action spec is a {type(env.action_spec).__name__}"
         if getattr(env.action_spec, "use_register", False):
             return "the env's one-hot action spec uses a register"
-        if not isinstance(env._env.observation_space, gym_spaces().Box):
-            return "the env's observation space is not a Box"
         options = {
             "replay_buffer": self.replay_buffer is not None,
             "postproc": self.postproc is not None,
@@ -184,7 +212,7 @@ class LeanCollector(Collector):
 
     def _lean_rollout(self) -> TensorDictBase:
         env, out, transforms = self._base_env, self._final_rollout, self._transforms
-        steps = gym_steps(env._env)
+        steps = env_steps(env)
         batch_dims = env.batch_size
         time_dim = len(batch_dims)
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
@@ -307,7 +335,7 @@ class LeanCollector(Collector):
 
     def _reset_done(
         self,
-        steps: EnvSteps | SubEnvSteps,
+        steps: EnvSteps | SubEnvSteps | EnvPoolSteps,
         done: torch.Tensor,
         obs: torch.Tensor,
         traj_ids: torch.Tensor,

@@ -1,26 +1,31 @@
-"""How the lean rollout steps and resets a gymnasium env: one env, a vector env, or its copies.
+"""How the lean rollout steps and resets its env: gymnasium (one env, a vector env, its copies) or EnvPool.
 
-:class:`~tdscheme.collectors.lean.LeanCollector` steps the gymnasium env under
-torchrl's ``GymWrapper`` itself. :func:`gym_steps` picks how:
+:class:`~tdscheme.collectors.lean.LeanCollector` steps the env under torchrl's
+wrapper itself. :func:`env_steps` picks how, from the torchrl env:
 
-* one env: ``step(action)``, and ``reset()`` when its episode ended;
-* a ``SyncVectorEnv`` that does not reset by itself (``AutoresetMode.DISABLED``,
-  what :func:`tdscheme.envs.make_env` builds): each copy stepped in turn and
-  the copies whose episode ended reset, written into preallocated arrays. This
-  is what ``SyncVectorEnv.step`` and ``reset(options={"reset_mask": ...})``
-  do, without their per-call info dicts, observation concatenation and copies;
-  the copies get the same calls (``reset(seed=None, options={})``), so the
-  frames are the same. While the lean loop runs, the vector env's own batched
-  arrays are not updated; any ``reset()`` of the vector env (torchrl's) sets
-  them again;
-* any other vector env: its ``step``, and ``reset(options={"reset_mask": ...})``
-  as torchrl calls it.
+* a ``GymWrapper`` over one gymnasium env: ``step(action)``, and ``reset()``
+  when its episode ended;
+* over a ``SyncVectorEnv`` that does not reset by itself
+  (``AutoresetMode.DISABLED``, what :func:`tdscheme.envs.make_env` builds):
+  each copy stepped in turn and the copies whose episode ended reset, written
+  into preallocated arrays. This is what ``SyncVectorEnv.step`` and
+  ``reset(options={"reset_mask": ...})`` do, without their per-call info
+  dicts, observation concatenation and copies; the copies get the same calls
+  (``reset(seed=None, options={})``), so the frames are the same. While the
+  lean loop runs, the vector env's own batched arrays are not updated; any
+  ``reset()`` of the vector env (torchrl's) sets them again;
+* over any other vector env: its ``step``, and ``reset(options={"reset_mask":
+  ...})`` as torchrl calls it;
+* torchrl's ``MultiThreadedEnv`` (EnvPool): EnvPool's ``step``; no reset call,
+  as torchrl's wrapper: EnvPool resets an env whose episode ended at its next
+  step, and until then the env's observation is the episode's last one.
 
 Example:
     >>> import gymnasium as gym, numpy as np
+    >>> from torchrl.envs import GymWrapper
     >>> vec = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
     ...     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED})
-    >>> steps = gym_steps(vec)
+    >>> steps = env_steps(GymWrapper(vec))
     >>> _ = vec.reset(seed=0)
     >>> obs, reward, terminated, truncated = steps.step(np.array([0, 1, 0]))
     >>> obs.shape, reward.tolist(), terminated.dtype
@@ -36,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EnvSteps", "SubEnvSteps", "gym_steps"]
+__all__ = ["EnvPoolSteps", "EnvSteps", "SubEnvSteps", "env_steps"]
 
 
 class EnvSteps:
@@ -101,10 +106,40 @@ class SubEnvSteps:
         return self._obs.copy()
 
 
-def gym_steps(env: Any) -> EnvSteps | SubEnvSteps:
-    """The stepper of a gymnasium env or vector env (see the module)."""
+class EnvPoolSteps:
+    """Steps EnvPool's envs (gym API); an ended episode is reset by EnvPool at its next step.
+
+    Args:
+        env: the EnvPool env under torchrl's ``MultiThreadedEnv``.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self._obs: Any = None
+
+    def step(self, actions: np.ndarray) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+        """``(observation, reward, terminated, truncated)`` after ``actions``."""
+        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        self._obs = obs
+        return obs, reward, np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+
+    def reset(self, done: np.ndarray) -> Any:
+        """No call: every env keeps the observation :meth:`step` returned (see the module)."""
+        return self._obs
+
+
+def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps:
+    """The stepper of a torchrl ``GymWrapper`` or ``MultiThreadedEnv`` (see the module)."""
+    if is_envpool_env(env):
+        return EnvPoolSteps(env._env)
     from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
-    if type(env) is SyncVectorEnv and env.autoreset_mode == AutoresetMode.DISABLED:
-        return SubEnvSteps(env)
-    return EnvSteps(env, batched=isinstance(env, VectorEnv))
+    gym_env = env._env
+    if type(gym_env) is SyncVectorEnv and gym_env.autoreset_mode == AutoresetMode.DISABLED:
+        return SubEnvSteps(gym_env)
+    return EnvSteps(gym_env, batched=isinstance(gym_env, VectorEnv))
+
+
+def is_envpool_env(env: Any) -> bool:
+    """Whether ``env`` is torchrl's ``MultiThreadedEnv`` (EnvPool), without importing EnvPool."""
+    return any(cls.__name__ == "MultiThreadedEnvWrapper" for cls in type(env).__mro__)
