@@ -8,7 +8,6 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
-
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
@@ -16,8 +15,8 @@ from tdscheme.collectors.lean import LeanCollector
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_modules
 from tdscheme.runtime.torchrl_names import Collector
-from tests.collectors.test_lean import assert_same_frames
 from tdscheme.transport import TensorDictCodec
+from tests.collectors.test_lean import assert_same_frames
 
 pytest.importorskip(
     "envpool",
