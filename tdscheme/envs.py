@@ -26,12 +26,19 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import gymnasium as gym
-from torchrl.envs import EnvBase, GymEnv, GymWrapper
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase, GymEnv, GymWrapper, MultiThreadedEnv
 
 from tdscheme.env_ids import ENV_BACKENDS
 
-__all__ = ["BACKENDS", "make_env"]
+__all__ = ["BACKENDS", "EnvPoolEnv", "make_env"]
 
 #: The env backends :func:`make_env` accepts.
 BACKENDS = ENV_BACKENDS
@@ -61,7 +68,8 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
         backend: ``"gymnasium"`` or ``"envpool"`` (see the module).
 
     Returns:
-        A torchrl ``GymEnv`` or ``GymWrapper`` (EnvPool: ``MultiThreadedEnv``).
+        A torchrl ``GymEnv`` or ``GymWrapper`` (EnvPool: :class:`EnvPoolEnv`, torchrl's
+        ``MultiThreadedEnv`` with the gymnasium backend's reward and done shapes).
 
     Raises:
         ValueError: ``num_envs`` is not an int ``>= 1``, or an unknown ``backend``.
@@ -95,14 +103,57 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
 def _envpool_env(env_id: str, num_envs: int) -> EnvBase:
     """torchrl's ``MultiThreadedEnv`` over EnvPool (imported here: an optional extra)."""
     try:
-        import envpool  # noqa: F401
-        import treevalue  # noqa: F401  (torchrl's EnvPool wrapper needs it)
+        with warnings.catch_warnings():  # treevalue's FutureWarning about torch's pytree API
+            warnings.filterwarnings("ignore", category=FutureWarning, module="treevalue")
+            import envpool  # noqa: F401
+            import treevalue  # noqa: F401  (torchrl's EnvPool wrapper needs it)
     except ImportError as err:
         raise ImportError(
             f"backend='envpool' needs EnvPool and treevalue ({err}); install them with "
             "pip install 'tdscheme[envpool]' (EnvPool has wheels for Linux and macOS, "
             "Python <= 3.11)"
         ) from err
-    from torchrl.envs import MultiThreadedEnv
+    if int(np.__version__.split(".")[0]) >= 2:
+        raise ImportError(
+            f"backend='envpool' needs NumPy 1, found NumPy {np.__version__}: EnvPool 0.8.4 "
+            "returns broken observations under NumPy 2 (every entry a copy of one value); "
+            "pip install 'numpy<2' (the envpool extra asks for it)"
+        )
+    # gym 0.26's Box warns of EnvPool's float64 CartPole bounds whenever torchrl reads the
+    # env's spaces (at construction, at each reseeding): in this process, not at all
+    warnings.filterwarnings("ignore", message=".*Box bound precision lowered.*")
+    return EnvPoolEnv(num_envs, env_id.removeprefix("ALE/"))
 
-    return MultiThreadedEnv(num_envs, env_id.removeprefix("ALE/"))
+
+_ENDS = ("done", "terminated", "truncated")
+
+
+class EnvPoolEnv(MultiThreadedEnv):
+    """torchrl's ``MultiThreadedEnv`` with its reward and done entries shaped ``[num_envs, 1]``.
+
+    torchrl's EnvPool wrapper gives them the env's batch shape ``[num_envs]``;
+    its gymnasium wrapper (the default backend) ``[num_envs, 1]``, the shape
+    torchrl's losses and value estimators expect next to a value of
+    ``[..., 1]`` (GAE fails with "All input tensors (value, reward and done
+    states) must share a unique shape" otherwise). Everything else is torchrl's.
+    """
+
+    def _get_reward_spec(self) -> Unbounded:
+        return Unbounded(device=self.device, shape=(*self.batch_size, 1))
+
+    def _get_done_spec(self) -> Composite:
+        spec = Categorical(2, device=self.device, shape=(*self.batch_size, 1), dtype=torch.bool)
+        ends = {key: spec.clone() for key in _ENDS}
+        return Composite(**ends, shape=self.batch_size, device=self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        if tensordict is not None and "_reset" in tensordict.keys():
+            tensordict = tensordict.clone(False)
+            tensordict.set("_reset", tensordict.get("_reset").reshape(self.batch_size))
+        return super()._reset(tensordict)
+
+    def _transform_step_output(self, envpool_output: tuple[Any, ...]) -> TensorDictBase:
+        out = super()._transform_step_output(envpool_output)
+        for key in ("reward", *_ENDS):
+            out.set(key, torch.as_tensor(out.get(key)).reshape(*self.batch_size, 1))
+        return out

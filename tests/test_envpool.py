@@ -49,11 +49,38 @@ def test_worker_batches_have_the_keys_and_shapes(env_id, obs_shape, obs_dtype):
     assert batch["next", "observation"].shape == (num_envs, steps, *obs_shape)
     assert batch["observation"].dtype == obs_dtype
     assert batch["action"].shape == (num_envs, steps) and batch["action"].dtype == torch.int64
-    for key in ("done", "terminated", "truncated"):
+    for key in ("done", "terminated", "truncated"):  # the gymnasium backend's shapes
         assert batch["next", key].dtype == torch.bool
-    assert batch["next", "reward"].shape[:2] == (num_envs, steps)
+        assert batch["next", key].shape == (num_envs, steps, 1)
+    assert batch["next", "reward"].shape == (num_envs, steps, 1)
     assert batch["collector", "traj_ids"].shape == (num_envs, steps)
     assert (batch["collector", "worker_id"] == 0).all()
+
+
+def test_observations_are_each_envs_own():
+    """EnvPool 0.8.4 under NumPy 2 returned arrays of strides (0, 0): one value everywhere."""
+    env = make_env("CartPole-v1", num_envs=3, backend="envpool")
+    try:
+        obs = env.reset()["observation"]
+    finally:
+        env.close()
+    assert obs.shape == (3, 4) and obs.unique().numel() == obs.numel(), obs
+
+
+def test_a_seeded_worker_collects_the_same_frames_twice():
+    """A seed (the presets set one) reseeds EnvPool and resets torchrl's carrier: reproducible."""
+    env_fn = functools.partial(make_env, "CartPole-v1", num_envs=3, backend="envpool")
+    torch.manual_seed(0)
+    actor = actor_critic_modules("CartPole-v1", hidden_sizes=(8,), backend="envpool")["actor"]
+    runs = []
+    for _ in range(2):
+        worker = CollectorWorker(0, WorkerSpec(env_fn, actor, frames_per_batch=150), seed=3)
+        try:
+            runs.append(TensorDictCodec().decode(worker.collect(0).payload))
+        finally:
+            worker.shutdown()
+    assert_same_frames(runs[:1], runs[1:])
+    assert runs[0]["next", "done"].any()
 
 
 def test_the_presets_policy_takes_envpool_index_actions():

@@ -116,7 +116,7 @@ def _why_not_gym(env: Any) -> str | None:
 
 def _why_not_envpool(env: Any) -> str | None:
     """Why the lean loop cannot step this torchrl ``MultiThreadedEnv``, or ``None``."""
-    if type(env).__name__ not in ("MultiThreadedEnv", "MultiThreadedEnvWrapper"):
+    if type(env).__name__ not in ("MultiThreadedEnv", "MultiThreadedEnvWrapper", "EnvPoolEnv"):
         return f"the env is a {type(env).__name__}, not torchrl's own MultiThreadedEnv"
     if len(env._env.spec.observation_space.shape) == 0:
         return "the EnvPool env's observation is not one array"

@@ -391,6 +391,7 @@ class CollectorWorker(SchemeReceiverMixin):
         """
         torch.manual_seed(seed)
         next_seed = self._collector.set_seed(seed, static_seed)
+        _writable_carrier(self._collector)
         self._collector.reset()  # the first frames come from a seeded reset too
         return next_seed
 
@@ -446,3 +447,19 @@ def _env_batch_numel(env: Any) -> int:
         return len(env)
     batch_size = getattr(env, "batch_size", torch.Size([]))
     return max(1, torch.Size(batch_size).numel())
+
+
+def _writable_carrier(collector: Any) -> None:
+    """Gives a torchrl collector's carrier its own memory where an entry is expanded.
+
+    torchrl's ``Collector.reset()`` writes the env's reset output into the carrier
+    in place; torchrl's EnvPool wrapper (``MultiThreadedEnv``) starts it with an
+    expanded observation (stride 0), which cannot be written in place ("more than
+    one element of the written-to tensor refers to a single memory location").
+    """
+    carrier = getattr(collector, "_carrier", None)
+    if not isinstance(carrier, TensorDictBase):
+        return
+    leaves = carrier.values(include_nested=True, leaves_only=True)
+    if any(isinstance(v, torch.Tensor) and v.numel() > 1 and 0 in v.stride() for v in leaves):
+        collector._carrier = carrier.clone()
