@@ -156,7 +156,9 @@ class FrameLedger:
             old = self._open.pop(key, None)
             if old is not None:  # its first ask can no longer resolve
                 self._in_flight -= old.frames
-                self._imbalance(old, old.frames, f"asked twice (asked {old.frames}, then {frames})")
+                self._imbalance(
+                    old, old.frames, f"asked twice ({old.frames}, then {frames} frames)"
+                )
             self._open[key] = _Open(worker_id, batch_id, frames)
             self.asked += frames
             self._in_flight += frames
@@ -193,14 +195,16 @@ class FrameLedger:
                 setattr(self, column, getattr(self, column) + count)
             entry = self._open.pop(key, None)
             if entry is None:
-                self._imbalance(_Open(worker_id, batch_id, 0), booked, "resolved but not in flight")
+                what = f"resolved as {frames}, not in flight (resolved twice, or never asked)"
+                self._imbalance(_Open(worker_id, batch_id, 0), booked, what)
                 return
             self._in_flight -= entry.frames
             if asked is not None:
                 self.asked += asked - entry.frames
                 entry = entry._replace(frames=asked)
             if booked != entry.frames:
-                self._imbalance(entry, abs(booked - entry.frames), f"resolved as {frames}")
+                what = f"asked {entry.frames} frames, resolved as {frames}"
+                self._imbalance(entry, abs(booked - entry.frames), what)
 
     def settle(self) -> None:
         """Closes the books of an iteration that holds no request any more.
@@ -210,7 +214,7 @@ class FrameLedger:
         with self._lock:
             for entry in self._open.values():
                 self._in_flight -= entry.frames
-                self._imbalance(entry, entry.frames, "never resolved")
+                self._imbalance(entry, entry.frames, f"asked {entry.frames} frames, never resolved")
             self._open.clear()
 
     def reset_(self, yielded: int = 0) -> None:
@@ -225,13 +229,14 @@ class FrameLedger:
             self.asked = yielded + self._in_flight
 
     def _imbalance(self, entry: _Open, frames: int, what: str) -> None:
+        """Counts ``frames`` booked out of line; warns (the first ``_WARN_LIMIT`` times)."""
         self.unaccounted += frames
         self._warnings += 1
         if self._warnings <= _WARN_LIMIT:
             logger.warning(
-                "frame ledger: worker %d batch %d %s, asked %d frames; %d unaccounted%s",
-                entry.worker_id, entry.batch_id, what, entry.frames, frames,
-                "" if self._warnings < _WARN_LIMIT else " (further imbalances only counted)",
+                "frame ledger: worker %d batch %d %s: %d frames unaccounted%s",
+                entry.worker_id, entry.batch_id, what, frames,
+                "" if self._warnings < _WARN_LIMIT else " (further imbalances are only counted)",
             )  # fmt: skip
 
     def record(self, record: BatchRecord) -> None:
