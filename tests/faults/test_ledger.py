@@ -1,9 +1,12 @@
 """The frame ledger's parts, in-process.
 
 The ledger's balance under each fault is checked where the fault is injected:
-tests/faults/test_liveness.py (a hung worker, an elastic retirement after crashes, stacked and
-first-ready total_frames exact) and tests/collectors (a killed worker, preemption, stale drops,
-a worker killed while writing into a Ray-held buffer).
+tests/faults/test_liveness.py (a hung worker, stacked and first-ready; an elastic retirement
+after crashes) and tests/collectors (a killed worker, preemption, stale drops, torchrl's
+rounding to whole env steps, a worker killed while writing into a Ray-held buffer, whole
+trajectories), where the ledger's requests in flight are also held against the flow's own
+record. Beyond those, every test fails on an imbalance its collectors met (the
+``ledger_imbalances`` fixture in tests/conftest.py).
 """
 
 from __future__ import annotations
