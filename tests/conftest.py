@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import ray
 
@@ -37,3 +39,29 @@ def ray_module_clean(ray_session):
     before = alive_actor_ids()
     yield ray_session
     assert_no_actors_left(before, what="module")
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def ledger_imbalances():
+    """Fails any test in which a collector's frame ledger met an imbalance (unaccounted frames).
+
+    Every collector a test runs, under whatever fault it injects, is held to its
+    ledger. A test that causes imbalances on purpose clears the yielded list.
+    """
+    handler = _Records()
+    ledger_logger = logging.getLogger("tdscheme.collectors.ledger")
+    ledger_logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        ledger_logger.removeHandler(handler)
+    assert not handler.records, [record.getMessage() for record in handler.records]

@@ -2,8 +2,10 @@
 
 Each row is a function returning the dict ``benchmarks/faults.py`` records; it runs
 one real fault (a real Ray, real CartPole collection) and checks the frame ledger
-(``collected == yielded + dropped + preempted + lost + discarded`` and ``yielded``
-equal to the frames the loop received). Heavy imports stay inside the functions.
+(``balanced``: every request's resolution added up to what it asked, nothing
+unaccounted; ``collected == yielded + dropped + preempted + lost + discarded``;
+nothing left in flight; and ``yielded`` equal to the frames the loop received).
+Heavy imports stay inside the functions.
 
 Run one module's rows without the table runner (one Ray for all, in this process)::
 
@@ -35,13 +37,18 @@ _PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
 
 def _ledger(stats: dict[str, Any], received: int) -> str:
     led = stats["ledger"]
-    ok = led["collected"] == sum(led[p] for p in _PARTS) and led["yielded"] == received
+    ok = (
+        led["balanced"]
+        and led["collected"] == sum(led[p] for p in _PARTS)
+        and led["in_flight"] == 0
+        and led["yielded"] == received
+    )
     return "balanced" if ok else "unbalanced"
 
 
 def _led_text(stats: dict[str, Any]) -> str:
     led = stats["ledger"]
-    return " ".join(f"{k}={led[k]}" for k in ("collected", *_PARTS))
+    return " ".join(f"{k}={led[k]}" for k in ("asked", "collected", *_PARTS, "unaccounted"))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,11 @@ It owns the request bookkeeping of an iteration: how many requests each worker
 keeps in flight (prefetch), never requesting frames past ``total_frames``,
 re-requesting what a dead worker lost, cutting stragglers off (preemption),
 dropping batches that are too stale, decoding, and counting everything in
-:class:`~tdscheme.collectors.stats.CollectorStats`.
+:class:`~tdscheme.collectors.stats.CollectorStats`. Each request is booked in
+the frame ledger when sent and when resolved (the rule for each case:
+:mod:`tdscheme.collectors.ledger`); :meth:`BatchFlow.requests_in_flight` is the
+flow's own record of what is in flight
+(:class:`~tdscheme.collectors.in_flight.RequestsInFlight`), to hold the ledger's against.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.config import RayCollectorConfig
+from tdscheme.collectors.in_flight import Request, RequestsInFlight
 from tdscheme.collectors.ledger import BatchRecord, TrajectoryIds, cut_to_fit
 from tdscheme.collectors.liveness import StallMonitor
 from tdscheme.collectors.pool import WorkerPool
@@ -30,15 +35,6 @@ from tdscheme.transport import TensorDictCodec
 _POLL_S = 1.0
 
 logger = logging.getLogger(__name__)
-
-
-class _Request(NamedTuple):
-    """A request in flight: who was asked, for which batch, and how many frames at most."""
-
-    worker_id: int
-    batch_id: int
-    frames: int  # the frames asked for; with a replay buffer, the request's budget
-    incarnation: int = 0  # the worker's generation when asked (restarts so far)
 
 
 class BatchFlow:
@@ -74,7 +70,8 @@ class BatchFlow:
         #: set to stop requesting: the flow drains what is in flight and ends
         self.stopping = False
         self._next_batch_id = 0
-        self._requests: dict[Any, _Request] = {}  # the requests in flight, by future
+        #: the requests sent and not resolved yet (each booked in ``stats.ledger``)
+        self.requests = RequestsInFlight(stats.ledger)
         self._budget_closed = False
         self._traj_ids = TrajectoryIds()
         stall_s = config.worker_stall_timeout_s
@@ -115,31 +112,30 @@ class BatchFlow:
         """Stops requesting: the running iteration drains what is in flight and ends."""
         self.stopping = True
 
-    def _request(self, worker_id: int, batch_id: int, frames: int) -> Any:
-        """Asks a worker for ``frames``; with a replay buffer, never past ``total_frames``.
+    def _request(self, worker_id: int, batch_id: int) -> Any:
+        """Asks a worker for its whole batch; with a replay buffer, never past ``total_frames``.
 
         A worker that writes into a replay buffer gets a frame budget: what
         ``total_frames`` leaves after the frames written and those promised to
-        the requests in flight.
+        the requests in flight. The request is booked in the ledger.
         """
+        whole = self.pool.batch_frames(worker_id)
+        frames = self.config.frames_per_worker if whole is None else whole
         budget = None
         if self.config.replay_buffer is not None and self.config.total_frames >= 0:
-            left = self.config.total_frames - self.stats.frames - self._in_flight_frames()
+            left = self.config.total_frames - self.stats.frames - self.requests.frames_bound()
             if self.config.trajs_per_batch is None:
                 budget = max(0, min(frames, left))
             else:  # a batch of whole trajectories has no fixed size: share what is left
                 budget = max(0, left // max(1, len(self.pool)))
         ref = self.pool.collect(worker_id, batch_id, budget)
-        self._requests[ref] = _Request(
-            worker_id,
-            batch_id,
-            frames if budget is None else budget,
-            self.pool.generation(worker_id),
+        bound = frames if budget is None else budget
+        asked = frames if whole is not None else min(frames, bound)
+        generation = self.pool.generation(worker_id)
+        self.requests.send(
+            ref, Request(worker_id, batch_id, bound, asked, whole is not None, generation)
         )
         return ref
-
-    def _in_flight_frames(self) -> int:
-        return sum(request.frames for request in self._requests.values())
 
     def first_ready(self) -> Iterator[TensorDictBase | None]:
         """Yields each worker's batch as soon as it is ready (``sync=False``).
@@ -149,15 +145,14 @@ class BatchFlow:
         """
         cfg, pool = self.config, self.pool
         prefetch = cfg.prefetch_batches
-        fpb = cfg.frames_per_worker
         owner: dict[Any, int] = {}
 
         def top_up(worker_id: int, target: int) -> None:
             start = time.perf_counter()
             while sum(1 for w in owner.values() if w == worker_id) < target and self.more_frames(
-                self._in_flight_frames()
+                self.requests.frames_bound()
             ):
-                owner[self._request(worker_id, self._new_batch_id(), fpb)] = worker_id
+                owner[self._request(worker_id, self._new_batch_id())] = worker_id
             self.stats.dispatch_s += time.perf_counter() - start
 
         self.stats.start_clock()
@@ -167,13 +162,13 @@ class BatchFlow:
             while owner and not self.frames_done():
                 ref = self._wait_one(list(owner))
                 worker_id = owner.pop(ref)
-                result = self._receive(ref, fpb)
+                result = self._receive(ref)
                 if result is None:  # lost (rebuilt or retired): its frames go to whoever is free
                     for other in [worker_id, *pool.active_ids()]:
                         if other not in pool.retired:
                             top_up(other, max(1, prefetch))
                     continue
-                batch = self._account([result], self._decode(result))
+                batch = self._account([(ref, result)], self._decode(result))
                 if batch is None and result.payload is not None:
                     continue  # cut to fit total_frames, nothing left
                 top_up(worker_id, prefetch)
@@ -185,7 +180,7 @@ class BatchFlow:
                         top_up(other, max(1, prefetch))
         finally:
             pool.forget(owner)
-            self._discard_in_flight()
+            self.requests.discard_all()
 
     def stacked(self) -> Iterator[TensorDictBase | None]:
         """Yields one batch stacked from every worker's rollout (``sync=True``)."""
@@ -194,11 +189,11 @@ class BatchFlow:
 
         def top_up(target: int) -> None:
             start = time.perf_counter()
-            while len(queue) < target and self.more_frames(self._in_flight_frames()):
+            while len(queue) < target and self.more_frames(self.requests.frames_bound()):
                 batch_id = self._new_batch_id()
                 refs = {}
                 for w in self.pool.active_ids():
-                    refs[w] = self._request(w, batch_id, cfg.frames_per_worker)
+                    refs[w] = self._request(w, batch_id)
                 queue.append((batch_id, refs))
             self.stats.dispatch_s += time.perf_counter() - start
 
@@ -208,7 +203,7 @@ class BatchFlow:
             while queue and not self.frames_done():
                 batch_id, refs = queue.popleft()
                 results = self._gather(batch_id, refs)
-                parts = [self._decode(results[w]) for w in sorted(results)]
+                parts = [self._decode(results[w][1]) for w in sorted(results)]
                 stacked = None if parts[0] is None else self._stack(parts)
                 batch = self._account([results[w] for w in sorted(results)], stacked)
                 if batch is None and parts[0] is not None:
@@ -220,25 +215,28 @@ class BatchFlow:
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())
-            self._discard_in_flight()
+            self.requests.discard_all()
 
-    def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, WorkerBatch]:
-        """Waits for one sync batch, cutting stragglers off and re-requesting lost parts."""
+    def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, tuple[Any, WorkerBatch]]:
+        """Waits for one sync batch, cutting stragglers off and re-requesting lost parts.
+
+        Returns:
+            Each worker's ``(future, batch)``.
+        """
         cfg, pool = self.config, self.pool
-        fpw = cfg.frames_per_worker
-        results: dict[int, WorkerBatch] = {}
+        results: dict[int, tuple[Any, WorkerBatch]] = {}
         pending = {ref: w for w, ref in refs.items()}
         cut = False
         while pending:
             ref = self._wait_one(list(pending))
             worker_id = pending.pop(ref)
-            result = self._receive(ref, fpw)
+            result = self._receive(ref)
             if result is None:
                 if worker_id not in pool.retired:
-                    pending[self._request(worker_id, batch_id, fpw)] = worker_id
+                    pending[self._request(worker_id, batch_id)] = worker_id
                 continue
-            results[worker_id] = result
-            frames_in = sum(r.frames for r in results.values())
+            results[worker_id] = (ref, result)
+            frames_in = sum(r.frames for _, r in results.values())
             if not cut and cfg.preemption.should_cut(
                 finished=len(results), workers=len(refs), frames=frames_in,
                 frames_per_batch=cfg.frames_per_worker * len(refs),
@@ -248,48 +246,40 @@ class BatchFlow:
                     pool.preempt(straggler, batch_id)
         return results
 
-    def _receive(self, ref: Any, expected_frames: int) -> WorkerBatch | None:
-        """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale."""
-        request = self._requests.pop(ref, _Request(-1, -1, expected_frames))
-        budget = request.frames
+    def _receive(self, ref: Any) -> WorkerBatch | None:
+        """The batch behind ``ref``; ``None`` if it was lost (dead worker) or is too stale.
+
+        A lost or stale request is resolved here; a batch returned is resolved by
+        :meth:`_account`. A call that raises leaves the request in flight.
+        """
         result = self.pool.result(ref)
+        request = self.requests.receive(ref)
         if result is None:
             result = self._written_before_death(request.worker_id, request.batch_id)
-        if result is not None:
-            result.incarnation = request.incarnation
         if result is None:
-            self.stats.frames_lost += min(budget, expected_frames)
-            self.stats.ledger.add(lost=min(budget, expected_frames))
+            self.stats.frames_lost += request.asked
+            self.requests.resolve(ref, request, None, lost=request.asked)
             return None
+        result.incarnation = request.incarnation
         self.stats.frames_dropped += result.frames_dropped  # too stale when written
-        self.stats.ledger.add(dropped=result.frames_dropped, discarded=result.frames_discarded)
         if result.frames_discarded:  # the budget bound
             self.stats.frames_discarded += result.frames_discarded
             # Near the end (a budget under a batch), what is left fits no row or trajectory.
-            self._budget_closed = self._budget_closed or budget < expected_frames
-        if result.payload is None:
-            return result  # written into the replay buffer: the worker applied the lag bound
+            full = request.asked if request.fixed else self.config.frames_per_worker
+            self._budget_closed = self._budget_closed or request.frames < full
         lag = self.pool.version - result.policy_version
-        if self.config.max_policy_lag is not None and lag > self.config.max_policy_lag:
-            not_collected = self._not_collected(result)
+        max_lag = self.config.max_policy_lag
+        # written into the replay buffer (no payload): the worker applied the lag bound
+        if result.payload is not None and max_lag is not None and lag > max_lag:
+            not_collected = self.requests.not_collected(request, result)
             self.stats.frames_dropped += result.frames
             self.stats.frames_preempted += not_collected
-            self.stats.ledger.add(dropped=result.frames, preempted=not_collected)
+            self.requests.resolve(
+                ref, request, result, dropped=result.frames + result.frames_dropped,
+                discarded=result.frames_discarded, preempted=not_collected,
+            )  # fmt: skip
             return None
         return result
-
-    def _not_collected(self, result: WorkerBatch) -> int:
-        """Frames a preempted request asked for but its worker did not collect."""
-        if not result.preempted:
-            return 0
-        stepped = result.frames + result.frames_discarded + result.frames_dropped
-        return max(0, self.config.frames_per_worker - stepped)
-
-    def _discard_in_flight(self) -> None:
-        """Books the requests still in flight when iteration stops as discarded."""
-        for request in self._requests.values():
-            self.stats.ledger.add(discarded=request.frames)
-        self._requests.clear()
 
     def _written_before_death(self, worker_id: int, batch_id: int) -> WorkerBatch | None:
         """The reply of a worker that died after writing its batch (see :mod:`.replay`)."""
@@ -329,7 +319,7 @@ class BatchFlow:
         """
         if self._monitor is None:
             return
-        busy = {request.worker_id for request in self._requests.values()}
+        busy = {request.worker_id for request in self.requests.waiting()}
         for worker_id in self._monitor.check(busy):
             reason = (
                 f"hung: no progress (env steps) for worker_stall_timeout_s="
@@ -353,15 +343,16 @@ class BatchFlow:
         return stack_rollouts(parts, masked=self.config.preemption.enabled)
 
     def _account(
-        self, results: list[WorkerBatch], batch: TensorDictBase | None
+        self, parts: list[tuple[Any, WorkerBatch]], batch: TensorDictBase | None
     ) -> TensorDictBase | None:
-        """Counts a batch (``results`` in the order of its parts); cuts it to fit ``total_frames``.
+        """Counts a batch (``parts``: its futures and replies, in order); cuts it to fit ``total_frames``.
 
         Returns:
             The batch, cut along time when it would pass ``total_frames`` (``None``
             when nothing of it fits).
         """
         stats = self.stats
+        results = [r for _, r in parts]
         self.newest_version = max(
             [self.newest_version, self.pool.version, *(r.policy_version for r in results)]
         )
@@ -374,13 +365,17 @@ class BatchFlow:
                 self._budget_closed = True
                 if sum(kept) == 0:
                     batch = None
-        for r, frames in zip(results, kept, strict=True):
-            not_collected = self._not_collected(r)
+        for (ref, r), frames in zip(parts, kept, strict=True):
+            request = self.requests.get(ref)
+            not_collected = self.requests.not_collected(request, r)
             stats.frames += frames
             stats.frames_per_worker[r.worker_id] += frames
             stats.frames_discarded += r.frames - frames
             stats.frames_preempted += not_collected
-            stats.ledger.add(yielded=frames, discarded=r.frames - frames, preempted=not_collected)
+            self.requests.resolve(
+                ref, request, r, yielded=frames, discarded=r.frames - frames + r.frames_discarded,
+                dropped=r.frames_dropped, preempted=not_collected,
+            )  # fmt: skip
             stats.ledger.record(
                 BatchRecord(r.worker_id, r.incarnation, r.batch_id, r.policy_version, frames)
             )

@@ -1,33 +1,76 @@
 """The frame ledger: where every frame asked of a worker went, and cutting the last batch to fit.
 
-Every request the driver sends asks a worker for frames. Once it resolves, each
-of those frames lands in exactly one column:
+Every request the driver sends is booked when it is sent (:meth:`FrameLedger.ask`)
+with the frames it asks of the worker, and once more when it resolves
+(:meth:`FrameLedger.resolve`), with where each of those frames went:
 
 * ``yielded``: handed to the consumer (or written into the replay buffer);
 * ``dropped``: collected with weights too stale (``max_policy_lag``);
 * ``preempted``: not collected because a straggler was cut off;
 * ``lost``: in flight on a worker that died or was declared hung;
 * ``discarded``: collected past ``total_frames`` (the last batch cut to fit, or
-  not written by a worker's budget), or in flight when iteration stopped.
+  not written past a request's frame budget), or in flight when iteration stopped.
 
-``collected`` is the sum of the requests that resolved, so
-``collected == yielded + dropped + preempted + lost + discarded`` holds after
-every batch (requests still in flight are in no column yet). Each batch also
-leaves a record of its provenance: worker id, incarnation, batch id, policy
-version and frames.
+So ``asked == yielded + dropped + preempted + lost + discarded + in_flight``,
+where ``in_flight`` is what the requests not resolved yet asked, and
+``collected = asked - in_flight`` (the frames of the resolved requests) equals
+the sum of the five columns. The two sides are booked apart: a resolution whose
+columns do not add up to what its request asked, a request resolved twice (or
+never asked), one asked twice, or one still open when the flow says none is
+(:meth:`FrameLedger.settle`) is an imbalance: its frames are counted in
+``unaccounted``, a warning names the worker and the batch, and ``balanced`` is
+False.
+
+What a request asks, case by case (:class:`~tdscheme.collectors.flow.BatchFlow`):
+
+* A request asks the worker's whole batch: ``frames_per_batch`` (per worker)
+  rounded up to whole env steps, as torchrl rounds it (``CollectorWorker.batch_frames``,
+  learned when the worker starts; a rebuilt worker keeps its spec and its size).
+  With a replay buffer too: the request's frame budget bounds what is written,
+  and what the worker steps past it is ``discarded``.
+* A preempted straggler: what it collected goes as any reply's; the rest of its
+  whole batch is ``preempted``.
+* A batch too stale (``max_policy_lag``): ``dropped``, and its preempted rest
+  ``preempted``; the request asked again (stacked order) is a new request.
+* The last batch cut to fit ``total_frames``: what is kept is ``yielded``, the
+  rest ``discarded``.
+* A dead (or hung) worker's request: its whole ask is ``lost``; a request asked
+  again of it or of another worker is a new request with its own ask.
+* A worker killed after its replay write landed: the write's record (found in
+  the buffer) resolves the request as its reply would have; never ``lost``.
+* Whole trajectories (``trajs_per_batch``, or a collector whose batch size is not
+  fixed): a reply's size is not known when asking, so the request asks a nominal
+  ``frames_per_batch`` (capped by its budget) while in flight (and is ``lost``
+  with it), and its resolution restates the ask to the frames its worker
+  reported stepping (``asked=``): its columns must add up to those. A request
+  resolved twice or never is still caught by its key.
+* Stacked order: each worker's part of a batch is a request of its own.
+* Requests in flight when iteration stops (``total_frames`` reached, an error,
+  ``shutdown``): ``discarded``. A restored run (``load_state_dict``) starts the
+  books over at its frames, all yielded, keeping the requests in flight.
+
+Each batch also leaves a record of its provenance: worker id, incarnation, batch
+id, policy version and frames.
 
 Example:
     >>> ledger = FrameLedger()
-    >>> ledger.add(yielded=150, preempted=50)
-    >>> ledger.add(lost=200)
-    >>> ledger.as_dict()["collected"], ledger.balanced()
-    (400, True)
+    >>> ledger.ask("a", 200, worker_id=0, batch_id=1)
+    >>> ledger.ask("b", 200, worker_id=1, batch_id=1)
+    >>> ledger.resolve("a", yielded=150, preempted=50)
+    >>> ledger.as_dict()["collected"], ledger.in_flight, ledger.balanced()
+    (200, 200, True)
+    >>> ledger.resolve("b", lost=190)  # 10 frames of worker 1's request went nowhere
+    >>> ledger.as_dict()["unaccounted"], ledger.balanced()
+    (10, False)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections import deque
+from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 import torch
@@ -42,6 +85,11 @@ __all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds", "cut_to_fit"]
 
 _COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded")
 
+#: imbalances logged as warnings (later ones are only counted)
+_WARN_LIMIT = 5
+
+logger = logging.getLogger(__name__)
+
 
 class BatchRecord(NamedTuple):
     """Where one worker batch came from and how many of its frames were yielded."""
@@ -53,47 +101,171 @@ class BatchRecord(NamedTuple):
     frames: int
 
 
+class _Open(NamedTuple):
+    """A request asked and not resolved yet."""
+
+    worker_id: int
+    batch_id: int
+    frames: int
+
+
 @dataclasses.dataclass
 class FrameLedger:
-    """Frames by destination (see the module docstring); ``collected`` is their sum.
+    """Frames asked of the workers and where they went (see the module docstring).
+
+    Requests are booked by a key (any hashable unique per request: the flow uses
+    its Ray future). Thread-safe: a background collection books while
+    ``stats()`` reads.
 
     Attributes:
+        asked: frames asked by every request booked (restated for whole trajectories).
+        yielded, dropped, preempted, lost, discarded: the resolved frames, by destination.
+        unaccounted: frames booked out of line (see the module docstring).
         records: the provenance of the last ``keep`` batches (newest last).
     """
 
-    collected: int = 0
+    asked: int = 0
     yielded: int = 0
     dropped: int = 0
     preempted: int = 0
     lost: int = 0
     discarded: int = 0
+    unaccounted: int = 0
     keep: int = 64
     records: deque = dataclasses.field(default_factory=deque)
+    _open: dict[Hashable, _Open] = dataclasses.field(default_factory=dict, repr=False)
+    _in_flight: int = 0
+    _warnings: int = 0
+    _lock: threading.Lock = dataclasses.field(
+        default_factory=threading.Lock, repr=False, compare=False
+    )
 
-    def add(self, **frames: int) -> None:
-        """Books the frames of one resolved request, column by column (and into ``collected``)."""
-        for column, count in frames.items():
+    @property
+    def in_flight(self) -> int:
+        """Frames asked by the requests not resolved yet."""
+        return self._in_flight
+
+    def requests_in_flight(self) -> dict[Hashable, int]:
+        """The requests not resolved yet: key -> frames asked."""
+        with self._lock:
+            return {key: entry.frames for key, entry in self._open.items()}
+
+    def ask(self, key: Hashable, frames: int, *, worker_id: int = -1, batch_id: int = -1) -> None:
+        """Books a request sent: ``frames`` asked of ``worker_id`` for batch ``batch_id``."""
+        with self._lock:
+            old = self._open.pop(key, None)
+            if old is not None:  # its first ask can no longer resolve
+                self._in_flight -= old.frames
+                self._imbalance(
+                    old, old.frames, f"asked twice ({old.frames}, then {frames} frames)"
+                )
+            self._open[key] = _Open(worker_id, batch_id, frames)
+            self.asked += frames
+            self._in_flight += frames
+
+    def resolve(
+        self,
+        key: Hashable,
+        *,
+        asked: int | None = None,
+        worker_id: int = -1,
+        batch_id: int = -1,
+        **frames: int,
+    ) -> None:
+        """Books how the frames of request ``key`` ended, column by column.
+
+        Args:
+            key: the request's key, as asked.
+            asked: restates what the request asked, when its size was not known
+                when asking (whole trajectories): the frames its worker stepped.
+            worker_id, batch_id: name the request in the warning when ``key`` is
+                not in flight.
+            frames: frames per column (``yielded=...``, ``lost=...``); they must
+                add up to what the request asked.
+
+        Raises:
+            KeyError: an unknown column.
+        """
+        for column in frames:
             if column not in _COLUMNS:
                 raise KeyError(f"unknown ledger column {column!r}; known: {_COLUMNS}")
-            setattr(self, column, getattr(self, column) + count)
-            self.collected += count
+        booked = sum(frames.values())
+        with self._lock:
+            for column, count in frames.items():
+                setattr(self, column, getattr(self, column) + count)
+            entry = self._open.pop(key, None)
+            if entry is None:
+                what = f"resolved as {frames}, not in flight (resolved twice, or never asked)"
+                self._imbalance(_Open(worker_id, batch_id, 0), booked, what)
+                return
+            self._in_flight -= entry.frames
+            if asked is not None:
+                self.asked += asked - entry.frames
+                entry = entry._replace(frames=asked)
+            if booked != entry.frames:
+                what = f"asked {entry.frames} frames, resolved as {frames}"
+                self._imbalance(entry, abs(booked - entry.frames), what)
+
+    def settle(self) -> None:
+        """Closes the books of an iteration that holds no request any more.
+
+        A request still open here was never resolved: its frames are unaccounted.
+        """
+        with self._lock:
+            for entry in self._open.values():
+                self._in_flight -= entry.frames
+                self._imbalance(entry, entry.frames, f"asked {entry.frames} frames, never resolved")
+            self._open.clear()
+
+    def reset_(self, yielded: int = 0) -> None:
+        """Starts the books over at ``yielded`` frames, all yielded (a restored run).
+
+        The requests in flight stay open: they resolve into the new books.
+        """
+        with self._lock:
+            for column in (*_COLUMNS, "unaccounted"):
+                setattr(self, column, 0)
+            self.yielded = yielded
+            self.asked = yielded + self._in_flight
+
+    def _imbalance(self, entry: _Open, frames: int, what: str) -> None:
+        """Counts ``frames`` booked out of line; warns (the first ``_WARN_LIMIT`` times)."""
+        self.unaccounted += frames
+        self._warnings += 1
+        if self._warnings <= _WARN_LIMIT:
+            logger.warning(
+                "frame ledger: worker %d batch %d %s: %d frames unaccounted%s",
+                entry.worker_id, entry.batch_id, what, frames,
+                "" if self._warnings < _WARN_LIMIT else " (further imbalances are only counted)",
+            )  # fmt: skip
 
     def record(self, record: BatchRecord) -> None:
         """Keeps the provenance of a yielded batch (the last ``keep`` ones)."""
-        self.records.append(record)
-        while len(self.records) > self.keep:
-            self.records.popleft()
+        with self._lock:
+            self.records.append(record)
+            while len(self.records) > self.keep:
+                self.records.popleft()
 
     def balanced(self) -> bool:
-        """Whether ``collected == yielded + dropped + preempted + lost + discarded``."""
-        return self.collected == sum(getattr(self, column) for column in _COLUMNS)
+        """Nothing unaccounted, and ``asked - in_flight == yielded + ... + discarded``."""
+        with self._lock:
+            return self._balanced()
+
+    def _balanced(self) -> bool:
+        resolved = sum(getattr(self, column) for column in _COLUMNS)
+        return self.unaccounted == 0 and self.asked - self._in_flight == resolved
 
     def as_dict(self) -> dict[str, Any]:
-        """The columns, ``collected``, ``unaccounted`` (0) and ``balanced``, as plain values."""
-        out: dict[str, Any] = {"collected": self.collected}
-        out.update({column: getattr(self, column) for column in _COLUMNS})
-        out["unaccounted"] = self.collected - sum(getattr(self, column) for column in _COLUMNS)
-        out["balanced"] = self.balanced()
+        """``asked``, ``in_flight``, ``collected``, the columns, ``unaccounted``, ``balanced``."""
+        with self._lock:
+            out: dict[str, Any] = {
+                "asked": self.asked,
+                "in_flight": self._in_flight,
+                "collected": self.asked - self._in_flight,
+            }
+            out.update({column: getattr(self, column) for column in _COLUMNS})
+            out["unaccounted"] = self.unaccounted
+            out["balanced"] = self._balanced()
         return out
 
 

@@ -45,6 +45,7 @@ class WorkerPool(ActorPool):
     """
 
     error_class = WorkerError
+    ready_method = "batch_frames"  # a started worker says its batch size
 
     def __init__(
         self, *, max_restarts: int = 3, seed: int | None = None, min_workers: int | None = None
@@ -54,6 +55,7 @@ class WorkerPool(ActorPool):
         self._versions: list[_Versions] = []
         self._weights_ref: Any = None
         self._version = 0
+        self._batch_frames: dict[int, int | None] = {}
 
     # -- building ------------------------------------------------------------------
 
@@ -63,6 +65,23 @@ class WorkerPool(ActorPool):
         self._versions.append(_Versions())
         self._start_worker(worker_id)
         return worker_id
+
+    def wait_started(
+        self, worker_ids: Sequence[int], *, timeout_s: float, argument: str
+    ) -> list[Any]:
+        """Waits until the workers are built, and keeps each one's batch size (:meth:`batch_frames`)."""
+        answers = super().wait_started(worker_ids, timeout_s=timeout_s, argument=argument)
+        for worker_id, frames in zip(worker_ids, answers, strict=True):
+            self._batch_frames[worker_id] = None if frames is DIED else frames
+        return answers
+
+    def batch_frames(self, worker_id: int) -> int | None:
+        """Frames one whole batch of ``worker_id`` has (``None``: not fixed, or not known).
+
+        Said by the worker when it started (``CollectorWorker.batch_frames``); a
+        rebuilt worker keeps its spec, so its size.
+        """
+        return self._batch_frames.get(worker_id)
 
     def _start_worker(self, worker_id: int) -> None:
         self.start(worker_id, weights=self._weights_ref, policy_version=self._version)

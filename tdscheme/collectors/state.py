@@ -24,7 +24,6 @@ import collections
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tdscheme.collectors.ledger import FrameLedger
 from tdscheme.collectors.worker import WORKER_STATE_KEY
 
 __all__ = ["CollectorStateMixin", "driver_state", "worker_states"]
@@ -189,6 +188,6 @@ class CollectorStateMixin:
         if driver is not None:
             self._stats.frames = driver["frames"]
             self._stats.batches = driver["batches"]
-            self._stats.ledger = FrameLedger()  # the restored run's frames, all yielded
-            self._stats.ledger.add(yielded=driver["frames"])
+            # the restored run's frames, all yielded; the requests in flight stay booked
+            self._stats.ledger.reset_(yielded=driver["frames"])
             self._pool.set_version(driver["policy_version"])

@@ -33,8 +33,10 @@ class CollectorStats:
         collect_s, encode_s: worker-side time stepping envs and encoding, summed over batches.
         bytes_received: payload bytes received from workers.
         weight_pushes: number of ``update_policy_weights_`` pushes.
-        ledger: where every frame asked of a worker went
-            (:class:`~tdscheme.collectors.ledger.FrameLedger`).
+        ledger: where every frame asked of a worker went, each request booked when
+            sent and when resolved (:class:`~tdscheme.collectors.ledger.FrameLedger`);
+            its ``lost``, ``dropped`` and ``preempted`` are booked with the counters
+            above, which tests hold them against.
         hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
     """
 

@@ -317,6 +317,25 @@ class CollectorWorker(SchemeReceiverMixin):
         return self.env_steps
 
     @ray.method(concurrency_group="control")
+    def batch_frames(self) -> int | None:
+        """Frames one whole batch has; ``None`` when its size is not fixed.
+
+        ``spec.frames_per_batch`` rounded up to whole env steps, as torchrl's
+        collector rounds it (a preemptible worker steps until it has as many).
+        ``None`` for whole trajectories (``trajs_per_batch``) and for a collector
+        that does not say (torchrl's multi-process collectors split and round
+        the batch per process; a user's class may size its batches itself).
+        """
+        per_call = getattr(self._collector, "requested_frames_per_batch", None)
+        if self.spec.whole_trajectories or per_call is None:
+            return None
+        if is_multi_collector(self.spec.collector_class):
+            return None
+        if self.spec.preemptible:  # one env step per call, until the batch is full
+            return -(-self.spec.frames_per_batch // per_call) * per_call
+        return int(per_call)
+
+    @ray.method(concurrency_group="control")
     def ping(self) -> int:
         """Liveness check answered even while collecting; returns the worker id."""
         return self.worker_id

@@ -128,6 +128,8 @@ class ActorPool:
 
     #: The error raised for a worker's failure.
     error_class: type[WorkerError] = WorkerError
+    #: The method :meth:`wait_started` calls: answered once the actor is built.
+    ready_method: str = "ping"
 
     def __init__(
         self, actor_class: type, *, max_restarts: int = 3, seed: int | None = None
@@ -176,15 +178,20 @@ class ActorPool:
         what = f"{len(options)} {self.error_class.role}{'s' if len(options) != 1 else ''}"
         placement.check_fits(options, what=what, argument=argument)
 
-    def wait_started(self, worker_ids: Sequence[int], *, timeout_s: float, argument: str) -> None:
-        """Waits until the actors of ``worker_ids`` are placed and built (answer a ping).
+    def wait_started(
+        self, worker_ids: Sequence[int], *, timeout_s: float, argument: str
+    ) -> list[Any]:
+        """Waits until the actors of ``worker_ids`` are placed and built (answer ``ready_method``).
+
+        Returns:
+            Each actor's answer to ``ready_method``, in order (``DIED`` for one that died).
 
         Raises:
             PlacementError: some did not start within ``timeout_s`` (``actor_start_timeout_s``).
             WorkerError: (``error_class``) a constructor raised: the first line names
                 the exception, the remote traceback follows; it is not restarted.
         """
-        refs = [self.submit(worker_id, "ping") for worker_id in worker_ids]
+        refs = [self.submit(worker_id, self.ready_method) for worker_id in worker_ids]
         try:
             placement.wait_started(
                 refs, timeout_s=timeout_s, what=self.error_class.role, argument=argument
@@ -195,8 +202,7 @@ class ActorPool:
         # A constructor that raised (a bad env, a policy that does not fit it) is the
         # user's mistake, the same in every incarnation: report it now, never restart it.
         # (A worker that died is left to the caller's next call, which restarts it.)
-        for ref in refs:
-            self.outcome(ref)
+        return [self.outcome(ref) for ref in refs]
 
     def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
         """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""

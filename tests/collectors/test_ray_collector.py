@@ -30,12 +30,22 @@ def single(values: torch.Tensor) -> float:
 
 
 def assert_ledger(stats, **columns):
-    """The frame ledger balances and its columns are the stats' own counts."""
+    """The frame ledger balances, nothing is in flight, its columns are the stats' own counts."""
     ledger = stats["ledger"]
     parts = ("yielded", "dropped", "preempted", "lost", "discarded")
     assert ledger["collected"] == sum(ledger[p] for p in parts) and ledger["balanced"], ledger
+    assert ledger["asked"] == ledger["collected"] and ledger["in_flight"] == 0, ledger
     for column, value in columns.items():
         assert ledger[column] == value, (column, ledger)
+
+
+def assert_books_agree(collector):
+    """Mid-iteration: the ledger's requests in flight are the flow's own record, and it balances."""
+    ledger = collector._stats.ledger
+    in_flight = collector._flow.requests.asked()
+    assert ledger.requests_in_flight() == in_flight
+    books = ledger.as_dict()
+    assert books["in_flight"] == sum(in_flight.values()) and books["balanced"], books
 
 
 def test_async_yields_exact_frames_from_every_worker(ray_clean):
@@ -144,6 +154,7 @@ def test_max_policy_lag_zero_yields_only_current_weights(ray_clean):
     ) as collector:  # fmt: skip
         for i, batch in enumerate(collector):
             assert single(batch[POLICY_VERSION_KEY]) == collector.policy_version
+            assert_books_agree(collector)
             with torch.no_grad():
                 policy.module.bias.fill_(float(i + 1))
             collector.update_policy_weights_()
@@ -162,7 +173,10 @@ def test_preemption_cuts_a_sleeping_straggler(ray_clean):
         preemption={"fraction_workers": 0.5, "fraction_samples": 0.5},
         remote_configs=SMALL,
     ) as collector:  # fmt: skip
-        batches = list(collector)
+        batches = []
+        for batch in collector:
+            assert_books_agree(collector)
+            batches.append(batch)
         stats = collector.stats()
     for b in batches[:-1]:  # the last one is cut to fit total_frames
         assert tuple(b.batch_size) == (2, 100)
@@ -175,6 +189,23 @@ def test_preemption_cuts_a_sleeping_straggler(ray_clean):
     not_yielded = stats["frames_preempted"] + stats["frames_discarded"]
     assert not_yielded == len(batches) * 200 - valid
     assert_ledger(stats, yielded=valid, preempted=stats["frames_preempted"])
+
+
+def test_ledger_asks_the_batch_torchrl_rounds_to_whole_env_steps(ray_clean):
+    """3 envs, 100 frames per batch: torchrl collects 34 steps (102 frames); that is the ask."""
+    batched = functools.partial(make_env, "CartPole-v1", num_envs=3)
+    with RayCollector(
+        batched, mlp_policy(4, 2), frames_per_batch=100, total_frames=300, num_collectors=1,
+        remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        sizes = []
+        for batch in collector:
+            assert_books_agree(collector)
+            sizes.append(batch.numel())
+        stats = collector.stats()
+    assert sizes == [102, 102, 96]  # the last batch cut to whole steps that fit
+    assert stats["ledger"]["asked"] % 102 == 0
+    assert_ledger(stats, yielded=300, discarded=stats["ledger"]["asked"] - 300)
 
 
 def test_compressed_transport_gives_the_same_keys(ray_clean):
@@ -196,6 +227,7 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
     ) as collector:  # fmt: skip
         after_kill = []
         for i, batch in enumerate(collector):
+            assert_books_agree(collector)
             if i == 2:
                 collector.update_policy_weights_(bias_policy(3, 1, bias=-0.25))
                 collector.wait_for_weights(timeout_s=60)
@@ -271,7 +303,9 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         collector.update_policy_weights_()
         state = collector.state_dict()
         assert state[0]["tdscheme"]["driver"] == {"frames": 50, "batches": 1, "policy_version": 1}
-        collector.load_state_dict(state)
+        collector.load_state_dict(state)  # the request in flight stays booked
+        assert_books_agree(collector)
+        assert collector._stats.ledger.in_flight == 50
         assert collector.policy_version == 1
         assert collector.add_collectors([cartpole], remote_configs=SMALL) == [1]
         ray.get(collector.workers[1].ping.remote(), timeout=120)  # started
@@ -286,8 +320,7 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         assert collector.frames_left is None
         collector.set_total_frames(collector.collected_frames + 70)
         assert [b.numel() for b in it] == [50, 20] and collector.frames_left == 0
-        ledger = collector.stats()["ledger"]
-        assert ledger["yielded"] == collector.collected_frames and ledger["unaccounted"] == 0
+        assert_ledger(collector.stats(), yielded=collector.collected_frames)
 
 
 def test_shutdown_leaves_the_ray_it_did_not_start(ray_clean):

@@ -68,7 +68,10 @@ def test_start_collects_in_the_background_and_pause_drains(buffer):
         with collector.pause():
             frozen = written(buffer)
             assert not collector.is_running
-            assert collector.stats()["frames"] == frozen  # every in-flight write is counted
+            stats = collector.stats()
+            assert stats["frames"] == frozen  # every in-flight write is counted
+            assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == frozen
+            assert stats["ledger"]["in_flight"] == 0 and not collector._flow.requests.asked()
             time.sleep(1.0)  # time passes inside the block: nothing is written
             assert written(buffer) == frozen
         _wait_for(lambda: written(buffer) > frozen)  # collection resumed
@@ -120,6 +123,9 @@ def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):
         assert stats["frames"] == len(data)
         # It ends at the first whole trajectory that does not fit in what is left.
         assert stats["frames"] == 600 or stats["frames_discarded"] > 0
+        ledger = stats["ledger"]  # each batch's ask restated to what its worker stepped
+        assert ledger["balanced"] and ledger["in_flight"] == 0, ledger
+        assert ledger["yielded"] == stats["frames"]
         sample = rb.sample()
         assert sample.shape == torch.Size([32])
     finally:
@@ -160,6 +166,7 @@ def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
     rows = buffer[:]
     assert rows.shape == torch.Size([9, 16])  # 144 frames: never past 150, whole rows only
     assert stats["frames"] == 144 and stats["frames_discarded"] > 0
+    assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == 144, stats["ledger"]
 
 
 def _assert_whole_trajectories(data) -> None:
@@ -206,6 +213,7 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
         assert stats["frames"] == written(rb) == len(rb)  # what was written is what was counted
         assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == stats["frames"]
         assert stats["ledger"]["lost"] == stats["frames_lost"]
+        assert stats["ledger"]["in_flight"] == 0 and not collector._flow.requests.asked()
         if trajs_per_batch is None:
             assert written(rb) == total  # the lost request was asked again, never past total
         else:

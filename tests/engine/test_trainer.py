@@ -101,7 +101,7 @@ def test_run_logs_evaluates_checkpoints_and_resumes_exactly(ray_clean, tmp_path)
         ledger = trainer.scheme.collector.stats()["ledger"]
     assert summary["frames"] == 2900
     assert ledger["yielded"] == 2900 and ledger["discarded"] >= 3072 - 2900, ledger
-    assert ledger["unaccounted"] == 0
+    assert ledger["unaccounted"] == 0 and ledger["balanced"] and ledger["in_flight"] == 0, ledger
     metrics = read_metrics(tmp_path)
     steps = [step for step, _ in metrics["frames"]]
     assert steps == [512, 1024, 1536, 2048, 2560, 2900]

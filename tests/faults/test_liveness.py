@@ -17,7 +17,16 @@ TRAJ_IDS = ("collector", "traj_ids")
 def _assert_balanced(ledger: dict, yielded: int) -> None:
     parts = ("yielded", "dropped", "preempted", "lost", "discarded")
     assert ledger["collected"] == sum(ledger[p] for p in parts), ledger
+    assert ledger["balanced"] and ledger["in_flight"] == 0, ledger
     assert ledger["yielded"] == yielded, ledger
+
+
+def _assert_books_agree(collector) -> None:
+    """The ledger's requests in flight are the flow's own record of them; it balances."""
+    in_flight = collector._flow.requests.asked()
+    assert collector._stats.ledger.requests_in_flight() == in_flight
+    books = collector._stats.ledger.as_dict()
+    assert books["in_flight"] == sum(in_flight.values()) and books["balanced"], books
 
 
 @pytest.mark.timeout(150)
@@ -32,6 +41,7 @@ def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
     ) as collector:  # fmt: skip
         seen = 0
         for batch in collector:
+            _assert_books_agree(collector)
             seen += batch.numel()
             flat = batch.reshape(-1)
             for worker in (0, 1):
@@ -56,7 +66,10 @@ def test_elastic_min_workers_goes_on_without_a_failed_worker(ray_clean):
         [crashing, make_env], frames_per_batch=20, total_frames=100, max_restarts=0,
         min_workers=1, seed=0,
     ) as collector:  # fmt: skip
-        seen = sum(batch.numel() for batch in collector)
+        seen = 0
+        for batch in collector:
+            _assert_books_agree(collector)
+            seen += batch.numel()
         stats = collector.stats(timeout_s=5)
     assert seen == 100
     assert stats["workers_retired"] == [0]

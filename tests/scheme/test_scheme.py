@@ -94,6 +94,7 @@ def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
             scheme.step()
         ledger = scheme.collector.stats()["ledger"]
         assert ledger["yielded"] == 1120 and ledger["unaccounted"] == 0, ledger
+        assert ledger["balanced"] and ledger["in_flight"] == 0, ledger
     scheme.shutdown()  # idempotent
     assert [m["frames"] for m in history] == [256.0, 512.0, 768.0, 1024.0]
     last = history[-1]
