@@ -15,7 +15,7 @@ _EXPORTS = {
     "RayCollectorConfig": "tdscheme.collectors.config",
     "WORKER_ID_KEY": "tdscheme.keys",
     "WorkerError": "tdscheme.collectors.pool",
-    "WorkerSpec": "tdscheme.collectors.worker",
+    "WorkerSpec": "tdscheme.collectors.worker_spec",
 }
 
 __all__ = [
@@ -35,7 +35,8 @@ if typing.TYPE_CHECKING:
     from tdscheme.collectors.pool import WorkerError
     from tdscheme.collectors.preemption import PreemptionConfig
     from tdscheme.collectors.ray_collector import RayCollector
-    from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+    from tdscheme.collectors.worker import CollectorWorker
+    from tdscheme.collectors.worker_spec import WorkerSpec
     from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,7 +19,7 @@ from tdscheme.collectors.torchrl_args import (
     is_policy_service,
     with_env_creators,
 )
-from tdscheme.collectors.worker import WorkerSpec
+from tdscheme.collectors.worker_spec import WorkerSpec
 from tdscheme.runtime.ray_lease import check_init_keys
 from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class

@@ -29,7 +29,7 @@ from tdscheme.collectors.pool import WorkerPool
 from tdscheme.collectors.preemption import stack_rollouts
 from tdscheme.collectors.replay import last_write
 from tdscheme.collectors.stats import CollectorStats
-from tdscheme.collectors.worker import WorkerBatch
+from tdscheme.collectors.worker_spec import WorkerBatch
 from tdscheme.transport import TensorDictCodec
 
 _POLL_S = 1.0

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from tdscheme.collectors.ledger import FrameLedger
-from tdscheme.collectors.worker import WorkerBatch
+from tdscheme.collectors.worker_spec import WorkerBatch
 
 __all__ = ["Request", "RequestsInFlight"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from tdscheme.log_levels import driver_log_level
 from tdscheme.runtime import placement
+from tdscheme.runtime.worker_error import WorkerError, last_exception_line
 
 __all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
 
@@ -43,42 +43,6 @@ FETCH_TIMEOUT_S = 60.0
 
 #: What :meth:`ActorPool.outcome` returns for a call whose actor died.
 DIED = object()
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class WorkerError(RuntimeError):
-    """An error raised inside a worker actor (or its death past ``max_restarts``), on the driver.
-
-    Attributes:
-        worker_id: the worker that failed.
-        remote_traceback: the traceback text from the worker process.
-        role: how the message names the worker (``"collector worker"`` here;
-            subclasses for other actors change it).
-
-    Example:
-        >>> str(WorkerError(1, "boom"))
-        'collector worker 1: boom'
-    """
-
-    role = "collector worker"
-
-    def __init__(self, worker_id: int, message: str, remote_traceback: str = "") -> None:
-        self.worker_id = worker_id
-        self.remote_traceback = _ANSI.sub("", remote_traceback)
-        text = f"{self.role} {worker_id}: {message}"
-        if remote_traceback:
-            text += f"\n--- remote traceback ({self.role} {worker_id}) ---\n{self.remote_traceback}"
-        super().__init__(text)
-
-
-def _last_exception_line(text: str) -> str:
-    """The last ``SomeError: message`` line of a traceback text (its first line otherwise)."""
-    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
-    for line in reversed(lines):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*:", line):
-            return line
-    return lines[0] if lines else "no message"
 
 
 def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
@@ -320,7 +284,7 @@ class ActorPool:
             if err.actor_init_failed:
                 text = str(err)
                 raise self.error_class(
-                    worker_id, f"failed while starting: {_last_exception_line(text)}", text
+                    worker_id, f"failed while starting: {last_exception_line(text)}", text
                 ) from None
             killed = self._killed.get(worker_id)
             if killed is not None and killed[0] == generation:
