@@ -325,10 +325,13 @@ def cut_to_fit(
 class TrajectoryIds:
     """Keeps a restarted worker's trajectory ids apart from its earlier incarnations'.
 
-    A rebuilt worker's torchrl collector counts trajectories from 0 again; its
-    trajectories must never be spliced with the old ones (SEED RL's rule). Each
-    new incarnation's ids are shifted past the largest id the worker yielded
-    before, so ids stay distinct per worker and keep increasing.
+    A rebuilt worker's trajectories must never be spliced with the old ones (SEED
+    RL's rule). A worker over torchrl's single-process ``Collector`` already counts
+    on past its predecessor's ids (``CollectorWorker(first_traj_id=...)``, which
+    also covers the frames it writes into a Ray-held buffer itself); any other
+    collector counts from 0 again. So a new incarnation's ids are shifted, where
+    needed, past the largest id the worker yielded before: ids stay distinct per
+    worker and keep increasing.
 
     Example:
         >>> from tensordict import TensorDict
@@ -338,6 +341,8 @@ class TrajectoryIds:
         [0, 0, 1]
         >>> ids.shift_(td([0, 1]), worker_id=0, incarnation=1)[TRAJ_IDS_KEY].tolist()
         [2, 3]
+        >>> ids.shift_(td([9, 9]), worker_id=0, incarnation=2)[TRAJ_IDS_KEY].tolist()  # past: kept
+        [9, 9]
     """
 
     def __init__(self) -> None:
@@ -350,8 +355,10 @@ class TrajectoryIds:
         if ids is None or ids.numel() == 0:
             return td
         key = (worker_id, incarnation)
-        if key not in self._offsets:
-            self._offsets[key] = 0 if incarnation == 0 else self._largest.get(worker_id, -1) + 1
+        if key not in self._offsets:  # from the incarnation's first batch: shift only if needed
+            first = int(ids[ids >= 0].min()) if bool((ids >= 0).any()) else 0
+            past = self._largest.get(worker_id, -1) + 1
+            self._offsets[key] = 0 if incarnation == 0 else max(0, past - first)
         offset = self._offsets[key]
         if offset:
             ids = torch.where(ids >= 0, ids + offset, ids)  # -1: padding, not a trajectory

@@ -25,6 +25,10 @@ from tdscheme.runtime.torchrl_names import is_multi_collector
 
 __all__ = ["WorkerError", "WorkerPool", "incarnation_seed"]
 
+#: Trajectory ids a rebuilt worker skips past its predecessor's last reply: no batch starts
+#: this many trajectories (torchrl counts them in an int32: ~2,000 restarts fit).
+_TRAJ_ID_MARGIN = 2**20
+
 
 @dataclasses.dataclass
 class _Versions:
@@ -57,6 +61,7 @@ class WorkerPool(ActorPool):
         self._weights_ref: Any = None
         self._version = 0
         self._batch_frames: dict[int, int | None] = {}
+        self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
 
     # -- building ------------------------------------------------------------------
 
@@ -97,10 +102,14 @@ class WorkerPool(ActorPool):
         Raises:
             WorkerError: the worker has used up ``max_restarts`` (and cannot retire).
         """
+        # past every trajectory id the dead incarnation may have used: the last reply's
+        # count, and a margin for a batch written after it (killed between write and reply)
+        first_traj_id = self._next_traj_ids.get(worker_id, 0) + _TRAJ_ID_MARGIN
         try:
             super().restart(
-                worker_id, reason, weights=self._weights_ref, policy_version=self._version
-            )
+                worker_id, reason, weights=self._weights_ref, policy_version=self._version,
+                first_traj_id=first_traj_id,
+            )  # fmt: skip
         except WorkerError as err:
             remaining = len(self.active_ids()) - 1
             if self.min_workers is None or remaining < self.min_workers:
@@ -132,6 +141,9 @@ class WorkerPool(ActorPool):
             if current:
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
             return None
+        if value.next_traj_id is not None:
+            seen = self._next_traj_ids.get(worker_id, 0)
+            self._next_traj_ids[worker_id] = max(seen, value.next_traj_id)
         return value
 
     def preempt(self, worker_id: int, batch_id: int) -> None:

@@ -29,7 +29,10 @@ from tdscheme.runtime.torchrl_names import (
     default_collector_kwargs,
     env_output_keys,
     is_multi_collector,
+    next_trajectory_id,
     takes_argument,
+    takes_trajectory_pool,
+    trajectory_pool,
 )
 from tdscheme.transport import Payload, TensorDictCodec
 
@@ -58,6 +61,9 @@ class CollectorWorker(SchemeReceiverMixin):
             first (:func:`~tdscheme.log_levels.configure_worker_logging`); the
             pool of a RayCollector passes its driver's level. ``None``
             (in-process use) leaves logging alone.
+        first_traj_id: a rebuilt worker's first trajectory id, past every id its
+            earlier incarnations used (a torchrl ``Collector`` counts from it), so
+            that no trajectory is spliced across a restart.
 
     Example:
         >>> from tdscheme.testing import make_env, bias_policy
@@ -79,6 +85,7 @@ class CollectorWorker(SchemeReceiverMixin):
         weights: TensorDictBase | Payload | None = None,
         policy_version: int = 0,
         log_level: int | None = None,
+        first_traj_id: int = 0,
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
@@ -94,7 +101,7 @@ class CollectorWorker(SchemeReceiverMixin):
         self._write_lock = threading.Lock()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
         self.env_steps = 0  # progress, read by the driver through progress()
-        self._collector = self._build_collector(spec, worker_id)
+        self._collector = self._build_collector(spec, worker_id, first_traj_id)
         self._steps_counted = count_env_steps(self._collector, self._add_steps)
         if seed is not None:
             self.set_seed(seed)
@@ -110,7 +117,7 @@ class CollectorWorker(SchemeReceiverMixin):
         )  # fmt: skip
 
     @staticmethod
-    def _build_collector(spec: WorkerSpec, worker_id: int) -> Any:
+    def _build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) -> Any:
         env = spec.create_env_fn
         if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
             env = [spec.create_env_fn] * spec.num_workers_per_collector
@@ -123,6 +130,9 @@ class CollectorWorker(SchemeReceiverMixin):
         kwargs.update(spec.collector_kwargs)  # the user's values win
         if spec.policy_factory is not None:
             kwargs["policy_factory"] = spec.policy_factory
+        if first_traj_id and takes_trajectory_pool(spec.collector_class):
+            # a rebuilt worker: its trajectory ids go on past its previous incarnation's
+            kwargs.setdefault("traj_pool", trajectory_pool(first_traj_id))
         frames = spec.frames_per_batch
         if spec.preemptible:
             # One env step per iteration; the batch is assembled step by step.
@@ -184,6 +194,7 @@ class CollectorWorker(SchemeReceiverMixin):
             payload=None,
             collect_s=collected - start,
             encode_s=0.0,
+            next_traj_id=next_trajectory_id(self._collector),
         )
         if self.spec.replay_buffer is None:
             batch.payload = self._codec.encode(td)

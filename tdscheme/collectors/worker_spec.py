@@ -84,6 +84,8 @@ class WorkerBatch:
         frames_dropped: frames not written because they were collected with
             weights more than ``max_policy_lag`` versions older than the newest.
         incarnation: the worker's restarts when it collected the batch (set by the driver).
+        next_traj_id: the id the worker's collector gives its next trajectory (``None``
+            when the collector does not say): a rebuilt worker starts from the largest.
     """
 
     worker_id: int
@@ -97,3 +99,4 @@ class WorkerBatch:
     frames_discarded: int = 0
     frames_dropped: int = 0
     incarnation: int = 0
+    next_traj_id: int | None = None

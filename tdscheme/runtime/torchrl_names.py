@@ -154,3 +154,34 @@ def env_output_keys(collector: Any) -> set[Any] | None:
     """
     keys = getattr(collector, "_env_output_keys", None)
     return set(keys) if keys else None
+
+
+def trajectory_pool(first_id: int) -> Any:
+    """torchrl's trajectory-id pool (a single-process ``Collector``'s ``traj_pool``) from ``first_id``.
+
+    A rebuilt worker's collector counts trajectories on from where its previous
+    incarnation stopped, so that its ids never repeat one of the earlier ones.
+
+    Example:
+        >>> trajectory_pool(7).get_traj_and_increment(2).tolist()
+        [7, 8]
+    """
+    import torch
+    from torchrl.collectors.utils import _TrajectoryPool
+
+    pool = _TrajectoryPool()
+    pool.load_state_dict({"traj_id": torch.tensor(first_id, dtype=torch.int)})
+    return pool
+
+
+def next_trajectory_id(collector: Any) -> int | None:
+    """The id a single-process torchrl collector gives its next trajectory (``None``: unknown)."""
+    pool = getattr(collector, "_traj_pool_val", None)
+    if pool is None or not hasattr(pool, "state_dict"):
+        return None
+    return int(pool.state_dict()["traj_id"])
+
+
+def takes_trajectory_pool(collector_class: type) -> bool:
+    """Whether ``collector_class`` takes torchrl's ``traj_pool`` (its single-process ``Collector``)."""
+    return isinstance(collector_class, type) and issubclass(collector_class, Collector)

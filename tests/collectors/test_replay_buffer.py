@@ -185,6 +185,18 @@ def _assert_whole_trajectories(data) -> None:
         assert done[-1], f"worker {worker_id}: its last trajectory is not whole"
 
 
+def _assert_no_trajectory_spliced(data) -> None:
+    """Each worker's frames of one trajectory id are one block, in the buffer's write order."""
+    for worker_id in data[WORKER_ID_KEY].unique().tolist():
+        ids = data[data[WORKER_ID_KEY] == worker_id]["collector", "traj_ids"].flatten()
+        for traj in ids.unique().tolist():
+            where = (ids == traj).nonzero().flatten()
+            assert where[-1] - where[0] + 1 == where.numel(), (
+                f"worker {worker_id}: trajectory id {traj} written in separate pieces "
+                f"(a restarted worker reused it?)"
+            )
+
+
 @pytest.mark.parametrize("trajs_per_batch", [None, 2])
 def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_per_batch):
     """A worker killed in background collection: nothing half-written, every frame accounted."""
@@ -217,6 +229,7 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
         assert ledger["balanced"] and ledger["yielded"] == stats["frames"], stats
         assert ledger["lost"] == stats["frames_lost"], stats
         assert ledger["in_flight"] == 0 and not collector._flow.requests.asked(), stats
+        _assert_no_trajectory_spliced(rb[:])  # the rebuilt worker's ids are new ones
         if trajs_per_batch is None:
             assert written(rb) == total, stats  # the lost request was asked again, never past
         else:
