@@ -442,6 +442,71 @@ def ledger_background_writes() -> dict[str, Any]:
             buffer.shutdown()
 
 
+# -- gradient workers ------------------------------------------------------------------------
+
+
+def _grad_coordinator(worker_1_env: Callable[[], Any], **config: Any) -> Any:
+    from tdscheme.gradient_workers import GradientWorkersConfig, build_gradient_coordinator
+    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+
+    settings = dict(
+        num_grad_workers=2, frames_per_batch=64, worker_resources={"num_cpus": 0.5}, seed=0
+    )
+    settings.update(config)
+    return build_gradient_coordinator(
+        GradientWorkersConfig(**settings),
+        env_factory=[functools.partial(make_env, "CartPole-v1"), worker_1_env],
+        policy_factory=cartpole_modules, learner_factory=cartpole_learner,
+        learner=cartpole_learner(**cartpole_modules()),
+    )  # fmt: skip
+
+
+def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
+    from tdscheme.testing import make_env
+
+    fault = "a gradient worker's env hangs once (synchronous, timeout_s=5)"
+    with tempfile.TemporaryDirectory() as tmp, _ray():
+        hangs = functools.partial(
+            make_env, "CartPole-v1", hang_at_step=70, hang_once_path=f"{tmp}/hung"
+        )
+        with _grad_coordinator(hangs, timeout_s=5.0, max_restarts=2) as coordinator:
+            start = time.perf_counter()
+            steps = [coordinator.step() for _ in range(6)]
+    hung, version = steps[-1]["hung"], steps[-1]["version"]
+    ok = hung == 1 and steps[-1]["restarts"] == 1 and version == 6
+    return _row(
+        fault, "survived" if ok else "wrong result", time.perf_counter() - start, 60.0,
+        detail=f"hung={hung:g} restarts={steps[-1]['restarts']:g}, 6 steps, version {version:g}",
+    )  # fmt: skip
+
+
+def grad_worker_nonfinite_named() -> dict[str, Any]:
+    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+    from tdscheme.testing import make_env
+
+    fault = "a gradient worker's env gives reward=inf from step 65 (synchronous)"
+    bad = functools.partial(
+        make_env, "CartPole-v1", nonfinite_at_step=65, nonfinite_value=float("inf"),
+        nonfinite_every=True,
+    )  # fmt: skip
+    steps: list[dict[str, float]] = []
+    with _ray(), _grad_coordinator(bad) as coordinator:
+        start = time.perf_counter()
+        try:
+            for _ in range(10):
+                steps.append(coordinator.step())
+        except NonFiniteUpdateError as err:
+            seconds = time.perf_counter() - start
+            left_out = sum(m["grads_nonfinite"] for m in steps)
+            ok = "gradient worker 1" in str(err) and left_out >= 1 and len(steps) <= 4
+            return _row(
+                fault, "clean error" if ok else "wrong result", seconds, 60.0,
+                detail=f"{len(steps)} steps, {left_out:g} gradients left out before: "
+                f"{str(err).splitlines()[0][:200]}",
+            )  # fmt: skip
+    return _row(fault, "wrong result", time.perf_counter() - start, 60.0, detail="no error")
+
+
 # -- total_frames exact ----------------------------------------------------------------------
 
 
@@ -494,6 +559,51 @@ def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
     )  # fmt: skip
 
 
+def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
+    import ray
+    from torchrl.data import LazyTensorStorage, RayReplayBuffer
+
+    from tdscheme import RayCollector
+    from tdscheme.keys import WORKER_ID_KEY
+    from tdscheme.testing import make_env
+
+    fault = "trajectory ids after a restart, workers writing into a Ray-held buffer"
+    with _ray():
+        buffer = RayReplayBuffer(
+            storage=functools.partial(LazyTensorStorage, 20_000), batch_size=32,
+            remote_config={"num_cpus": 0},
+        )  # fmt: skip
+        try:
+            with RayCollector(
+                make_env, frames_per_batch=100, total_frames=10_000, num_collectors=2,
+                replay_buffer=buffer, seed=0, remote_configs={"num_cpus": 0.5},
+            ) as collector:  # fmt: skip
+                start = time.perf_counter()
+                collector.start()
+                while buffer.write_count < 300:
+                    time.sleep(0.05)
+                ray.kill(collector.workers[0], no_restart=True)
+                while collector.is_running:
+                    time.sleep(0.1)
+                stats = collector.stats(timeout=10)
+            data = buffer[:]
+        finally:
+            with contextlib.suppress(Exception):
+                buffer.shutdown()
+    pieces = 0  # trajectory ids of a worker written in more than one block
+    for worker in data[WORKER_ID_KEY].unique().tolist():
+        ids = data[data[WORKER_ID_KEY] == worker]["collector", "traj_ids"].flatten()
+        for traj in ids.unique().tolist():
+            where = (ids == traj).nonzero().flatten()
+            pieces += int(where[-1] - where[0] + 1 != where.numel())
+    ok = pieces == 0 and stats["restarts"] == 1
+    return _row(
+        fault, "survived" if ok else "wrong result", time.perf_counter() - start, 240.0,
+        ledger=_ledger(stats, len(data)),
+        detail=f"{pieces} trajectory ids written in pieces, restarts={stats['restarts']}",
+    )  # fmt: skip
+
+
 def object_store_pressure() -> dict[str, Any]:
     import ray
 
@@ -541,6 +651,8 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
         hung_worker_every_incarnation_is_an_error,
         elastic_min_workers,
         restarts_exhausted_without_min_workers,
+        grad_worker_hung_is_rebuilt,
+        grad_worker_nonfinite_named,
         ledger_worker_sigkill,
         ledger_env_crash,
         ledger_preemption,
@@ -550,6 +662,7 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
         total_frames_exact_stacked,
         total_frames_under_one_batch,
         traj_ids_not_spliced_after_restart,
+        traj_ids_not_spliced_in_a_ray_held_buffer,
         object_store_pressure,
     )
 ]
