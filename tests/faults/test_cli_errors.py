@@ -56,21 +56,26 @@ def test_usage_errors_are_one_line_before_ray_starts(tmp_path, case):
     assert list(ray_tmp.iterdir()) == [], "Ray was started before the usage error"
 
 
+def heavy_modules_after(code: str, modules: tuple[str, ...]) -> str:
+    """Runs ``code`` in a fresh Python; returns its ``heavy: [...]`` line (``modules`` imported)."""
+    code += f"heavy = sorted(m for m in {modules!r} if m in sys.modules)\nprint('heavy:', heavy)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + code],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return result.stdout + result.stderr
+
+
 def test_parsing_and_checking_every_preset_imports_no_torch():
     """What runs before Ray starts stays light: no torch, tensordict or torchrl."""
     code = (
-        "import sys\n"
         "from tdscheme.cli.parser import build_parser, train_preset\n"
         "from tdscheme.presets import PRESETS\n"
         "for name in sorted(PRESETS):\n"
         "    train_preset(build_parser().parse_args(['train', name, '--run-dir', 'x']))\n"
-        "heavy = sorted(m for m in ('torch', 'tensordict', 'torchrl') if m in sys.modules)\n"
-        "print('heavy:', heavy)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "heavy: []" in result.stdout, result.stdout + result.stderr
+    out = heavy_modules_after(code, ("torch", "tensordict", "torchrl"))
+    assert "heavy: []" in out, out
 
 
 def test_the_entry_imports_nothing_heavy_before_its_signal_handlers():
@@ -79,16 +84,10 @@ def test_the_entry_imports_nothing_heavy_before_its_signal_handlers():
     A Ctrl-C in the first moments of the command meets tdscheme's handler (a stop
     request), not a traceback from inside ``import ray`` (~0.25 s of it).
     """
-    code = (
-        "import sys\n"
-        "import tdscheme.cli.main\n"
-        "heavy = sorted(m for m in ('ray', 'torch', 'tensordict', 'torchrl') if m in sys.modules)\n"
-        "print('heavy:', heavy)\n"
+    out = heavy_modules_after(
+        "import tdscheme.cli.main\n", ("ray", "torch", "tensordict", "torchrl")
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "heavy: []" in result.stdout, result.stdout + result.stderr
+    assert "heavy: []" in out, out
 
 
 def saved_run(run_dir: Path, **overrides) -> Path:
