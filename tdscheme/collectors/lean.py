@@ -7,9 +7,10 @@ preallocated batch buffer and the trajectory-id pool are torchrl's own); only
 torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
 ``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it) or
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
-backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are episode bookkeeping the lean
-loop runs itself (``RewardSum``, ``StepCounter``, ``RewardScaling``, as the
-presets use: :mod:`~tdscheme.collectors.lean_transforms`), and the collector
+backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
+episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
+``RewardScaling``, as the presets use:
+:mod:`~tdscheme.collectors.lean_transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, replay buffer, device
 casts, random frames, trajectory batches, ...). Then each step:
 
