@@ -309,6 +309,35 @@ def hung_worker_stacked_preemption() -> dict[str, Any]:
         )  # fmt: skip
 
 
+def worker_process_frozen_stacked() -> dict[str, Any]:
+    """A worker's whole process stops (SIGSTOP) after it delivered batches: no probe answers."""
+    import os
+    import signal
+
+    import ray
+
+    frozen: list[int] = []
+
+    def freeze_once(collector: Any, i: int) -> None:
+        if i == 2:
+            worker = collector.workers[1]
+            pid = ray.get(worker.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    try:
+        return _collect(
+            "a worker's process frozen by SIGSTOP after batches (stacked, "
+            "worker_stall_timeout_s=5, actor_start_timeout_s=600)", 60.0, total_frames=600,
+            frames_per_batch=40, num_collectors=2, sync=True, worker_stall_timeout_s=5.0,
+            actor_start_timeout_s=600.0, during=freeze_once, check=_hung_once,
+        )  # fmt: skip
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
     import functools as ft
 
@@ -648,6 +677,7 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
         hung_worker_first_ready,
         hung_worker_stacked,
         hung_worker_stacked_preemption,
+        worker_process_frozen_stacked,
         hung_worker_every_incarnation_is_an_error,
         elastic_min_workers,
         restarts_exhausted_without_min_workers,

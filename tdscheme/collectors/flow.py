@@ -261,6 +261,8 @@ class BatchFlow:
             self.requests.resolve(ref, request, None, lost=request.asked)
             return None
         result.incarnation = request.incarnation
+        if self._monitor is not None:  # a worker that replied is placed and built
+            self._monitor.built(request.worker_id, request.incarnation)
         self.stats.frames_dropped += result.frames_dropped  # too stale when written
         if result.frames_discarded:  # the budget bound
             self.stats.frames_discarded += result.frames_discarded

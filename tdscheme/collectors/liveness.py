@@ -66,7 +66,7 @@ class _Watch:
     generation: int
     steps: int = -1
     since: float = 0.0  # when the count last moved (or the watch began)
-    answered: bool = False  # a probe came back (the actor is placed and built)
+    answered: bool = False  # a probe of this watch came back
 
 
 class StallMonitor:
@@ -77,8 +77,9 @@ class StallMonitor:
             ``generation``).
         timeout_s: ``worker_stall_timeout_s``.
         start_timeout_s: ``actor_start_timeout_s``: the longest silence of a
-            worker that never answered a probe yet (a rebuilt actor being placed
-            and built).
+            worker's generation that never replied yet, to a probe or with a batch
+            (a rebuilt actor being placed and built). Once it replied, any silence
+            longer than ``timeout_s`` is a stall, in whichever request it falls.
     """
 
     def __init__(self, pool: Any, timeout_s: float, start_timeout_s: float) -> None:
@@ -90,6 +91,9 @@ class StallMonitor:
         self._watches: dict[int, _Watch] = {}
         self._probes: dict[Any, tuple[int, int]] = {}  # ref -> (worker, generation)
         self._probed_at: dict[int, float] = {}
+        #: worker id -> the generation that answered a probe: that actor is placed and
+        #: built, so its silence is a stall whichever request it falls in
+        self._built: dict[int, int] = {}
 
     def check(self, busy: Iterable[int]) -> list[int]:
         """Reads the answered probes, sends new ones; returns the busy workers that stalled."""
@@ -105,7 +109,8 @@ class StallMonitor:
             watch = self._watches.get(worker_id)
             if watch is None or watch.generation != generation:
                 watch = self._watches[worker_id] = _Watch(generation, since=now)
-            limit = self.timeout_s if watch.answered else max(self.timeout_s, self.start_timeout_s)
+            built = self._built.get(worker_id) == generation
+            limit = self.timeout_s if built else max(self.timeout_s, self.start_timeout_s)
             if now - watch.since > limit:
                 stalled.append(worker_id)
                 del self._watches[worker_id]
@@ -113,9 +118,14 @@ class StallMonitor:
             self._probe(worker_id, generation, now)
         return stalled
 
+    def built(self, worker_id: int, generation: int) -> None:
+        """Records that ``generation`` of the worker replied: from now its silence is a stall."""
+        self._built[worker_id] = generation
+
     def forget(self, worker_id: int) -> None:
         """Drops a worker's watch and probes (it was killed or retired)."""
         self._watches.pop(worker_id, None)
+        self._built.pop(worker_id, None)
         refs = [ref for ref, (w, _) in self._probes.items() if w == worker_id]
         for ref in refs:
             del self._probes[ref]
@@ -145,8 +155,11 @@ class StallMonitor:
                 steps = self.pool.outcome(ref)
             except WorkerError:
                 continue  # the batch's own future reports the failure
+            if steps is DIED:
+                continue
+            self.built(worker_id, generation)
             watch = self._watches.get(worker_id)
-            if steps is DIED or watch is None or watch.generation != generation:
+            if watch is None or watch.generation != generation:
                 continue
             if steps != watch.steps or not watch.answered:
                 watch.steps, watch.since, watch.answered = steps, now, True

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import signal
 
 import pytest
+import ray
 
 from tdscheme import RayCollector
 from tdscheme.keys import WORKER_ID_KEY
@@ -57,6 +60,38 @@ def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
         chunks = [c for c in chunks if c.numel()]
         for before, after in zip(chunks, chunks[1:], strict=False):
             assert int(after.min()) >= int(before.max()), (before, after)
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_worker_process_is_declared_hung_after_the_stall_timeout(ray_clean):
+    """A process that stops answering at all (SIGSTOP) after it has delivered batches.
+
+    In stacked order each worker idles between batches, so each request starts a
+    fresh watch that no probe has answered yet; the actor was built long ago, so
+    ``worker_stall_timeout_s`` applies, not the 600 s of ``actor_start_timeout_s``.
+    """
+    with RayCollector(
+        make_env, frames_per_batch=20, total_frames=200, num_collectors=2, sync=True, seed=0,
+        worker_stall_timeout_s=2.0, actor_start_timeout_s=600, batch_timeout_s=600,
+    ) as collector:  # fmt: skip
+        batches = iter(collector)
+        seen = next(batches).numel() + next(batches).numel()
+        frozen = collector.workers[1]
+        pid = ray.get(frozen.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for batch in batches:
+                _assert_books_agree(collector)
+                seen += batch.numel()
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # killed as hung, as it should be
+        stats = collector.stats(timeout_s=5)
+    assert seen == 200
+    assert stats["workers_hung"] == 1 and stats["restarts"] == 1
+    _assert_balanced(stats["ledger"], 200)
 
 
 @pytest.mark.timeout(120)
