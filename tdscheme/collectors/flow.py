@@ -70,6 +70,8 @@ class BatchFlow:
         #: set to stop requesting: the flow drains what is in flight and ends
         self.stopping = False
         self._next_batch_id = 0
+        #: the number of the current iteration: a new one supersedes the one before it
+        self.iteration = 0
         #: the requests sent and not resolved yet (each booked in ``stats.ledger``)
         self.requests = RequestsInFlight(stats.ledger)
         self._budget_closed = False
@@ -111,6 +113,20 @@ class BatchFlow:
     def request_stop(self) -> None:
         """Stops requesting: the running iteration drains what is in flight and ends."""
         self.stopping = True
+
+    def _begin_iteration(self) -> int:
+        """Starts an iteration; one still open before it ends, its requests discarded.
+
+        Two iterations over the same workers cannot share them: the newest one
+        wins, and the requests of the one it supersedes are booked as discarded
+        (that iterator ends at its next step). Returns the new iteration's number.
+        """
+        self.requests.discard_all()
+        self.iteration += 1
+        return self.iteration
+
+    def _current(self, iteration: int) -> bool:
+        return iteration == self.iteration
 
     def _request(self, worker_id: int, batch_id: int) -> Any:
         """Asks a worker for its whole batch; with a replay buffer, never past ``total_frames``.
@@ -155,6 +171,7 @@ class BatchFlow:
                 owner[self._request(worker_id, self._new_batch_id())] = worker_id
             self.stats.dispatch_s += time.perf_counter() - start
 
+        iteration = self._begin_iteration()
         self.stats.start_clock()
         try:
             for worker_id in self.pool.active_ids():
@@ -173,6 +190,8 @@ class BatchFlow:
                     continue  # cut to fit total_frames, nothing left
                 top_up(worker_id, prefetch)
                 yield batch
+                if not self._current(iteration):
+                    return  # superseded: its requests were discarded
                 self.after_batch([worker_id])
                 top_up(worker_id, max(1, prefetch))
                 for other in self.pool.active_ids():
@@ -180,7 +199,8 @@ class BatchFlow:
                         top_up(other, max(1, prefetch))
         finally:
             pool.forget(owner)
-            self.requests.discard_all()
+            if self._current(iteration):
+                self.requests.discard_all()
 
     def stacked(self) -> Iterator[TensorDictBase | None]:
         """Yields one batch stacked from every worker's rollout (``sync=True``)."""
@@ -197,6 +217,7 @@ class BatchFlow:
                 queue.append((batch_id, refs))
             self.stats.dispatch_s += time.perf_counter() - start
 
+        iteration = self._begin_iteration()
         self.stats.start_clock()
         try:
             top_up(max(1, cfg.prefetch_batches))
@@ -210,12 +231,15 @@ class BatchFlow:
                     continue  # cut to fit total_frames, nothing left
                 top_up(cfg.prefetch_batches)
                 yield batch
+                if not self._current(iteration):
+                    return  # superseded: its requests were discarded
                 self.after_batch(sorted(results))
                 top_up(max(1, cfg.prefetch_batches))
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())
-            self.requests.discard_all()
+            if self._current(iteration):
+                self.requests.discard_all()
 
     def _gather(self, batch_id: int, refs: dict[int, Any]) -> dict[int, tuple[Any, WorkerBatch]]:
         """Waits for one sync batch, cutting stragglers off and re-requesting lost parts.

@@ -363,10 +363,29 @@ class RayCollector(
         With a replay buffer each batch is ``None`` (its frames are in the buffer).
         Iterating to the end shuts the workers down, as torchrl's does, except in
         background collection (:meth:`start`), which leaves them for the owner.
+        A new iteration supersedes one still open: the old iterator ends at its
+        next step and its requests in flight are counted as discarded.
+
+        Raises:
+            RuntimeError: background collection (:meth:`start`) is running.
         """
+        self._check_not_in_background()
+        iteration = self._flow.iteration + 1  # the number the flow gives the one started below
         yield from self._batches()
-        if not self._flow.stopping:
+        if not self._flow.stopping and self._flow.iteration == iteration:
             self.shutdown()
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        # checked here, at ``iter()``: torchrl's ``__iter__`` shuts down on any error inside
+        self._check_not_in_background()
+        return super().__iter__()
+
+    def _check_not_in_background(self) -> None:
+        if self._background.running:
+            raise RuntimeError(
+                "this collector is collecting in the background (start() was called); "
+                "iterate it inside `with collector.pause():`, not while it runs"
+            )
 
     def _batches(self) -> Iterator[TensorDictBase | None]:
         self._check_open()

@@ -208,6 +208,27 @@ def test_ledger_asks_the_batch_torchrl_rounds_to_whole_env_steps(ray_clean):
     assert_ledger(stats, yielded=300, discarded=stats["ledger"]["asked"] - 300)
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_new_iteration_supersedes_an_open_one_and_books_its_requests(ray_clean, sync):
+    collector = RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=1000, sync=sync,
+        num_collectors=2, remote_configs=SMALL,
+    )  # fmt: skip
+    first = iter(collector)
+    frames = next(first).numel()
+    second = iter(collector)
+    frames += next(second).numel()
+    assert_books_agree(collector)
+    with pytest.raises(StopIteration):
+        next(first)  # superseded: it ends, and leaves the workers to the second
+    assert_books_agree(collector)
+    frames += sum(batch.numel() for batch in second)
+    stats = collector.stats()
+    assert frames == stats["frames"] == 1000
+    assert_ledger(stats, yielded=1000)
+    assert stats["ledger"]["discarded"] >= 100  # the first one's requests in flight
+
+
 def test_compressed_transport_gives_the_same_keys(ray_clean):
     with RayCollector(
         cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=200,

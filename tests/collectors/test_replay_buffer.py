@@ -64,6 +64,8 @@ def test_start_collects_in_the_background_and_pause_drains(buffer):
     try:
         collector.start()
         assert collector.is_running
+        with pytest.raises(RuntimeError, match=r"in the background .*collector.pause\(\)"):
+            iter(collector)  # one flow, two drivers: refused, and collection goes on
         _wait_for(lambda: written(buffer) >= 400)
         with collector.pause():
             frozen = written(buffer)
