@@ -9,19 +9,27 @@ computes gradients (:meth:`Learner.compute_gradients`) for another Learner to ap
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 from torchrl.objectives import LossModule
-from torchrl.objectives.value import ValueEstimatorBase
 
 from tdscheme.learner.batches import minibatches, prepare_batch
 from tdscheme.learner.config import LearnerConfig
+from tdscheme.learner.construction import (
+    OptimizerFactory,
+    SchedulerFactory,
+    ValueEstimator,
+    available_device,
+    build_optimizer,
+    build_scheduler,
+    check_value_estimator,
+    resolve_policy,
+    trainable_parameters,
+)
 from tdscheme.learner.gradients import (
     assign_gradients_,
     gradients_from_parameters,
@@ -32,10 +40,6 @@ from tdscheme.learner.nonfinite import NonFiniteGuard, SkippedStep, batch_source
 __all__ = ["Learner"]
 
 logger = logging.getLogger(__name__)
-
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], Optimizer]
-SchedulerFactory = Callable[[Optimizer], LRScheduler]
-ValueEstimator = ValueEstimatorBase | Callable[[TensorDictBase], TensorDictBase]
 
 
 class Learner:
@@ -106,40 +110,18 @@ class Learner:
         lr_scheduler: SchedulerFactory | None = None,
         policy: nn.Module | None = None,
     ) -> None:
-        if not isinstance(loss_module, LossModule):
-            raise TypeError(
-                f"loss_module must be a torchrl LossModule (e.g. ClipPPOLoss, A2CLoss), "
-                f"got {type(loss_module).__name__}"
-            )
+        self._params = trainable_parameters(loss_module)
         self.config = LearnerConfig() if config is None else config
         if not isinstance(self.config, LearnerConfig):
             raise TypeError(
                 f"config must be a LearnerConfig or None, got {type(self.config).__name__}"
             )
-        self.device = _available_device(self.config.device)
+        self.device = available_device(self.config.device)
         self.loss_module = loss_module.to(self.device)
-        self._params = {n: p for n, p in loss_module.named_parameters() if p.requires_grad}
-        if not self._params:
-            raise ValueError(
-                f"loss_module {type(loss_module).__name__} has no parameter with requires_grad"
-            )
-        if value_estimator is not None and not callable(value_estimator):
-            raise TypeError(
-                f"value_estimator must be a torchrl ValueEstimatorBase (e.g. GAE) or a "
-                f"callable TensorDict -> TensorDict, got {type(value_estimator).__name__}"
-            )
-        if isinstance(value_estimator, nn.Module):
-            value_estimator = value_estimator.to(self.device)
-        self.value_estimator = value_estimator
-        self._warn_if_estimator_is_stale()
-        self.policy = self._resolve_policy(policy)
-        self.optimizer = self._build_optimizer(optimizer)
-        if lr_scheduler is not None and not callable(lr_scheduler):
-            raise TypeError(
-                f"lr_scheduler must be a callable Optimizer -> LRScheduler, "
-                f"got {type(lr_scheduler).__name__}"
-            )
-        self.lr_scheduler = None if lr_scheduler is None else lr_scheduler(self.optimizer)
+        self.value_estimator = check_value_estimator(value_estimator, self._params, self.device)
+        self.policy = resolve_policy(policy, self.loss_module, self._params)
+        self.optimizer = build_optimizer(optimizer, self._params, self.config.lr)
+        self.lr_scheduler = build_scheduler(lr_scheduler, self.optimizer)
         self.version = 0
         #: what made the last :meth:`compute_gradients` non-finite (``None``: it was finite)
         self.last_nonfinite: str | None = None
@@ -437,58 +419,6 @@ class Learner:
     def _lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 
-    def _build_optimizer(self, optimizer: Optimizer | OptimizerFactory | None) -> Optimizer:
-        if optimizer is None:
-            return torch.optim.Adam(self._params.values(), lr=self.config.lr)
-        if isinstance(optimizer, Optimizer):
-            return optimizer
-        if callable(optimizer):
-            built = optimizer(self._params.values())
-            if not isinstance(built, Optimizer):
-                raise TypeError(
-                    f"optimizer factory must return a torch.optim.Optimizer, "
-                    f"got {type(built).__name__}"
-                )
-            return built
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, a callable params -> Optimizer "
-            f"or None (Adam), got {type(optimizer).__name__}"
-        )
-
-    def _warn_if_estimator_is_stale(self) -> None:
-        value_network = getattr(self.value_estimator, "value_network", None)
-        if not isinstance(value_network, nn.Module):
-            return
-        trained = {id(p) for p in self._params.values()}
-        params = list(value_network.parameters())
-        if params and not any(id(p) in trained for p in params):
-            logger.warning(
-                "value_estimator.value_network shares no parameter with the loss module, so "
-                "its values never train; build it with the critic the loss was built with"
-            )
-
-    def _resolve_policy(self, policy: nn.Module | None) -> nn.Module:
-        if policy is None:
-            for attr in ("actor_network", "actor", "value_network"):
-                policy = getattr(self.loss_module, attr, None)
-                if isinstance(policy, nn.Module):
-                    break
-            else:
-                raise ValueError(
-                    f"policy=None but {type(self.loss_module).__name__} has no actor_network, "
-                    f"actor or value_network; pass policy=<the module collectors run>"
-                )
-        if not isinstance(policy, nn.Module):
-            raise TypeError(f"policy must be an nn.Module or None, got {type(policy).__name__}")
-        trained = {id(p) for p in self._params.values()}
-        policy_params = list(policy.parameters())
-        if policy_params and not any(id(p) in trained for p in policy_params):
-            raise ValueError(
-                f"policy {type(policy).__name__} shares no parameter with the loss module, so "
-                f"policy_weights() would never change; pass the actor the loss was built with"
-            )
-        return policy
-
 
 def _metrics_td(
     metrics: dict[str, torch.Tensor], *, lr: float, num_frames: int | None = None
@@ -512,10 +442,3 @@ def _to_cpu(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_cpu(value) for value in obj)
     return obj
-
-
-def _available_device(device: str | torch.device) -> torch.device:
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"config.device={str(device)!r} but torch.cuda.is_available() is False")
-    return device
