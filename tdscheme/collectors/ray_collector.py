@@ -138,7 +138,9 @@ class RayCollector(
             its total resources) are one at once (:mod:`tdscheme.runtime.placement`).
         worker_stall_timeout_s: a worker that makes no progress (env steps) for
             this long while it has a request is declared hung, killed and rebuilt
-            like a dead one (its batch counted as lost); ``None``: no check.
+            like a dead one (its batch counted as lost); ``None``: no check. A new
+            or rebuilt worker that has not replied yet may take ``actor_start_timeout_s``
+            when that is longer (it may still be placed and built).
         min_workers: elastic collection (RLlib's ``ignore_env_runner_failures``):
             a worker that used up ``max_restarts`` is retired (logged and counted)
             and the others go on, as long as ``min_workers`` remain; ``None``:
