@@ -454,13 +454,18 @@ def ledger_lag_drop() -> dict[str, Any]:
     )  # fmt: skip
 
 
-def ledger_background_writes() -> dict[str, Any]:
+def _ray_buffer(capacity: int) -> Any:
+    """A torchrl Ray-held replay buffer of ``capacity`` frames (its actor takes no CPU)."""
     from torchrl.data import LazyTensorStorage, RayReplayBuffer
 
-    buffer = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=32,
+    return RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, capacity), batch_size=32,
         remote_config={"num_cpus": 0},
     )  # fmt: skip
+
+
+def ledger_background_writes() -> dict[str, Any]:
+    buffer = _ray_buffer(10_000)
     try:
         return _collect(
             "workers write into a Ray-held buffer, total_frames=500", 240.0, total_frames=500,
@@ -590,7 +595,6 @@ def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
 
 def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
     import ray
-    from torchrl.data import LazyTensorStorage, RayReplayBuffer
 
     from tdscheme import RayCollector
     from tdscheme.keys import WORKER_ID_KEY
@@ -598,10 +602,7 @@ def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
 
     fault = "trajectory ids after a restart, workers writing into a Ray-held buffer"
     with _ray():
-        buffer = RayReplayBuffer(
-            storage=functools.partial(LazyTensorStorage, 20_000), batch_size=32,
-            remote_config={"num_cpus": 0},
-        )  # fmt: skip
+        buffer = _ray_buffer(20_000)
         try:
             with RayCollector(
                 make_env, frames_per_batch=100, total_frames=10_000, num_collectors=2,
