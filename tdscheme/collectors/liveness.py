@@ -64,9 +64,8 @@ def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
 @dataclasses.dataclass
 class _Watch:
     generation: int
-    steps: int = -1
+    steps: int = -1  # the last count a probe read (-1: none yet)
     since: float = 0.0  # when the count last moved (or the watch began)
-    answered: bool = False  # a probe of this watch came back
 
 
 class StallMonitor:
@@ -91,8 +90,8 @@ class StallMonitor:
         self._watches: dict[int, _Watch] = {}
         self._probes: dict[Any, tuple[int, int]] = {}  # ref -> (worker, generation)
         self._probed_at: dict[int, float] = {}
-        #: worker id -> the generation that answered a probe: that actor is placed and
-        #: built, so its silence is a stall whichever request it falls in
+        #: worker id -> the generation that replied (to a probe or with a batch): that
+        #: actor is placed and built, so its silence is a stall in whichever request
         self._built: dict[int, int] = {}
 
     def check(self, busy: Iterable[int]) -> list[int]:
@@ -161,5 +160,5 @@ class StallMonitor:
             watch = self._watches.get(worker_id)
             if watch is None or watch.generation != generation:
                 continue
-            if steps != watch.steps or not watch.answered:
-                watch.steps, watch.since, watch.answered = steps, now, True
+            if steps != watch.steps:
+                watch.steps, watch.since = steps, now
