@@ -28,7 +28,7 @@ import time
 import peers  # benchmarks/peers.py
 import torch
 
-from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import make_env, mlp_policy
 

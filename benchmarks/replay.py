@@ -32,7 +32,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors.replay import BufferWriter
+from tdscheme.collectors.worker.buffer_writer import BufferWriter
 from tdscheme.testing import make_env, mlp_policy
 
 SECTIONS = ("background", "overshoot", "buffer")

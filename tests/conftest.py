@@ -58,7 +58,7 @@ def ledger_imbalances():
     ledger. A test that causes imbalances on purpose clears the yielded list.
     """
     handler = _Records()
-    ledger_logger = logging.getLogger("tdscheme.collectors.ledger")
+    ledger_logger = logging.getLogger("tdscheme.collectors.driver.ledger")
     ledger_logger.addHandler(handler)
     try:
         yield handler.records

@@ -11,9 +11,9 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
-from tdscheme.collectors.lean import LeanCollector
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_modules
+from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.transport import TensorDictCodec
 from tests.collectors.test_lean import assert_same_frames

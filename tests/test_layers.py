@@ -5,6 +5,9 @@ own room and the rooms of lower floors; the peers of one floor (collectors,
 gradient workers) do not import each other; collectors do not import the learner
 (collection never needs it; gradient workers do, each owns a learner copy);
 nothing in the package but the test kit itself imports ``tdscheme.testing``.
+Inside collectors, the folder says the process: ``collectors/worker/`` (the actor)
+never imports ``collectors/driver/``; ``rollout/`` (used by collector and gradient
+workers) imports no Ray, not even through the modules it imports.
 """
 
 from __future__ import annotations
@@ -18,9 +21,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
 
 #: Floors, lowest first: a room may import rooms on its own floor only where noted.
 FLOORS: list[set[str]] = [
-    {"keys", "validation", "log_levels", "lazy", "episodes", "envs", "env_ids", "transport",
-     "runtime"},
-    {"learner"},
+    {
+        "keys",
+        "validation",
+        "log_levels",
+        "lazy",
+        "episodes",
+        "envs",
+        "env_ids",
+        "transport",
+        "runtime",
+        "finite",
+        "stragglers",
+    },
+    {"rollout", "learner"},
     {"collectors", "gradient_workers"},
     {"scheme"},
     {"engine"},
@@ -28,13 +42,13 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 #: Rooms of the ground floor that other ground-floor rooms may import (leaves).
-GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "env_ids"}
+GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "env_ids", "finite", "stragglers"}
 #: Downward imports that are still wrong: (importer's room, imported room).
 FORBIDDEN = {("collectors", "learner")}
 
 
 def room_of(module: str) -> str:
-    """``tdscheme.collectors.pool`` -> ``collectors``; ``tdscheme.keys`` -> ``keys``."""
+    """``tdscheme.collectors.driver.pool`` -> ``collectors``; ``tdscheme.keys`` -> ``keys``."""
     return module.split(".")[1]
 
 
@@ -104,3 +118,63 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from tdscheme.scheme import Scheme\nimport tdscheme.testing\n")
     assert tdscheme_imports(bad) == {"tdscheme.scheme", "tdscheme.testing"}
+
+
+def _closure(module: str) -> set[str]:
+    """``module`` and every package module it imports, directly or through others."""
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in MODULES:
+            continue
+        seen.add(name)
+        todo.extend(tdscheme_imports(MODULES[name]))
+    return seen
+
+
+def _imports_ray(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray":
+            return True
+    return False
+
+
+WORKER_SIDE = sorted(m for m in MODULES if m.startswith("tdscheme.collectors.worker"))
+ROLLOUT = sorted(m for m in MODULES if m.startswith("tdscheme.rollout"))
+
+
+@pytest.mark.parametrize("module", WORKER_SIDE)
+def test_the_worker_side_never_imports_the_driver_side(module):
+    """What runs in the actor does not import what runs in the driver process."""
+    wrong = sorted(m for m in _closure(module) if m.startswith("tdscheme.collectors.driver"))
+    assert not wrong, f"{module} imports the driver's side: {wrong}"
+
+
+@pytest.mark.parametrize("module", ROLLOUT)
+def test_the_rollout_imports_no_ray(module):
+    """The rollout runs in collector and gradient workers alike, and in tests without Ray."""
+    wrong = sorted(m for m in _closure(module) if _imports_ray(MODULES[m]))
+    assert not wrong, f"{module} imports Ray through {wrong}"
+
+
+def test_collectors_holds_only_the_collector_and_its_config_beside_its_folders():
+    """``collectors/``: ``ray_collector.py``, ``config.py``, and worker/, driver/, torchrl_compat/."""
+    room = PACKAGE / "collectors"
+    loose = sorted(p.name for p in room.glob("*.py"))
+    folders = sorted(p.name for p in room.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert loose == ["__init__.py", "config.py", "ray_collector.py"]
+    assert folders == ["driver", "torchrl_compat", "worker"]
+
+
+def test_the_closure_checks_see_ray_and_the_driver(tmp_path):
+    """The negative controls: a Ray import and a driver import are found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import ray.util\n")
+    assert _imports_ray(bad)
+    assert any(
+        m.startswith("tdscheme.collectors.driver")
+        for m in _closure("tdscheme.collectors.ray_collector")
+    )
+    assert any(_imports_ray(MODULES[m]) for m in _closure("tdscheme.collectors.worker.actor"))

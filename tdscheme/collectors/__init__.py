@@ -7,15 +7,15 @@ import typing
 from tdscheme.lazy import lazy_exports
 
 _EXPORTS = {
-    "CollectorWorker": "tdscheme.collectors.worker",
+    "CollectorWorker": "tdscheme.collectors.worker.actor",
     "MASK_KEY": "tdscheme.keys",
     "POLICY_VERSION_KEY": "tdscheme.keys",
-    "PreemptionConfig": "tdscheme.collectors.preemption",
+    "PreemptionConfig": "tdscheme.stragglers",
     "RayCollector": "tdscheme.collectors.ray_collector",
     "RayCollectorConfig": "tdscheme.collectors.config",
     "WORKER_ID_KEY": "tdscheme.keys",
-    "WorkerError": "tdscheme.collectors.pool",
-    "WorkerSpec": "tdscheme.collectors.worker_spec",
+    "WorkerError": "tdscheme.collectors.driver.pool",
+    "WorkerSpec": "tdscheme.collectors.worker.spec",
 }
 
 __all__ = [
@@ -32,11 +32,11 @@ __all__ = [
 
 if typing.TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
-    from tdscheme.collectors.pool import WorkerError
-    from tdscheme.collectors.preemption import PreemptionConfig
+    from tdscheme.collectors.driver.pool import WorkerError
     from tdscheme.collectors.ray_collector import RayCollector
-    from tdscheme.collectors.worker import CollectorWorker
-    from tdscheme.collectors.worker_spec import WorkerSpec
+    from tdscheme.collectors.worker.actor import CollectorWorker
+    from tdscheme.collectors.worker.spec import WorkerSpec
     from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+    from tdscheme.stragglers import PreemptionConfig
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

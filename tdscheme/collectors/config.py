@@ -9,20 +9,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from tdscheme.collectors.lean import LeanCollector
-from tdscheme.collectors.preemption import PreemptionConfig
-from tdscheme.collectors.replay import is_ray_replay_buffer
-from tdscheme.collectors.sync_rules import check_sync_rules
-from tdscheme.collectors.torchrl_args import (
+from tdscheme.collectors.torchrl_compat.args import (
     check_weight_args,
     for_worker_collector,
     is_policy_service,
     with_env_creators,
 )
-from tdscheme.collectors.worker_spec import WorkerSpec
+from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
+from tdscheme.collectors.worker.spec import WorkerSpec
+from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.ray_lease import check_init_keys
 from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
+from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import check_bool, check_int, check_positive_number, invalid
 
@@ -66,7 +65,7 @@ class RayCollectorConfig:
 
     The arguments torchrl's RayCollector documents keep their names and
     meaning (those about each worker's collector and its weight path: see
-    :mod:`tdscheme.collectors.torchrl_args`); ``max_policy_lag``, ``preemption``, ``compress``,
+    :mod:`tdscheme.collectors.torchrl_compat.args`); ``max_policy_lag``, ``preemption``, ``compress``,
     ``prefetch_batches``, ``max_restarts``, ``seed`` and ``batch_timeout_s`` are
     tdscheme's additions.
 

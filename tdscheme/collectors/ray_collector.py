@@ -9,16 +9,16 @@ from typing import Any
 from tensordict import TensorDictBase
 from torchrl.collectors.utils import split_trajectories
 
-from tdscheme.collectors.background import BackgroundCollection, BackgroundCollectionMixin
 from tdscheme.collectors.config import RayCollectorConfig
-from tdscheme.collectors.flow import BatchFlow
-from tdscheme.collectors.learner_sync import LearnerWeightSyncMixin
-from tdscheme.collectors.pool import WorkerPool
-from tdscheme.collectors.remote_calls import RemoteCallsMixin
-from tdscheme.collectors.state import CollectorStateMixin
-from tdscheme.collectors.stats import CollectorStats, StatsMixin
-from tdscheme.collectors.torchrl_surface import TorchrlSurface
-from tdscheme.collectors.weights import AutoPushRule, WeightPushMixin
+from tdscheme.collectors.driver.background import BackgroundCollection, BackgroundCollectionMixin
+from tdscheme.collectors.driver.flow import BatchFlow
+from tdscheme.collectors.driver.pool import WorkerPool
+from tdscheme.collectors.driver.stats import CollectorStats, StatsMixin
+from tdscheme.collectors.driver.weights import AutoPushRule, WeightPushMixin
+from tdscheme.collectors.torchrl_compat.learner_sync import LearnerWeightSyncMixin
+from tdscheme.collectors.torchrl_compat.remote_calls import RemoteCallsMixin
+from tdscheme.collectors.torchrl_compat.state import CollectorStateMixin
+from tdscheme.collectors.torchrl_compat.surface import TorchrlSurface
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
@@ -46,7 +46,7 @@ class RayCollector(
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
-    (``collector_class``; by default :class:`~tdscheme.collectors.lean.LeanCollector`,
+    (``collector_class``; by default :class:`~tdscheme.rollout.lean.LeanCollector`,
     torchrl's ``Collector`` with a leaner rollout and the same frames). Iterating yields
     TensorDict batches until ``total_frames`` frames were yielded (forever with
     -1), then shuts the workers down, as torchrl's RayCollector does.
@@ -77,7 +77,7 @@ class RayCollector(
 
     With torchrl's trainers and ``learner_backend="ray"``, torchrl's learner publishes
     the weights straight to the workers, stamped with its model version, and driver
-    pushes stop (:class:`~tdscheme.collectors.learner_sync.LearnerWeightSyncMixin`).
+    pushes stop (:class:`~tdscheme.collectors.torchrl_compat.learner_sync.LearnerWeightSyncMixin`).
 
     Args:
         create_env_fn: an env factory (or a list with one per collector).
@@ -163,14 +163,14 @@ class RayCollector(
         trust_policy, use_env_creator, no_cuda_sync, pre_collect_hook, post_collect_hook,
         weight_updater, weight_sync_schemes, weight_recv_schemes: torchrl's arguments
             about each worker's collector and its weight path, with torchrl's meaning
-            where tdscheme can keep it (see :mod:`tdscheme.collectors.torchrl_args`).
+            where tdscheme can keep it (see :mod:`tdscheme.collectors.torchrl_compat.args`).
 
     torchrl's attribute names (``remote_collectors``, ``num_workers``,
     ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from
-    :class:`~tdscheme.collectors.torchrl_surface.TorchrlSurface`; ``map_fn`` and
+    :class:`~tdscheme.collectors.torchrl_compat.surface.TorchrlSurface`; ``map_fn`` and
     ``get_distant_attr`` (on each worker's torchrl collector) from
-    :mod:`tdscheme.collectors.remote_calls`; ``state_dict`` / ``load_state_dict``
-    (torchrl's per-worker list) from :mod:`tdscheme.collectors.state`.
+    :mod:`tdscheme.collectors.torchrl_compat.remote_calls`; ``state_dict`` / ``load_state_dict``
+    (torchrl's per-worker list) from :mod:`tdscheme.collectors.torchrl_compat.state`.
 
     Raises:
         ValueError, TypeError: bad arguments, named with the accepted values.

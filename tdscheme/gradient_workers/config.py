@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.stragglers import PreemptionConfig
 from tdscheme.validation import (
     check_bool,
     check_choice,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 
+from tdscheme.finite import nonfinite_advice
 from tdscheme.gradient_workers.worker import GradientResult
 from tdscheme.learner.nonfinite import NonFiniteUpdateError
 
@@ -39,10 +40,8 @@ __all__ = ["NonFiniteGradients"]
 
 logger = logging.getLogger(__name__)
 
-_ADVICE = (
-    "Check the env's observations and rewards (or the loss); LearnerConfig("
-    "max_nonfinite_updates=...) of the driver's Learner sets the limit, "
-    "drop_nonfinite_frames=True (in the workers' learner_factory) drops such frames instead"
+_ADVICE = nonfinite_advice(
+    learner=" of the driver's Learner", frames_setting=" (in the workers' learner_factory)"
 )
 
 

@@ -21,7 +21,7 @@ from tdscheme.gradient_workers.metrics import Timer, step_metrics
 from tdscheme.gradient_workers.pool import DIED
 from tdscheme.gradient_workers.worker import GradientResult
 from tdscheme.learner import average_gradients
-from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.stragglers import PreemptionConfig
 
 __all__ = ["SynchronousCoordinator"]
 

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.finite import bad_frames, nonfinite_advice, nonfinite_entries, nonfinite_keys
 from tdscheme.keys import MASK_KEY, WORKER_ID_KEY
 
 __all__ = ["NonFiniteGuard", "NonFiniteUpdateError", "SkippedStep"]
@@ -53,21 +54,6 @@ class NonFiniteUpdateError(RuntimeError):
 
 class SkippedStep(Exception):  # noqa: N818 - a signal between two Learner methods, not an error
     """An optimizer step was not taken: its loss or gradient is not finite."""
-
-
-def _name(key: str | tuple[str, ...]) -> str:
-    return repr(key) if isinstance(key, str) else repr(tuple(key))
-
-
-def _bad_frames(td: TensorDictBase) -> torch.Tensor:
-    """A boolean mask of ``td``'s batch shape: frames with a NaN or inf in a float leaf."""
-    bad = torch.zeros(td.batch_size, dtype=torch.bool, device=td.device)
-    dims = td.batch_dims
-    for value in td.values(include_nested=True, leaves_only=True):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            finite = torch.isfinite(value.reshape(*value.shape[:dims], -1)).all(-1)
-            bad |= ~finite.to(bad.device)
-    return bad
 
 
 class NonFiniteGuard:
@@ -89,14 +75,10 @@ class NonFiniteGuard:
 
     def check_batch(self, batch: TensorDictBase) -> str | None:
         """What is non-finite in ``batch`` (keys, frames, workers), or ``None``."""
-        keys = []
-        for key, value in batch.items(include_nested=True, leaves_only=True):
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                if not bool(torch.isfinite(value).all()):
-                    keys.append(_name(key))
+        keys = nonfinite_keys(batch)
         if not keys:
             return None
-        bad = _bad_frames(batch)
+        bad = bad_frames(batch)
         return (
             f"non-finite values in {', '.join(keys)} ({int(bad.sum())} of {bad.numel()} frames)"
             + (_workers(batch, bad))
@@ -110,9 +92,7 @@ class NonFiniteGuard:
 
     def check_gradients(self, grads: Iterable[tuple[str, torch.Tensor]]) -> str | None:
         """What gradient entries hold NaN / inf, or ``None``."""
-        bad = [
-            name for name, g in grads if g.is_floating_point() and not bool(torch.isfinite(g).all())
-        ]
+        bad = nonfinite_entries(grads)
         return f"non-finite gradients in {bad}" if bad else None
 
     def drop_frames(self, batch: TensorDictBase) -> tuple[TensorDictBase, int]:
@@ -122,7 +102,7 @@ class NonFiniteGuard:
         """
         if batch.batch_dims < 1:
             return batch, 0
-        bad = _bad_frames(batch)
+        bad = bad_frames(batch)
         dropped = int(bad.sum())
         if not dropped:
             return batch, 0
@@ -149,9 +129,7 @@ class NonFiniteGuard:
         if self.in_a_row >= self.max_in_a_row:
             raise NonFiniteUpdateError(
                 f"{self.in_a_row} updates in a row were skipped for NaN or inf; the last: "
-                f"{problem}{source}. Check the env's observations and rewards (or the loss); "
-                f"LearnerConfig(max_nonfinite_updates=...) sets the limit, "
-                f"drop_nonfinite_frames=True drops such frames instead"
+                f"{problem}{source}. {nonfinite_advice()}"
             )
 
     def succeeded(self) -> None:

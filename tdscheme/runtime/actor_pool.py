@@ -1,6 +1,6 @@
 """ActorPool: slots of Ray actors built from small specs, with restarts, bounded calls and errors.
 
-The collector pool (:mod:`tdscheme.collectors.pool`) and the gradient-worker pool
+The collector pool (:mod:`tdscheme.collectors.driver.pool`) and the gradient-worker pool
 (:mod:`tdscheme.gradient_workers.pool`) are thin users of this class: each adds
 what its actors need (weight pushes, acknowledgements, graceful shutdown) on top
 of what they share here:

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 #: Modules a worker process of a tdscheme-started local Ray imports when it starts
 #: (Ray's ``preload_python_modules`` system setting): what a collector actor needs.
-WORKER_PRELOAD_MODULES = ("tdscheme.collectors.worker",)
+WORKER_PRELOAD_MODULES = ("tdscheme.collectors.worker.actor",)
 
 
 class _StartedRay:

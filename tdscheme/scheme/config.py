@@ -2,7 +2,7 @@
 
 It is converted once into the lower layers' configs (:meth:`SchemeConfig.collector_config`,
 :meth:`SchemeConfig.grad_workers_config`), and checked with their own rules
-(:func:`~tdscheme.collectors.sync_rules.check_sync_rules`,
+(:func:`~tdscheme.stragglers.check_sync_rules`,
 :func:`~tdscheme.gradient_workers.config.check_mode_rules`).
 """
 
@@ -12,11 +12,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tdscheme.collectors.sync_rules import check_sync_rules
 from tdscheme.gradient_workers.config import GradientWorkersConfig, check_mode_rules
-from tdscheme.runtime.preemption import PreemptionConfig
 from tdscheme.runtime.ray_lease import check_init_keys
 from tdscheme.runtime.ray_options import check_actor_options
+from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.validation import (
     check_bool,
     check_choice,

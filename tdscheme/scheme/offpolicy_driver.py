@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
-from tdscheme.collectors.replay import is_ray_replay_buffer
+from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.runtime import RayLease

@@ -168,7 +168,7 @@ def test_verbose_shows_ray_and_worker_info_lines(ray_clean, tmp_path):
     assert "INFO worker.py" in output and "Connected to Ray cluster" in output  # Ray's
     assert "INFO tdscheme.runtime" in output  # the driver's own
     assert "(CollectorWorker pid=" in output  # a worker's, streamed by Ray
-    assert "INFO tdscheme.collectors.worker: collector worker 0 ready" in output
+    assert "INFO tdscheme.collectors.worker.actor: collector worker 0 ready" in output
 
 
 def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from tdscheme.collectors import PreemptionConfig, RayCollectorConfig
 from tdscheme.collectors.config import default_remote_config
-from tdscheme.collectors.preemption import pad_time, stack_rollouts
+from tdscheme.collectors.driver.stacking import pad_time, stack_rollouts
 from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
 

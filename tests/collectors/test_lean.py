@@ -19,9 +19,9 @@ from torchrl.envs import (
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
-from tdscheme.collectors.lean import LeanCollector
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import train_env
+from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
 from tdscheme.transport import TensorDictCodec

@@ -17,8 +17,8 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors.replay import BufferWriter, last_write
-from tdscheme.collectors.worker import WorkerBatch
+from tdscheme.collectors.worker.actor import WorkerBatch
+from tdscheme.collectors.worker.buffer_writer import BufferWriter, last_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.testing import make_env, mlp_policy
 

@@ -11,7 +11,7 @@ import torch
 from tensordict.nn import TensorDictModule
 
 from tdscheme import RayCollector, RayCollectorConfig, SchemeConfig, WorkerError
-from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
 from tdscheme.engine import TrainerConfig
 from tdscheme.presets import ActorCriticConfig
 from tdscheme.testing import bias_policy, make_env

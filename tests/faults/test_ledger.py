@@ -15,7 +15,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdscheme.collectors.ledger import FrameLedger, TrajectoryIds, cut_to_fit
+from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds, cut_to_fit
 from tdscheme.keys import MASK_KEY
 
 

@@ -9,8 +9,8 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme import Scheme, SchemeConfig
-from tdscheme.collectors.nonfinite import NonFiniteInputError
-from tdscheme.collectors.worker import CollectorWorker, WorkerSpec
+from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
+from tdscheme.collectors.worker.checks import NonFiniteInputError
 from tdscheme.keys import WORKER_ID_KEY
 from tdscheme.learner import Learner, LearnerConfig
 from tdscheme.learner.nonfinite import NonFiniteUpdateError

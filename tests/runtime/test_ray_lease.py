@@ -55,7 +55,7 @@ def test_local_ray_config_preloads_the_collector_worker_module():
     config = local_ray_config()
     assert config["address"] == "local" and config["include_dashboard"] is False
     assert config["_system_config"]["preload_python_modules"] == list(WORKER_PRELOAD_MODULES)
-    assert "tdscheme.collectors.worker" in WORKER_PRELOAD_MODULES
+    assert "tdscheme.collectors.worker.actor" in WORKER_PRELOAD_MODULES
     assert local_ray_config() is not config  # a fresh dict each time
 
 

@@ -17,12 +17,15 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.learner_sync import SchemeReceiverMixin
-from tdscheme.collectors.liveness import count_env_steps
-from tdscheme.collectors.nonfinite import describe_nonfinite, env_output_error
-from tdscheme.collectors.policy_keys import check_policy_keys
-from tdscheme.collectors.replay import BufferWriter, frames_to_write
-from tdscheme.collectors.worker_spec import WorkerBatch, WorkerSpec
+from tdscheme.collectors.worker.buffer_writer import BufferWriter, frames_to_write
+from tdscheme.collectors.worker.checks import (
+    check_policy_keys,
+    describe_nonfinite,
+    env_output_error,
+)
+from tdscheme.collectors.worker.progress import count_env_steps
+from tdscheme.collectors.worker.scheme_receiver import SchemeReceiverMixin
+from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import (
@@ -49,7 +52,7 @@ class CollectorWorker(SchemeReceiverMixin):
 
     Weights come from the driver (:meth:`set_weights`) or, when a torchrl learner
     publishes them (``learner_backend="ray"``), through torchrl's receiver calls
-    (:class:`~tdscheme.collectors.learner_sync.SchemeReceiverMixin`).
+    (:class:`~tdscheme.collectors.torchrl_compat.learner_sync.SchemeReceiverMixin`).
 
     Args:
         worker_id: this worker's index, stamped on every frame.

@@ -2,7 +2,7 @@
 
 One long batch timeout cannot tell a slow worker from a hung one. Instead each
 :class:`~tdscheme.collectors.worker.CollectorWorker` counts its env steps
-(:func:`count_env_steps`) and answers ``progress()`` in its ``control``
+(:func:`~tdscheme.collectors.worker.progress.count_env_steps`) and answers ``progress()`` in its ``control``
 concurrency group, so the driver reads it without waiting for the batch. The
 driver's :class:`StallMonitor` probes the workers that have a request in flight
 and reports those whose count has not moved for ``worker_stall_timeout_s`` (a
@@ -14,51 +14,13 @@ and rebuilds it like a dead one, its batch counted as lost (RLlib's
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from tdscheme.runtime.actor_pool import DIED, WorkerError
 
-__all__ = ["StallMonitor", "count_env_steps"]
-
-
-def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
-    """Calls ``on_steps(n)`` after each env step of a torchrl collector (``n``: env batch size).
-
-    Wraps the collector's env's ``step_and_maybe_reset`` (the call its rollout
-    makes once per step). Collectors without an env in this process (multi-process
-    ones) are left alone: their progress is counted per batch by the worker.
-
-    Returns:
-        Whether the steps are counted.
-
-    Example:
-        >>> from tdscheme.testing import make_env
-        >>> from tdscheme.runtime.torchrl_names import Collector
-        >>> steps = []
-        >>> collector = Collector(make_env(), None, frames_per_batch=5, total_frames=5)
-        >>> count_env_steps(collector, steps.append)
-        True
-        >>> _ = next(iter(collector)); sum(steps)
-        5
-        >>> collector.shutdown()
-    """
-    env = getattr(collector, "env", None)
-    step = getattr(env, "step_and_maybe_reset", None)
-    if step is None:
-        return False
-    frames = max(1, int(env.batch_size.numel()))
-
-    @functools.wraps(step)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        out = step(*args, **kwargs)
-        on_steps(frames)
-        return out
-
-    object.__setattr__(env, "step_and_maybe_reset", counted)
-    return True
+__all__ = ["StallMonitor"]
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ rewritten):
   server's actor) as its receivers, as torchrl's RayCollector does. From then on the
   learner owns the weights: driver pushes (``update_policy_weights_`` and the automatic
   ones) raise or stop.
-* :class:`SchemeReceiverMixin`, on :class:`~tdscheme.collectors.CollectorWorker`: the calls
+* :class:`~tdscheme.collectors.worker.scheme_receiver.SchemeReceiverMixin`, on :class:`~tdscheme.collectors.CollectorWorker`: the calls
   torchrl's learner makes on each receiver (``register_scheme_receiver``,
   ``_weight_sync_signature``, ``_connect_weights_scheme``, ``_receive_weights_scheme``),
   forwarded to the worker's torchrl collector. They run in the actor's default
@@ -34,12 +34,12 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdscheme.collectors.torchrl_args import is_policy_service
-from tdscheme.collectors.weight_schema import check_finite
-from tdscheme.collectors.weights import POLICY_MODEL_ID, weights_from
+from tdscheme.collectors.driver.weight_schema import check_finite
+from tdscheme.collectors.driver.weights import POLICY_MODEL_ID, weights_from
+from tdscheme.collectors.torchrl_compat.args import is_policy_service
 from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
 
-__all__ = ["LearnerWeightSyncMixin", "SchemeReceiverMixin"]
+__all__ = ["LearnerWeightSyncMixin"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class LearnerWeightSyncMixin:
     """The collector side of torchrl's learner weight publication (a RayCollector mixin).
 
     The host class has ``config``, ``policy``, ``_pool`` (a
-    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_stats``, ``_check_open()`` and,
-    further down its bases, :class:`~tdscheme.collectors.weights.WeightPushMixin`.
+    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_stats``, ``_check_open()`` and,
+    further down its bases, :class:`~tdscheme.collectors.driver.weights.WeightPushMixin`.
     """
 
     config: Any
@@ -143,7 +143,7 @@ class LearnerWeightSyncMixin:
     ) -> None:
         """Pushes weights, unless a learner owns them; to a policy service, updates it.
 
-        See :meth:`~tdscheme.collectors.weights.WeightPushMixin.update_policy_weights_`.
+        See :meth:`~tdscheme.collectors.driver.weights.WeightPushMixin.update_policy_weights_`.
         With a Ray ``InferenceServer`` as the policy, the weights go to the server
         (``update_model_weights``), as torchrl's RayCollector does.
 
@@ -183,39 +183,3 @@ class LearnerWeightSyncMixin:
         if self.learner_publishes_weights or is_policy_service(self.config.policy):
             return  # the learner (or the service's owner) sends the weights
         super()._auto_push(worker_ids)  # type: ignore[misc]
-
-
-class SchemeReceiverMixin:
-    """torchrl's weight-receiver calls on a worker actor, forwarded to its torchrl collector.
-
-    The host class (:class:`~tdscheme.collectors.CollectorWorker`) has ``_collector``
-    (the torchrl collector) and :meth:`_set_running_version`. The names are
-    torchrl's: its learner calls them on each receiver actor.
-    """
-
-    _collector: Any
-
-    def _set_running_version(self, policy_version: int | None) -> None:
-        raise NotImplementedError
-
-    def register_scheme_receiver(
-        self, weight_recv_schemes: Mapping[str, Any], synchronize_weights: bool = True
-    ) -> None:
-        """Registers torchrl receiver schemes on the worker's collector (torchrl's call)."""
-        self._collector.register_scheme_receiver(
-            dict(weight_recv_schemes), synchronize_weights=synchronize_weights
-        )
-
-    def _weight_sync_signature(self, model_id: str) -> Any:
-        """The tensor schema the worker's collector expects for ``model_id`` (torchrl's call)."""
-        return self._collector._weight_sync_signature(model_id)
-
-    def _connect_weights_scheme(self, model_version: int | None = None) -> None:
-        """Joins the learner's group and loads its first weights (torchrl's call)."""
-        self._collector._connect_weights_scheme(model_version=model_version)
-        self._set_running_version(model_version)
-
-    def _receive_weights_scheme(self, model_version: int | None = None) -> None:
-        """Loads the weights the learner sends now (torchrl's call)."""
-        self._collector._receive_weights_scheme(model_version=model_version)
-        self._set_running_version(model_version)

@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 
 if TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
-    from tdscheme.collectors.pool import WorkerPool
+    from tdscheme.collectors.driver.pool import WorkerPool
 
 __all__ = ["TorchrlSurface"]
 

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tdscheme.collectors.lean import LeanCollector
+from tdscheme.rollout.lean import LeanCollector
 from tdscheme.transport import Payload
 
 __all__ = ["WorkerBatch", "WorkerSpec"]
@@ -31,7 +31,7 @@ class WorkerSpec:
             or for a random policy).
         policy_factory: builds the policy inside the worker instead.
         collector_class: the torchrl collector class the worker wraps (default:
-            :class:`~tdscheme.collectors.lean.LeanCollector`, torchrl's ``Collector``
+            :class:`~tdscheme.rollout.lean.LeanCollector`, torchrl's ``Collector``
             with a leaner rollout over plain gymnasium envs).
         collector_kwargs: extra keyword arguments for ``collector_class``; they
             override tdscheme's defaults

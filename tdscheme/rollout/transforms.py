@@ -3,7 +3,7 @@
 tdscheme's presets (and most torchrl training scripts) wrap their env in
 ``TransformedEnv(env, Compose(RewardSum(), StepCounter(), ...))`` to record
 episode returns and lengths. These transforms keep a small state per env copy
-and touch only the reward, so :class:`~tdscheme.collectors.lean.LeanCollector`
+and touch only the reward, so :class:`~tdscheme.rollout.lean.LeanCollector`
 can run them per step on plain tensors, in the order of the ``Compose``, with
 torchrl's arithmetic (``prev + reward``, ``count + 1``, ``reward * scale +
 loc``, zeroed where an episode ends). Any other transform, or these with

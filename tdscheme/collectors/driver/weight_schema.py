@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.finite import nonfinite_entries
+
 __all__ = ["WeightSchema", "check_finite"]
 
 ARGUMENT = "policy_or_weights"
@@ -100,15 +102,7 @@ def check_finite(weights: TensorDictBase) -> None:
     Raises:
         ValueError: naming the keys with non-finite values.
     """
-    floats = {k: v for k, v in _leaves(weights).items() if v.is_floating_point() or v.is_complex()}
-    if not floats:
-        return
-    checks = [torch.isfinite(v).all() for v in floats.values()]
-    if len({c.device for c in checks}) == 1:
-        finite = torch.stack(checks).tolist()
-    else:  # weights on several devices: one sync per tensor
-        finite = [bool(c) for c in checks]
-    bad = [key for key, ok in zip(floats, finite, strict=True) if not ok]
+    bad = nonfinite_entries(_leaves(weights).items())
     if bad:
         raise ValueError(
             f"{ARGUMENT} has non-finite (NaN or inf) values in {bad}; accepted: finite weights "

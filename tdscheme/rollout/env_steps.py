@@ -1,6 +1,6 @@
 """How the lean rollout steps and resets its env: gymnasium (one env, a vector env, its copies) or EnvPool.
 
-:class:`~tdscheme.collectors.lean.LeanCollector` steps the env under torchrl's
+:class:`~tdscheme.rollout.lean.LeanCollector` steps the env under torchrl's
 wrapper itself. :func:`env_steps` picks how, from the torchrl env:
 
 * a ``GymWrapper`` over one gymnasium env: ``step(action)``, and ``reset()``

@@ -21,7 +21,7 @@ never asked), one asked twice, or one still open when the flow says none is
 ``unaccounted``, a warning names the worker and the batch, and ``balanced`` is
 False.
 
-What a request asks, case by case (:class:`~tdscheme.collectors.flow.BatchFlow`):
+What a request asks, case by case (:class:`~tdscheme.collectors.driver.flow.BatchFlow`):
 
 * A request asks the worker's whole batch: ``frames_per_batch`` (per worker)
   rounded up to whole env steps, as torchrl rounds it (``CollectorWorker.batch_frames``,

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.keys import MASK_KEY
-from tdscheme.runtime.preemption import PreemptionConfig
+from tdscheme.stragglers import PreemptionConfig
 
 __all__ = ["PreemptionConfig", "pad_time", "stack_rollouts"]
 

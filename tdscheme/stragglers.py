@@ -1,8 +1,19 @@
-"""PreemptionConfig: when a synchronous step stops waiting for the slowest actors of a pool.
+"""Stragglers: when a synchronous step stops waiting for the slowest workers, and the sync rules.
 
-Shared by synchronous collection (a stacked batch cuts stragglers off at their
-next env step) and synchronous gradient workers (a step goes on without a
-straggler's gradient).
+:class:`PreemptionConfig` is shared by synchronous collection (a stacked batch
+cuts stragglers off at their next env step) and synchronous gradient workers (a
+step goes on without a straggler's gradient). :func:`check_sync_rules` holds the
+rules of stacked collection, shared by every config that sets them
+(:class:`~tdscheme.collectors.RayCollectorConfig`, :class:`~tdscheme.SchemeConfig`);
+the command checks a run's settings with them before it imports torch or starts Ray
+(no torch here).
+
+Example:
+    >>> check_sync_rules(frames_per_batch=100, num_collectors=3, sync=True,
+    ...                  preemption=PreemptionConfig())
+    Traceback (most recent call last):
+    ...
+    ValueError: frames_per_batch=100 is invalid with sync=True and num_collectors=3; accepted: a multiple of num_collectors (each worker collects frames_per_batch / num_collectors); pick a multiple of 3
 """
 
 from __future__ import annotations
@@ -11,7 +22,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PreemptionConfig"]
+from tdscheme.validation import invalid
+
+__all__ = ["PreemptionConfig", "check_sync_rules"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,3 +106,28 @@ class PreemptionConfig:
             and finished >= self.fraction_workers * workers
             and frames >= self.fraction_samples * frames_per_batch
         )
+
+
+def check_sync_rules(
+    *, frames_per_batch: int, num_collectors: int, sync: bool, preemption: PreemptionConfig
+) -> None:
+    """The rules of stacked (``sync=True``) collection, shared by every config that sets them.
+
+    Raises:
+        ValueError: a batch that does not split evenly over the workers, or
+            preemption without ``sync=True``.
+    """
+    if sync and frames_per_batch % num_collectors:
+        raise invalid(
+            "frames_per_batch", frames_per_batch,
+            f"a multiple of num_collectors (each worker collects frames_per_batch / "
+            f"num_collectors); pick a multiple of {num_collectors}",
+            context=f"sync=True and num_collectors={num_collectors}",
+        )  # fmt: skip
+    if preemption.enabled and not sync:
+        raise invalid(
+            "preemption", dataclasses.asdict(preemption),
+            "None, or set sync=True (stragglers are only cut off when a batch waits for "
+            "every worker)",
+            context="sync=False",
+        )  # fmt: skip

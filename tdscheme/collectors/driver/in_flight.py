@@ -1,15 +1,15 @@
 """RequestsInFlight: a flow's own record of the requests it sent, each booked in the frame ledger.
 
-A request is recorded (and asked in the :class:`~tdscheme.collectors.ledger.FrameLedger`)
+A request is recorded (and asked in the :class:`~tdscheme.collectors.driver.ledger.FrameLedger`)
 when it is sent; it is *received* once its worker replied and until the flow has
 accounted for its batch; and it is resolved once, in the ledger, with where its
 frames went. This record and the ledger's are kept apart, so that each can be held
 against the other: :meth:`RequestsInFlight.asked` is what the ledger's
 ``requests_in_flight()`` should hold. The rule for each kind of request is in
-:mod:`tdscheme.collectors.ledger`.
+:mod:`tdscheme.collectors.driver.ledger`.
 
 Example:
-    >>> from tdscheme.collectors.ledger import FrameLedger
+    >>> from tdscheme.collectors.driver.ledger import FrameLedger
     >>> book = RequestsInFlight(FrameLedger())
     >>> book.send("ref", Request(worker_id=0, batch_id=1, frames=100, asked=100, fixed=True))
     >>> book.asked() == book.ledger.requests_in_flight() == {"ref": 100}
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from tdscheme.collectors.ledger import FrameLedger
-from tdscheme.collectors.worker_spec import WorkerBatch
+from tdscheme.collectors.driver.ledger import FrameLedger
+from tdscheme.collectors.worker.spec import WorkerBatch
 
 __all__ = ["Request", "RequestsInFlight"]
 

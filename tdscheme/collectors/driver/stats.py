@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from tdscheme.collectors.ledger import FrameLedger
+from tdscheme.collectors.driver.ledger import FrameLedger
 
 
 @dataclasses.dataclass
@@ -34,7 +34,7 @@ class CollectorStats:
         bytes_received: payload bytes received from workers.
         weight_pushes: number of ``update_policy_weights_`` pushes.
         ledger: where every frame asked of a worker went, each request booked when
-            sent and when resolved (:class:`~tdscheme.collectors.ledger.FrameLedger`);
+            sent and when resolved (:class:`~tdscheme.collectors.driver.ledger.FrameLedger`);
             its ``lost``, ``dropped`` and ``preempted`` are booked with the counters
             above, which tests hold them against.
         hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
@@ -153,7 +153,7 @@ class StatsMixin:
 
     The host class has ``num_collectors``, ``total_frames``, ``frames_per_batch``,
     ``_closed``, ``_stats`` (a :class:`CollectorStats`), ``_pool`` (a
-    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_flow`` and ``_background``.
+    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_flow`` and ``_background``.
     """
 
     num_collectors: int

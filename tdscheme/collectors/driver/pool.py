@@ -18,8 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from tdscheme.collectors.worker import CollectorWorker
-from tdscheme.collectors.worker_spec import WorkerBatch, WorkerSpec
+from tdscheme.collectors.worker.actor import CollectorWorker
+from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError, incarnation_seed
 from tdscheme.runtime.torchrl_names import is_multi_collector
 

@@ -4,11 +4,11 @@ It owns the request bookkeeping of an iteration: how many requests each worker
 keeps in flight (prefetch), never requesting frames past ``total_frames``,
 re-requesting what a dead worker lost, cutting stragglers off (preemption),
 dropping batches that are too stale, decoding, and counting everything in
-:class:`~tdscheme.collectors.stats.CollectorStats`. Each request is booked in
+:class:`~tdscheme.collectors.driver.stats.CollectorStats`. Each request is booked in
 the frame ledger when sent and when resolved (the rule for each case:
-:mod:`tdscheme.collectors.ledger`); :meth:`BatchFlow.requests_in_flight` is the
+:mod:`tdscheme.collectors.driver.ledger`); :meth:`BatchFlow.requests_in_flight` is the
 flow's own record of what is in flight
-(:class:`~tdscheme.collectors.in_flight.RequestsInFlight`), to hold the ledger's against.
+(:class:`~tdscheme.collectors.driver.in_flight.RequestsInFlight`), to hold the ledger's against.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.config import RayCollectorConfig
-from tdscheme.collectors.in_flight import Request, RequestsInFlight
-from tdscheme.collectors.ledger import BatchRecord, TrajectoryIds, cut_to_fit
-from tdscheme.collectors.liveness import StallMonitor
-from tdscheme.collectors.pool import WorkerPool
-from tdscheme.collectors.preemption import stack_rollouts
-from tdscheme.collectors.replay import last_write
-from tdscheme.collectors.stats import CollectorStats
-from tdscheme.collectors.worker_spec import WorkerBatch
+from tdscheme.collectors.driver.in_flight import Request, RequestsInFlight
+from tdscheme.collectors.driver.ledger import BatchRecord, TrajectoryIds, cut_to_fit
+from tdscheme.collectors.driver.liveness import StallMonitor
+from tdscheme.collectors.driver.pool import WorkerPool
+from tdscheme.collectors.driver.stacking import stack_rollouts
+from tdscheme.collectors.driver.stats import CollectorStats
+from tdscheme.collectors.worker.buffer_writer import last_write
+from tdscheme.collectors.worker.spec import WorkerBatch
 from tdscheme.transport import TensorDictCodec
 
 _POLL_S = 1.0

@@ -24,7 +24,7 @@ import collections
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tdscheme.collectors.worker import WORKER_STATE_KEY
+from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
 
 __all__ = ["CollectorStateMixin", "driver_state", "worker_states"]
 
@@ -133,7 +133,7 @@ class CollectorStateMixin:
     """``state_dict`` / ``load_state_dict`` of a RayCollector (a mixin).
 
     The host class has ``num_collectors``, ``config``, ``_pool`` (a
-    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_stats`` and ``_check_open()``.
+    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_stats`` and ``_check_open()``.
     """
 
     num_collectors: int
@@ -149,7 +149,7 @@ class CollectorStateMixin:
             A list with one ``OrderedDict`` per worker: its torchrl collector's
             ``state_dict()`` plus a ``"tdscheme"`` entry (the worker's policy
             version and the driver's frames, batches and policy version), see
-            :mod:`tdscheme.collectors.state`.
+            :mod:`tdscheme.collectors.torchrl_compat.state`.
 
         Raises:
             WorkerError: a worker raised, died or did not answer in ``batch_timeout_s``.

@@ -57,7 +57,7 @@ class RemoteCallsMixin:
     """``map_fn`` and ``get_distant_attr`` on every worker's torchrl collector (a mixin).
 
     The host class has ``num_collectors``, ``config``, ``_pool`` (a
-    :class:`~tdscheme.collectors.pool.WorkerPool`) and ``_check_open()``.
+    :class:`~tdscheme.collectors.driver.pool.WorkerPool`) and ``_check_open()``.
     """
 
     num_collectors: int

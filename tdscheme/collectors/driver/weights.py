@@ -9,7 +9,7 @@ from typing import Any
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from tdscheme.collectors.weight_schema import WeightSchema, check_finite
+from tdscheme.collectors.driver.weight_schema import WeightSchema, check_finite
 from tdscheme.validation import invalid
 
 __all__ = ["AutoPushRule", "WeightPushMixin", "weights_from"]
@@ -110,7 +110,7 @@ class WeightPushMixin:
     """The weight surface of a RayCollector: ``update_policy_weights_``, ``wait_for_weights``.
 
     The host class has ``config``, ``num_collectors``, ``_pool`` (a
-    :class:`~tdscheme.collectors.pool.WorkerPool`), ``_codec``, ``_stats``,
+    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_codec``, ``_stats``,
     ``_flow``, ``_auto_pushes`` (an :class:`AutoPushRule`) and ``_check_open()``.
     """
 

@@ -10,7 +10,7 @@ torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
 ``RewardScaling``, as the presets use:
-:mod:`~tdscheme.collectors.lean_transforms`), and the collector
+:mod:`~tdscheme.rollout.transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, replay buffer, device
 casts, random frames, trajectory batches, ...). Then each step:
 
@@ -24,7 +24,7 @@ casts, random frames, trajectory batches, ...). Then each step:
   without their per-call spec lookups, and resets the copies whose episode
   ended as torchrl does (gymnasium: ``reset_mask``, a single env ``reset()``;
   EnvPool resets them itself at their next step:
-  :mod:`~tdscheme.collectors.env_steps`);
+  :mod:`~tdscheme.rollout.env_steps`);
 * writes every entry into torchrl's preallocated batch (``use_buffers``), so
   no per-step TensorDict is built, copied, stacked or ``step_mdp``-ed.
 
@@ -62,14 +62,14 @@ from torchrl.data import Bounded, Categorical, OneHot, Unbounded
 from torchrl.envs import GymWrapper, TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
-from tdscheme.collectors.env_steps import (
+from tdscheme.rollout.env_steps import (
     EnvPoolSteps,
     EnvSteps,
     SubEnvSteps,
     env_steps,
     is_envpool_env,
 )
-from tdscheme.collectors.lean_transforms import episode_transforms
+from tdscheme.rollout.transforms import episode_transforms
 from tdscheme.runtime.torchrl_names import Collector
 
 logger = logging.getLogger(__name__)
