@@ -5,7 +5,7 @@ field's annotation: ints and floats, ``none`` for an optional value left unset,
 ``--x/--no-x`` for booleans, ``64,64`` for a tuple of ints and JSON for dicts; a
 field whose metadata lists ``choices`` accepts only those.
 Options default to "not given", so only what the user typed overrides the preset.
-The help of each option is the field's entry in its config's docstring.
+The help of each option is the field's entry in its config's docstring (or a base's).
 
 Example:
     >>> import argparse
@@ -129,8 +129,20 @@ def _parse_json(text: str) -> Any:
 
 
 def _field_docs(cls: type) -> dict[str, str]:
-    """The ``Args:`` entries of a dataclass docstring, one line each."""
-    doc = inspect.getdoc(cls) or ""
+    """The ``Args:`` entries of a dataclass's docstrings, one line each.
+
+    A subclass documents its own fields (and those it words for itself); its bases'
+    docstrings document the fields it inherits.
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # the subclass's entry wins
+        docs.update(_args_entries(klass.__doc__ or ""))
+    return {name: text.replace("%", "%%") for name, text in docs.items()}
+
+
+def _args_entries(docstring: str) -> dict[str, str]:
+    """The ``Args:`` entries of one docstring, one line each."""
+    doc = inspect.cleandoc(docstring)
     match = re.search(r"^Args:\n(.*?)(?:\n\S|\Z)", doc, flags=re.S | re.M)
     if not match:
         return {}
@@ -143,7 +155,7 @@ def _field_docs(cls: type) -> dict[str, str]:
             docs[current] = entry.group(2)
         elif current and line.strip():
             docs[current] += " " + line.strip()
-    return {name: text.replace("%", "%%") for name, text in docs.items()}
+    return docs
 
 
 def setting_error(err: BaseException, overrides: Mapping[str, Any]) -> str:

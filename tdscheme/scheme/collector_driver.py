@@ -17,13 +17,16 @@ from tensordict import TensorDictBase
 from tdscheme.collectors import RayCollector
 from tdscheme.learner import Learner
 from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.driver import NoReplayBuffer, PushInterval
 from tdscheme.scheme.metrics import episode_metrics, lag_metrics, numeric_stats
 
 __all__ = ["CollectorDriver"]
 
 
-class CollectorDriver:
+class CollectorDriver(NoReplayBuffer):
     """Collect -> learn -> push with a driver-side RayCollector.
+
+    A :class:`~tdscheme.scheme.driver.Driver` without a coordinator or a replay buffer.
 
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
@@ -33,6 +36,8 @@ class CollectorDriver:
 
     #: The key of this driver's part of ``Scheme.state_dict()``.
     state_key = "collector"
+    collector: RayCollector
+    coordinator: None = None
 
     def __init__(
         self, config: SchemeConfig, *, env_factory: Callable[[], Any], learner: Learner
@@ -43,7 +48,7 @@ class CollectorDriver:
             config.collector_config(env_factory, learner.policy)
         )
         self._batches: Iterator[TensorDictBase] | None = None
-        self._updates_since_push = 0
+        self._push = PushInterval(config.weight_push_interval)
 
     def step(self) -> tuple[int, dict[str, float]]:
         """Waits for a batch, trains on it, pushes weights when due.
@@ -60,8 +65,7 @@ class CollectorDriver:
         learner_metrics = self.learner.update(batch)
         learned = time.perf_counter()
         # An update skipped for NaN / inf left the weights as they were: nothing new to push.
-        self._updates_since_push += 0 if float(learner_metrics.get("nonfinite_skipped", 0)) else 1
-        pushed = self._updates_since_push >= self.config.weight_push_interval
+        pushed = self._push.count(0 if float(learner_metrics.get("nonfinite_skipped", 0)) else 1)
         if pushed:
             self.push_weights()
         metrics = {"time/wait_s": got_batch - start, "time/learn_s": learned - got_batch}
@@ -75,13 +79,13 @@ class CollectorDriver:
     def push_weights(self) -> None:
         """Sends the learner's policy weights to every collector worker."""
         self.collector.update_policy_weights_(self.learner.policy_weights())
-        self._updates_since_push = 0
+        self._push.pushed()
 
     def state_dict(self) -> dict[str, Any]:
         """``{"learner", "updates_since_push", "collector"}``."""
         return {
             "learner": self.learner.state_dict(),
-            "updates_since_push": self._updates_since_push,
+            **self._push.state_dict(),
             "collector": self.collector.state_dict(),
         }
 
@@ -90,7 +94,7 @@ class CollectorDriver:
         self.learner.load_state_dict(state["learner"])
         self.collector.load_state_dict(state["collector"])
         self.push_weights()
-        self._updates_since_push = int(state.get("updates_since_push", 0))
+        self._push.load_state_dict(state)  # after the push, which restarts the count
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every collector worker distinctly from ``seed``."""

@@ -15,6 +15,7 @@ from typing import Any
 from tdscheme.gradient_workers import GradientCoordinator, build_gradient_coordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.driver import NoReplayBuffer
 
 __all__ = ["GradWorkerDriver", "scheme_metrics"]
 
@@ -91,12 +92,13 @@ def scheme_metrics(step: Mapping[str, float], *, mode: str, learner: Learner) ->
     return out
 
 
-class GradWorkerDriver:
+class GradWorkerDriver(NoReplayBuffer):
     """Gradient workers collect and compute gradients; a coordinator turns them into updates.
 
     Centralized modes update the driver's Learner; decentralized mode mirrors rank
     0's weights into it after every step, so ``learner.policy`` is always the
-    newest policy.
+    newest policy. A :class:`~tdscheme.scheme.driver.Driver` without a driver-side
+    collector or a replay buffer.
 
     Args:
         config: the Scheme's settings (``num_grad_workers > 0``).
@@ -111,6 +113,8 @@ class GradWorkerDriver:
 
     #: The key of this driver's part of ``Scheme.state_dict()``.
     state_key = "grad_workers"
+    collector: None = None
+    coordinator: GradientCoordinator
 
     def __init__(
         self,
@@ -122,7 +126,7 @@ class GradWorkerDriver:
         learner: Learner,
     ) -> None:
         self.learner = learner
-        self.coordinator: GradientCoordinator = build_gradient_coordinator(
+        self.coordinator = build_gradient_coordinator(
             config.grad_workers_config(),
             env_factory=env_factory,
             policy_factory=policy_factory,

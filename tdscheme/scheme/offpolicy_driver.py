@@ -37,6 +37,7 @@ from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.driver import PushInterval
 from tdscheme.scheme.metrics import episode_metrics, numeric_stats
 
 __all__ = ["OffPolicyDriver", "check_buffer"]
@@ -78,6 +79,8 @@ def check_buffer(buffer: Any, location: str) -> None:
 class OffPolicyDriver:
     """Collect into a replay buffer -> sample -> learn -> push, at ``utd_ratio``.
 
+    A :class:`~tdscheme.scheme.driver.Driver` without a coordinator.
+
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
         env_factory: builds one collector worker's env.
@@ -94,6 +97,9 @@ class OffPolicyDriver:
 
     #: The key of this driver's part of ``Scheme.state_dict()``.
     state_key = "replay"
+    collector: RayCollector
+    coordinator: None = None
+    replay_buffer: Any
 
     def __init__(
         self,
@@ -111,17 +117,17 @@ class OffPolicyDriver:
         self.config = config
         self.learner = learner
         self.ray_held = config.buffer_location == "ray"
-        self.buffer: Any = None
+        self.replay_buffer = None
         self._lease = RayLease.acquire(config.ray_init_config) if self.ray_held else None
         try:
-            self.buffer = storage_factory()
-            check_buffer(self.buffer, config.buffer_location)
-            self.prioritized = is_prioritized(self.buffer)
+            self.replay_buffer = storage_factory()
+            check_buffer(self.replay_buffer, config.buffer_location)
+            self.prioritized = is_prioritized(self.replay_buffer)
             self.collector = RayCollector.from_config(
                 config.collector_config(
                     env_factory,
                     learner.policy,
-                    replay_buffer=self.buffer if self.ray_held else None,
+                    replay_buffer=self.replay_buffer if self.ray_held else None,
                     offpolicy=True,
                 )
             )
@@ -132,7 +138,7 @@ class OffPolicyDriver:
         self.frames_collected = 0  # frames in (or written to) the buffer by this run
         self.updates = 0
         self._update_credit = 0.0
-        self._updates_since_push = 0
+        self._push = PushInterval(config.weight_push_interval)
         self._extend_s = 0.0
 
     # -- one step ---------------------------------------------------------------------
@@ -168,16 +174,15 @@ class OffPolicyDriver:
         self._update_credit -= num_updates
         updates = [
             self.learner.replay_update(
-                self.buffer,
+                self.replay_buffer,
                 write_priorities=self.prioritized,
                 newest_policy_version=self.collector.policy_version,
             )
             for _ in range(num_updates)
         ]
         self.updates += num_updates
-        self._updates_since_push += num_updates
         learned = time.perf_counter()
-        if num_updates and self._updates_since_push >= self.config.weight_push_interval:
+        if self._push.count(num_updates):
             self.push_weights()
         metrics.update({"time/wait_s": collected - start, "time/learn_s": learned - collected})
         metrics.update(_mean_metrics(updates))
@@ -191,7 +196,7 @@ class OffPolicyDriver:
         the run), ``extend_ms`` (driver buffers: time extending it, over the run)."""
         learning = max(0, self.frames_collected - self.config.init_random_frames)
         return {
-            "replay/size": float(len(self.buffer)),
+            "replay/size": float(len(self.replay_buffer)),
             "replay/frames_collected": float(self.frames_collected),
             "replay/updates": float(self.updates),
             "replay/updates_per_step": float(num_updates),
@@ -213,7 +218,7 @@ class OffPolicyDriver:
         start = time.perf_counter()
         mask = batch.get(MASK_KEY, None)
         flat = batch[mask.bool()] if mask is not None else batch.reshape(-1)
-        self.buffer.extend(flat)
+        self.replay_buffer.extend(flat)
         self._extend_s += time.perf_counter() - start
         return flat.shape[0]
 
@@ -240,17 +245,18 @@ class OffPolicyDriver:
     def push_weights(self) -> None:
         """Sends the learner's policy weights (with its exploration state) to every worker."""
         self.collector.update_policy_weights_(self.learner.policy_weights())
-        self._updates_since_push = 0
+        self._push.pushed()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"learner", "replay", "collector"}``; the buffer itself is :meth:`dump_buffer`'s."""
+        """``{"learner", "updates_since_push", "replay", "collector"}``; the buffer itself is
+        :meth:`dump_buffer`'s."""
         return {
             "learner": self.learner.state_dict(),
+            **self._push.state_dict(),
             "replay": {
                 "frames_collected": self.frames_collected,
                 "updates": self.updates,
                 "update_credit": self._update_credit,
-                "updates_since_push": self._updates_since_push,
             },
             "collector": self.collector.state_dict(),
         }
@@ -264,7 +270,7 @@ class OffPolicyDriver:
         self.updates = int(replay["updates"])
         self._update_credit = float(replay["update_credit"])
         self.push_weights()
-        self._updates_since_push = int(replay["updates_since_push"])
+        self._push.load_state_dict(state)  # after the push, which restarts the count
 
     def paused(self) -> contextlib.AbstractContextManager[None]:
         """Holds the workers' background writes (Ray-held buffer) inside the ``with`` block.
@@ -280,11 +286,11 @@ class OffPolicyDriver:
     def dump_buffer(self, path: str | Path) -> None:
         """Writes the buffer with torchrl's ``dumps`` (workers paused for a Ray-held one)."""
         with self.paused():
-            self.buffer.dumps(str(path))
+            self.replay_buffer.dumps(str(path))
 
     def load_buffer(self, path: str | Path) -> None:
         """Reads a buffer written by :meth:`dump_buffer` (torchrl's ``loads``)."""
-        self.buffer.loads(str(path))
+        self.replay_buffer.loads(str(path))
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every collector worker distinctly from ``seed``."""
@@ -299,7 +305,7 @@ class OffPolicyDriver:
 
     def _release(self) -> None:
         if self.ray_held:  # the buffer's actor goes with the run (a local one stays readable)
-            buffer, self.buffer = self.buffer, None
+            buffer, self.replay_buffer = self.replay_buffer, None
             if buffer is not None and is_ray_replay_buffer(buffer):
                 buffer.shutdown()
         if self._lease is not None:

@@ -7,12 +7,14 @@ one *driver*, the way this run trains:
   a :class:`~tdscheme.RayCollector` collects, the driver's Learner learns, weights
   are pushed every ``weight_push_interval`` updates;
 * :class:`~tdscheme.scheme.grad_worker_driver.GradWorkerDriver`
-  (``num_grad_workers > 0``): gradient workers collect and compute gradients.
+  (``num_grad_workers > 0``): gradient workers collect and compute gradients;
+* :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver` (a ``storage_factory``):
+  collectors fill a replay buffer, the learner samples it.
 
-Every driver has the same small surface (``step() -> (frames, metrics)``,
-``push_weights()``, ``state_dict()``/``load_state_dict()``, ``set_seed()``,
-``shutdown()`` and a ``state_key``); the Scheme adds what every run shares
-(counters, throughput, the state envelope). The
+Every driver implements the whole :class:`~tdscheme.scheme.driver.Driver` protocol,
+which the Scheme calls directly (:mod:`~tdscheme.scheme.factories` picks and builds
+the driver); the Scheme adds what every run shares (counters, throughput, the state
+envelope of :mod:`~tdscheme.scheme.state`). The
 :class:`~tdscheme.engine.Trainer` runs a Scheme with logging, evaluation and
 checkpoints; a user can also iterate one in their own loop.
 """
@@ -22,60 +24,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from tdscheme.collectors import RayCollector
 from tdscheme.gradient_workers import GradientCoordinator
-from tdscheme.learner import Learner
-from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
-from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
+from tdscheme.scheme.driver import Driver
+from tdscheme.scheme.factories import (
+    EnvFactory,
+    LearnerFactory,
+    PolicyFactory,
+    StorageFactory,
+    build_learner,
+    check_factories,
+    make_driver,
+)
+from tdscheme.scheme.state import check_state, upgrade_state
 from tdscheme.validation import check_frame_budget
 
-__all__ = ["Driver", "Scheme"]
+__all__ = ["Driver", "Scheme"]  # Driver: its home is tdscheme.scheme.driver
 
 logger = logging.getLogger(__name__)
-
-EnvFactory = Callable[[], Any]
-PolicyFactory = Callable[[], "nn.Module | Mapping[str, nn.Module]"]
-LearnerFactory = Callable[..., Learner]
-StorageFactory = Callable[[], Any]
-
-
-class Driver(Protocol):
-    """One way of training, behind the surface the :class:`Scheme` calls."""
-
-    #: The key of the driver's own part of ``Scheme.state_dict()``.
-    state_key: str
-
-    def step(self) -> tuple[int, dict[str, float]]:
-        """One iteration: ``(frames trained on, metrics)``."""
-        ...
-
-    def push_weights(self) -> None:
-        """Sends the learner's weights to whoever collects."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"learner": ..., state_key: ..., ...}``: everything to resume the driver."""
-        ...
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores :meth:`state_dict`."""
-        ...
-
-    def set_seed(self, seed: int) -> int:
-        """Reseeds every worker distinctly from ``seed``."""
-        ...
-
-    def shutdown(self) -> None:
-        """Releases the driver's actors. Idempotent."""
-        ...
 
 
 class Scheme:
@@ -168,29 +141,14 @@ class Scheme:
         self.config = SchemeConfig() if config is None else config
         if not isinstance(self.config, SchemeConfig):
             raise TypeError(f"config must be a SchemeConfig or None, got {self.config!r}")
-        if storage_factory is not None and not callable(storage_factory):
-            raise TypeError(
-                f"storage_factory={storage_factory!r} is not callable; accepted: a function "
-                f"returning a torchrl replay buffer, or None (on-policy)"
-            )
-        if storage_factory is not None and self.config.num_grad_workers > 0:
-            raise ValueError(
-                f"storage_factory={storage_factory!r} is invalid with num_grad_workers="
-                f"{self.config.num_grad_workers}; accepted: num_grad_workers=0 with a "
-                f"storage_factory (gradient workers train on-policy only), or "
-                f"storage_factory=None"
-            )
-        for name, factory in (
-            ("env_factory", env_factory),
-            ("policy_factory", policy_factory),
-            ("learner_factory", learner_factory),
-        ):
-            if not callable(factory):
-                raise TypeError(f"{name}={factory!r} is not callable; accepted: a function")
-        if eval_env_factory is not None and not callable(eval_env_factory):
-            raise TypeError(
-                f"eval_env_factory={eval_env_factory!r} is not callable; accepted: a function or None"
-            )
+        check_factories(
+            self.config,
+            env_factory=env_factory,
+            policy_factory=policy_factory,
+            learner_factory=learner_factory,
+            eval_env_factory=eval_env_factory,
+            storage_factory=storage_factory,
+        )
         self.env_factory = env_factory
         self.eval_env_factory = eval_env_factory
         self.policy_factory = policy_factory
@@ -199,55 +157,35 @@ class Scheme:
         self._closed = True  # until the driver exists
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed)
-        self.modules = _as_modules(policy_factory())
-        self.learner = learner_factory(**self.modules)
-        if not isinstance(self.learner, Learner):
-            raise TypeError(
-                f"learner_factory must return a tdscheme Learner, got {type(self.learner).__name__}"
-            )
+        self.modules, self.learner = build_learner(policy_factory, learner_factory)
         self.frames = 0
         self.iterations = 0
         self._session_frames = 0
         self._started_at: float | None = None
-        self.driver: Driver
-        if storage_factory is not None:
-            self.driver = self._offpolicy_driver(storage_factory)
-        elif self.config.num_grad_workers > 0:
-            self.driver = GradWorkerDriver(
-                self.config,
-                env_factory=env_factory,
-                policy_factory=policy_factory,
-                learner_factory=learner_factory,
-                learner=self.learner,
-            )
-        else:
-            self.driver = CollectorDriver(
-                self.config, env_factory=env_factory, learner=self.learner
-            )
-        self._closed = False
-
-    def _offpolicy_driver(self, storage_factory: StorageFactory) -> OffPolicyDriver:
-        return OffPolicyDriver(
+        self.driver: Driver = make_driver(
             self.config,
-            env_factory=self.env_factory,
+            env_factory=env_factory,
+            policy_factory=policy_factory,
+            learner_factory=learner_factory,
             learner=self.learner,
             storage_factory=storage_factory,
         )
+        self._closed = False
 
     @property
     def replay_buffer(self) -> Any:
         """The replay buffer of an off-policy run (``None`` without a ``storage_factory``)."""
-        return getattr(self.driver, "buffer", None) if hasattr(self, "driver") else None
+        return self.driver.replay_buffer
 
     @property
     def collector(self) -> RayCollector | None:
         """The driver-side RayCollector (``None`` with gradient workers)."""
-        return getattr(self.driver, "collector", None)
+        return self.driver.collector
 
     @property
     def coordinator(self) -> GradientCoordinator | None:
         """The gradient workers' coordinator (``None`` without gradient workers)."""
-        return getattr(self.driver, "coordinator", None)
+        return self.driver.coordinator
 
     @property
     def policy(self) -> nn.Module:
@@ -343,7 +281,8 @@ class Scheme:
 
         Returns:
             ``{"learner", "frames", "iterations", ...}``: with collectors also
-            ``"updates_since_push"`` and ``"collector"``; with gradient workers
+            ``"updates_since_push"`` and ``"collector"`` (off-policy: and ``"replay"``,
+            the buffer's counters); with gradient workers
             ``"grad_workers"`` (the coordinator's mode and totals; ``"learner"``
             is the state the workers continue from, in decentralized mode rank
             0's). Plain data (tensors, numbers, dicts) that a checkpoint holds as is.
@@ -366,20 +305,12 @@ class Scheme:
                 state comes from a scheme with (or without) gradient workers, or
                 with gradient workers of another mode, unlike this one.
         """
-        part = self.driver.state_key
-        missing = {"learner", "frames", "iterations", part} - set(state)
-        if missing:
-            other = "grad_workers" if part == "collector" else "collector"
-            hint = (
-                f"; it was saved by a scheme {'with' if other == 'grad_workers' else 'without'} "
-                f"gradient workers, this one has num_grad_workers={self.config.num_grad_workers}"
-                if other in state
-                else ""
-            )
-            raise ValueError(
-                f"state is missing {sorted(missing)}{hint}; pass Scheme.state_dict() of a "
-                f"scheme built the same way"
-            )
+        state = upgrade_state(state)
+        check_state(
+            state,
+            state_key=self.driver.state_key,
+            num_grad_workers=self.config.num_grad_workers,
+        )
         self.driver.load_state_dict(state)
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
@@ -390,8 +321,7 @@ class Scheme:
         A checkpoint's state and its buffer dump taken inside it agree; without a
         Ray-held buffer nothing changes between steps, and nothing is held.
         """
-        paused = getattr(self.driver, "paused", None)
-        return contextlib.nullcontext() if paused is None else paused()
+        return self.driver.paused()
 
     def dump_replay_buffer(self, path: str) -> None:
         """Writes the replay buffer to the directory ``path`` (torchrl's ``dumps``).
@@ -399,7 +329,7 @@ class Scheme:
         Raises:
             RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
         """
-        self._offpolicy("dump_replay_buffer").dump_buffer(path)
+        self.driver.dump_buffer(path)
 
     def load_replay_buffer(self, path: str) -> None:
         """Reads a replay buffer written by :meth:`dump_replay_buffer` (torchrl's ``loads``).
@@ -407,12 +337,7 @@ class Scheme:
         Raises:
             RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
         """
-        self._offpolicy("load_replay_buffer").load_buffer(path)
-
-    def _offpolicy(self, what: str) -> OffPolicyDriver:
-        if not isinstance(self.driver, OffPolicyDriver):
-            raise RuntimeError(f"{what} needs a replay buffer; this Scheme has no storage_factory")
-        return self.driver
+        self.driver.load_buffer(path)
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every worker's envs (and, for gradient workers, their torch) from ``seed``.
@@ -449,19 +374,3 @@ class Scheme:
             f"num_collectors={self.config.num_collectors}, "
             f"num_grad_workers={self.config.num_grad_workers}, learner={self.learner!r})"
         )
-
-
-def _as_modules(built: Any) -> dict[str, nn.Module]:
-    if isinstance(built, nn.Module):
-        return {"actor": built}
-    if not isinstance(built, Mapping):
-        raise TypeError(
-            f"policy_factory must return an nn.Module or a dict of them such as "
-            f"{{'actor': ..., 'critic': ...}}, got {type(built).__name__}"
-        )
-    if "actor" not in built:
-        raise ValueError(
-            f"policy_factory returned a dict with keys {sorted(built)}; accepted: a dict "
-            f"with an 'actor' key (the module the collectors run)"
-        )
-    return dict(built)

@@ -94,3 +94,27 @@ def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
             continue
         assert metrics[key] and all(math.isfinite(v) for _, v in metrics[key]), key
     assert torch.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "accepted"),
+    [
+        ("num_envs", 0, "an int >= 1"),
+        ("gamma", 2, "a number in [0, 1]"),
+        ("lr", 0, "a number > 0"),
+        ("max_grad_norm", -1.0, "None or a number > 0"),
+        ("activation", "gelu", "'elu', 'relu', 'tanh'"),
+        ("env_backend", "mujoco", "'gymnasium', 'envpool'"),
+    ],
+)
+def test_algo_configs_share_their_common_fields_and_checks(field, value, accepted):
+    from tdscheme.presets.settings import ActorCriticConfig, AlgoConfig, OffPolicyConfig
+
+    for cls in (AlgoConfig, ActorCriticConfig, OffPolicyConfig):
+        with pytest.raises(ValueError) as err:
+            cls(**{field: value})
+        assert str(err.value) == f"{field}={value!r} is invalid; accepted: {accepted}", cls
+    # the defaults that differ stay each algorithm's
+    for config, defaults in ((ActorCriticConfig(), (16, "tanh", 0.5)),
+                             (OffPolicyConfig(), (8, "relu", None))):  # fmt: skip
+        assert (config.num_envs, config.activation, config.max_grad_norm) == defaults

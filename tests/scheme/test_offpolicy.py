@@ -121,3 +121,18 @@ def test_bad_combinations_are_clear_errors(ray_clean):
         scheme(learner_factory=plain_learner)
     with pytest.raises(TypeError, match="storage_factory=3 is not callable"):
         scheme(storage_factory=3)
+
+
+@pytest.mark.timeout(120)
+def test_a_state_with_the_old_counter_inside_replay_loads(ray_clean):
+    with scheme(
+        num_collectors=1, frames_per_batch=64, utd_ratio=0.25, init_random_frames=0,
+        weight_push_interval=1000, collector_resources={"num_cpus": 0.5},
+    ) as s:  # fmt: skip
+        s.step()
+        state = s.state_dict()
+        assert state["updates_since_push"] == 16 and "updates_since_push" not in state["replay"]
+        old = {key: value for key, value in state.items() if key != "updates_since_push"}
+        old["replay"] = {**state["replay"], "updates_since_push": 7}  # as saved before
+        s.load_state_dict(old)
+        assert s.state_dict()["updates_since_push"] == 7

@@ -1,0 +1,192 @@
+"""The Driver protocol: the whole surface the Scheme calls on its way of training.
+
+A way of training is one driver class in :mod:`tdscheme.scheme`
+(:class:`~tdscheme.scheme.collector_driver.CollectorDriver`,
+:class:`~tdscheme.scheme.grad_worker_driver.GradWorkerDriver`,
+:class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`). Each implements every
+member of :class:`Driver`, so the :class:`~tdscheme.scheme.Scheme` calls them
+directly and never asks what kind of driver it holds. A driver without a part
+says so through the surface: ``collector`` / ``coordinator`` / ``replay_buffer``
+are ``None``, and :class:`NoReplayBuffer` gives drivers without a replay buffer
+the buffer methods (a ``paused()`` that holds nothing, ``dump_buffer`` /
+``load_buffer`` that raise).
+
+:class:`PushInterval` is the one rule for when a driver pushes weights
+(every ``weight_push_interval`` updates) and the one place its counter is saved.
+
+Example:
+    >>> interval = PushInterval(2)
+    >>> interval.count(1), interval.count(1)
+    (False, True)
+    >>> interval.pushed()
+    >>> interval.state_dict()
+    {'updates_since_push': 0}
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tdscheme.validation import check_int
+
+if TYPE_CHECKING:
+    from tdscheme.collectors import RayCollector
+    from tdscheme.gradient_workers import GradientCoordinator
+
+__all__ = ["Driver", "NoReplayBuffer", "PushInterval"]
+
+
+class Driver(Protocol):
+    """One way of training, behind the surface the :class:`~tdscheme.scheme.Scheme` calls.
+
+    Attributes:
+        state_key: the key of the driver's own part of ``Scheme.state_dict()``
+            (``"collector"``, ``"grad_workers"``, ``"replay"``).
+        collector: the driver-side RayCollector, or ``None`` (gradient workers
+            collect with their own).
+        coordinator: the gradient workers' coordinator, or ``None`` (no gradient
+            workers).
+        replay_buffer: the torchrl replay buffer the learner samples, or ``None``
+            (on-policy).
+    """
+
+    state_key: str
+    collector: RayCollector | None
+    coordinator: GradientCoordinator | None
+    replay_buffer: Any
+
+    def step(self) -> tuple[int, dict[str, float]]:
+        """One iteration: ``(frames trained on, metrics)``."""
+        ...
+
+    def push_weights(self) -> None:
+        """Sends the learner's weights to whoever collects."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"learner": ..., state_key: ..., ...}``: everything to resume the driver."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        ...
+
+    def set_seed(self, seed: int) -> int:
+        """Reseeds every worker distinctly from ``seed``."""
+        ...
+
+    def shutdown(self) -> None:
+        """Releases the driver's actors. Idempotent."""
+        ...
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """A ``with`` block in which nothing writes into the replay buffer."""
+        ...
+
+    def dump_buffer(self, path: str | Path) -> None:
+        """Writes the replay buffer to the directory ``path``.
+
+        Raises:
+            RuntimeError: the driver has no replay buffer.
+        """
+        ...
+
+    def load_buffer(self, path: str | Path) -> None:
+        """Reads a replay buffer written by :meth:`dump_buffer`.
+
+        Raises:
+            RuntimeError: the driver has no replay buffer.
+        """
+        ...
+
+
+class NoReplayBuffer:
+    """The replay-buffer part of :class:`Driver` for a driver that trains on-policy.
+
+    Stateless: ``replay_buffer`` is ``None``, :meth:`paused` holds nothing (nothing
+    writes between steps) and the buffer methods raise.
+
+    Example:
+        >>> NoReplayBuffer().dump_buffer("/tmp/x")
+        Traceback (most recent call last):
+        ...
+        RuntimeError: dump_replay_buffer needs a replay buffer; this Scheme has no storage_factory
+    """
+
+    replay_buffer: Any = None
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to hold: without a replay buffer nothing changes between steps."""
+        return contextlib.nullcontext()
+
+    def dump_buffer(self, path: str | Path) -> None:
+        """Raises: there is no replay buffer to write.
+
+        Raises:
+            RuntimeError: always.
+        """
+        raise _no_buffer("dump_replay_buffer")
+
+    def load_buffer(self, path: str | Path) -> None:
+        """Raises: there is no replay buffer to read into.
+
+        Raises:
+            RuntimeError: always.
+        """
+        raise _no_buffer("load_replay_buffer")
+
+
+def _no_buffer(what: str) -> RuntimeError:
+    return RuntimeError(f"{what} needs a replay buffer; this Scheme has no storage_factory")
+
+
+class PushInterval:
+    """Counts learner updates since the last weight push; a push is due every ``interval``.
+
+    The driver that pushes weights owns one: it calls :meth:`count` after its
+    updates, pushes when that says so, and calls :meth:`pushed` after every push
+    (due or not). Its state is ``{"updates_since_push": n}``, merged into the top
+    level of the driver's (and so the Scheme's) state: the one place it is saved.
+
+    Args:
+        interval: updates between pushes (``SchemeConfig.weight_push_interval``).
+
+    Raises:
+        ValueError: ``interval`` is not an int >= 1.
+
+    Example:
+        >>> interval = PushInterval(3)
+        >>> interval.count(2), interval.count(0), interval.count(1)
+        (False, False, True)
+        >>> interval.load_state_dict({"updates_since_push": 1}); interval.updates_since_push
+        1
+    """
+
+    #: The key of the counter in the driver's state.
+    STATE_KEY = "updates_since_push"
+
+    def __init__(self, interval: int) -> None:
+        check_int("weight_push_interval", interval, minimum=1)
+        self.interval = interval
+        self.updates_since_push = 0
+
+    def count(self, updates: int) -> bool:
+        """Adds ``updates`` (0 for a skipped update) and says whether a push is due."""
+        self.updates_since_push += updates
+        return self.updates_since_push >= self.interval
+
+    def pushed(self) -> None:
+        """Starts counting again: the weights were just pushed."""
+        self.updates_since_push = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"updates_since_push": n}``."""
+        return {self.STATE_KEY: self.updates_since_push}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` (0 when ``state`` has no counter, as states saved
+        before it was checkpointed)."""
+        self.updates_since_push = int(state.get(self.STATE_KEY, 0))

@@ -1,0 +1,161 @@
+"""What a Scheme is composed from: the user's factories, checked, and the driver they make.
+
+:func:`check_factories` rejects a factory that cannot work before anything is
+built; :func:`build_learner` calls the policy and learner factories on the
+driver; :func:`make_driver` picks the way of training from the config and the
+factories (a ``storage_factory``: off-policy; ``num_grad_workers > 0``: gradient
+workers; else collectors) and builds its :class:`~tdscheme.scheme.driver.Driver`.
+
+Example:
+    >>> check_factories(SchemeConfig(), env_factory=3, policy_factory=dict,
+    ...                 learner_factory=dict)
+    Traceback (most recent call last):
+    ...
+    TypeError: env_factory=3 is not callable; accepted: a function
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from tdscheme.learner import Learner
+from tdscheme.scheme.collector_driver import CollectorDriver
+from tdscheme.scheme.config import SchemeConfig
+from tdscheme.scheme.driver import Driver
+from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
+from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
+
+__all__ = [
+    "EnvFactory",
+    "LearnerFactory",
+    "PolicyFactory",
+    "StorageFactory",
+    "build_learner",
+    "check_factories",
+    "make_driver",
+]
+
+EnvFactory = Callable[[], Any]
+PolicyFactory = Callable[[], "nn.Module | Mapping[str, nn.Module]"]
+LearnerFactory = Callable[..., Learner]
+StorageFactory = Callable[[], Any]
+
+
+def check_factories(
+    config: SchemeConfig,
+    *,
+    env_factory: EnvFactory,
+    policy_factory: PolicyFactory,
+    learner_factory: LearnerFactory,
+    eval_env_factory: EnvFactory | None = None,
+    storage_factory: StorageFactory | None = None,
+) -> None:
+    """Raises unless every factory is callable and they fit ``config``.
+
+    Raises:
+        TypeError: a factory is not callable.
+        ValueError: ``storage_factory`` is given with ``num_grad_workers > 0``.
+    """
+    if storage_factory is not None and not callable(storage_factory):
+        raise TypeError(
+            f"storage_factory={storage_factory!r} is not callable; accepted: a function "
+            f"returning a torchrl replay buffer, or None (on-policy)"
+        )
+    if storage_factory is not None and config.num_grad_workers > 0:
+        raise ValueError(
+            f"storage_factory={storage_factory!r} is invalid with num_grad_workers="
+            f"{config.num_grad_workers}; accepted: num_grad_workers=0 with a "
+            f"storage_factory (gradient workers train on-policy only), or "
+            f"storage_factory=None"
+        )
+    for name, factory in (
+        ("env_factory", env_factory),
+        ("policy_factory", policy_factory),
+        ("learner_factory", learner_factory),
+    ):
+        if not callable(factory):
+            raise TypeError(f"{name}={factory!r} is not callable; accepted: a function")
+    if eval_env_factory is not None and not callable(eval_env_factory):
+        raise TypeError(
+            f"eval_env_factory={eval_env_factory!r} is not callable; accepted: a function or None"
+        )
+
+
+def build_learner(
+    policy_factory: PolicyFactory, learner_factory: LearnerFactory
+) -> tuple[dict[str, nn.Module], Learner]:
+    """Builds the modules and the Learner over them, in this process.
+
+    Returns:
+        ``(modules, learner)``: ``policy_factory()`` as a dict with an ``"actor"``
+        (one module is taken as ``{"actor": module}``), and ``learner_factory(**modules)``.
+
+    Raises:
+        TypeError: a factory returns the wrong type.
+        ValueError: ``policy_factory`` returns a dict without an ``"actor"``.
+    """
+    modules = _as_modules(policy_factory())
+    learner = learner_factory(**modules)
+    if not isinstance(learner, Learner):
+        raise TypeError(
+            f"learner_factory must return a tdscheme Learner, got {type(learner).__name__}"
+        )
+    return modules, learner
+
+
+def make_driver(
+    config: SchemeConfig,
+    *,
+    env_factory: EnvFactory,
+    policy_factory: PolicyFactory,
+    learner_factory: LearnerFactory,
+    learner: Learner,
+    storage_factory: StorageFactory | None = None,
+) -> Driver:
+    """The driver of this way of training, built (its actors started).
+
+    Args:
+        config: the Scheme's settings.
+        env_factory: builds one collector's env.
+        policy_factory: builds the modules (in each gradient worker).
+        learner_factory: builds a Learner (in each gradient worker).
+        learner: the driver's Learner.
+        storage_factory: builds the replay buffer of an off-policy run, or ``None``.
+
+    Returns:
+        An :class:`OffPolicyDriver` with a ``storage_factory``, else a
+        :class:`GradWorkerDriver` with ``num_grad_workers > 0``, else a
+        :class:`CollectorDriver`.
+    """
+    if storage_factory is not None:
+        return OffPolicyDriver(
+            config, env_factory=env_factory, learner=learner, storage_factory=storage_factory
+        )
+    if config.num_grad_workers > 0:
+        return GradWorkerDriver(
+            config,
+            env_factory=env_factory,
+            policy_factory=policy_factory,
+            learner_factory=learner_factory,
+            learner=learner,
+        )
+    return CollectorDriver(config, env_factory=env_factory, learner=learner)
+
+
+def _as_modules(built: Any) -> dict[str, nn.Module]:
+    if isinstance(built, nn.Module):
+        return {"actor": built}
+    if not isinstance(built, Mapping):
+        raise TypeError(
+            f"policy_factory must return an nn.Module or a dict of them such as "
+            f"{{'actor': ..., 'critic': ...}}, got {type(built).__name__}"
+        )
+    if "actor" not in built:
+        raise ValueError(
+            f"policy_factory returned a dict with keys {sorted(built)}; accepted: a dict "
+            f"with an 'actor' key (the module the collectors run)"
+        )
+    return dict(built)
