@@ -62,7 +62,8 @@ Sections (``--sections``, default all):
 Output: one JSON line per measurement on stdout, then one table per section;
 ``(1.83x)`` after a value is tdscheme's speedup over that row (rates:
 tdscheme/row, times: row/tdscheme; >1 means tdscheme is better). ``--out``
-writes the tables as a markdown section for ``benchmarks/RESULTS.md``.
+writes the tables as a markdown section for ``benchmarks/results/`` (``collection.md``,
+``collection_limits.md``); the latest figures go in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ measurements by section.
 
 Output: one JSON line per measurement on stdout (with the machine and the
 versions), then one table per section. ``--out`` writes the tables as a markdown
-section for ``benchmarks/RESULTS.md``.
+section for ``benchmarks/results/grad_workers.md`` (the latest figures go in
+``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
