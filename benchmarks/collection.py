@@ -62,7 +62,8 @@ Sections (``--sections``, default all):
 Output: one JSON line per measurement on stdout, then one table per section;
 ``(1.83x)`` after a value is tdscheme's speedup over that row (rates:
 tdscheme/row, times: row/tdscheme; >1 means tdscheme is better). ``--out``
-writes the tables as a markdown section for ``benchmarks/RESULTS.md``.
+writes the tables as a markdown section for ``benchmarks/results/`` (``collection.md``,
+``collection_limits.md``); the latest figures go in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ import gymnasium as gym
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
 import torch
+from peers import mlp_policy, pixels_env
 from report import Recorder, parse_section_args, run_sections
 
-from tdscheme import envs  # make_env with its backend= (the test kit's has none)
-from tdscheme.testing import make_env, mlp_policy
+from tdscheme.envs import make_env
 
 SECTIONS = (
     "same", "batched", "envpool", "startup", "push", "large", "recommended", "limits", "scale",
@@ -403,7 +404,7 @@ def section_envpool(rec: Recorder, s: Settings) -> None:
     for env_id, num_envs, fpb, policy, what in cases:
         frames = max(3 * s.frames, s.min_batches * fpb)
         config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}, {what}"
-        env_fn = functools.partial(envs.make_env, env_id, num_envs=num_envs, backend="envpool")
+        env_fn = functools.partial(make_env, env_id, num_envs=num_envs, backend="envpool")
         makes = {
             "tdscheme envpool": functools.partial(
                 tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
@@ -443,12 +444,19 @@ if impl.startswith("tdscheme"):
     from tdscheme import RayCollector
 else:
     from torchrl.collectors.distributed import RayCollector
-from tdscheme.testing import make_env, mlp_policy
 import torch
+from tensordict.nn import TensorDictModule
+from tdscheme.envs import make_env
+class OneHotArgmax(torch.nn.Module):  # defined here: Ray pickles __main__'s classes by value
+    def forward(self, logits):
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.int64)
 torch.manual_seed(0)
+layers = [torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh()]
+net = torch.nn.Sequential(*layers, torch.nn.Linear(64, 2), OneHotArgmax())  # peers.mlp_policy(4, 2)
+policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
 built = time.perf_counter()
 collector = RayCollector(
-    functools.partial(make_env, "CartPole-v1"), mlp_policy(4, 2), frames_per_batch=1000,
+    functools.partial(make_env, "CartPole-v1"), policy, frames_per_batch=1000,
     total_frames=2**40, num_collectors=2, remote_configs={"num_cpus": 1},
 )
 next(iter(collector))
@@ -590,7 +598,7 @@ def section_push(rec: Recorder, s: Settings) -> None:
 
 
 def section_large(rec: Recorder, s: Settings) -> None:
-    env_fn = functools.partial(make_env, "CartPole-v1", obs_shape=PIXELS)
+    env_fn = functools.partial(pixels_env, "CartPole-v1", PIXELS)
     policy = peers.pixel_policy(PIXELS, 2)
 
     def ready_wait(it: Iterator[Any], fps: float) -> dict[str, float]:

@@ -11,7 +11,8 @@ after its measurement. Run from the repository root::
 Sections (``--sections``, default all):
 
 * ``throughput``: CartPole-v1 (gymnasium vector env of ``num_envs`` copies per
-  collector), A2C with GAE (``tdscheme.testing.cartpole_learner``), the same
+  collector), A2C with GAE (the ``a2c-cartpole`` preset's learner and networks, one
+  hidden layer of 32 units, lr 3e-3, as this benchmark has always measured), the same
   ``frames_per_batch`` per gradient for every row. For ``synchronous``,
   ``asynchronous`` and ``decentralized`` gradient workers with 1 and 2 workers:
   frames trained on per second and learner updates per second over ``--frames``
@@ -36,7 +37,8 @@ measurements by section.
 
 Output: one JSON line per measurement on stdout (with the machine and the
 versions), then one table per section. ``--out`` writes the tables as a markdown
-section for ``benchmarks/RESULTS.md``.
+section for ``benchmarks/results/grad_workers.md`` (the latest figures go in
+``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -52,13 +54,14 @@ from typing import Any
 
 from report import Recorder, parse_section_args, run_sections
 
+from tdscheme.envs import make_env
 from tdscheme.gradient_workers import (
     GradientWorker,
     GradientWorkersConfig,
     GradientWorkerSpec,
     build_gradient_coordinator,
 )
-from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+from tdscheme.presets import get_preset
 
 #: Coordinator timers (driver side), then the workers' own (mean per gradient).
 TIMERS = ("wait_ms", "apply_ms", "dispatch_ms", "collect_ms", "compute_ms", "allreduce_ms")
@@ -113,6 +116,12 @@ def env_factory(s: Settings) -> Callable[[], Any]:
     return functools.partial(make_env, "CartPole-v1", num_envs=s.num_envs)
 
 
+def a2c_factories() -> tuple[Callable[[], Any], Callable[..., Any]]:
+    """The ``a2c-cartpole`` preset's ``(policy_factory, learner_factory)``, 32 hidden units."""
+    preset = get_preset("a2c-cartpole").override({"hidden_sizes": (32,), "lr": 3e-3})
+    return preset.policy_factory(), preset.learner_factory()
+
+
 def run_steps(step: Callable[[], dict[str, float]], s: Settings) -> dict[str, float]:
     """Steps until ``s.frames`` frames (and ``s.min_steps`` steps); returns rates and timers."""
     frames = updates = steps = 0.0
@@ -140,13 +149,14 @@ def measure_mode(rec: Recorder, s: Settings, mode: str, workers: int) -> None:
         timeout_s=s.timeout_s,
         **MODES[mode],
     )
+    policy_factory, learner_factory = a2c_factories()
     started = time.perf_counter()
     with build_gradient_coordinator(
         config,
         env_factory=env_factory(s),
-        policy_factory=cartpole_modules,
-        learner_factory=cartpole_learner,
-        learner=cartpole_learner(**cartpole_modules()),
+        policy_factory=policy_factory,
+        learner_factory=learner_factory,
+        learner=learner_factory(**policy_factory()),
     ) as coordinator:
         coordinator.step()
         first_s = time.perf_counter() - started
@@ -157,8 +167,9 @@ def measure_mode(rec: Recorder, s: Settings, mode: str, workers: int) -> None:
 
 
 def measure_in_process(rec: Recorder, s: Settings) -> None:
+    policy_factory, learner_factory = a2c_factories()
     spec = GradientWorkerSpec(
-        env_factory(s), cartpole_modules, cartpole_learner, frames_per_batch=s.frames_per_batch
+        env_factory(s), policy_factory, learner_factory, frames_per_batch=s.frames_per_batch
     )
     started = time.perf_counter()
     worker = GradientWorker(0, spec, seed=0)

@@ -5,8 +5,12 @@
 * a hand-written Ray collector (plain actors stepping gymnasium envs with a
   plain torch MLP, numpy batches, a first-ready driver loop), the same loop
   in-process without Ray, and torchrl's single-process ``Collector``;
-* the large-observation policy, and an actor that serves one ready batch so
-  that its transfer across Ray can be timed alone.
+* the large-observation policy and env, and an actor that serves one ready batch
+  so that its transfer across Ray can be timed alone;
+* the deterministic 2x64 tanh MLP policy every collector runs (:func:`mlp_policy`).
+
+Ray workers unpickle these by reference: a script in ``benchmarks/`` has this
+directory on its workers' ``sys.path`` (Ray adds the driver script's directory).
 
 Only numpy, torch, gymnasium and ray are imported at import time, so the
 actors of the hand-written collector start without importing torchrl.
@@ -29,7 +33,7 @@ RAY_TIMEOUT_S = 120.0
 
 
 def torch_mlp(obs_dim: int, action_dim: int, *, hidden: int = 64, depth: int = 2) -> nn.Module:
-    """The same layers as ``tdscheme.testing.mlp_policy`` (tanh MLP), returning logits.
+    """The layers of :func:`mlp_policy` (tanh MLP), returning logits.
 
     Args:
         obs_dim: observation size.
@@ -47,6 +51,58 @@ def torch_mlp(obs_dim: int, action_dim: int, *, hidden: int = 64, depth: int = 2
         size = hidden
     layers.append(nn.Linear(size, action_dim))
     return nn.Sequential(*layers)
+
+
+class OneHotArgmax(nn.Module):
+    """Turns logits into the one-hot action torchrl's discrete gym envs expect."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.int64)
+
+
+def mlp_policy(
+    obs_dim: int, action_dim: int, *, hidden: int = 64, depth: int = 2, discrete: bool = True
+) -> Any:
+    """A deterministic MLP policy: ``depth`` tanh layers of ``hidden`` units, greedy actions.
+
+    Args:
+        obs_dim: flat observation size.
+        action_dim: number of actions (discrete: one-hot argmax) or action size.
+        hidden: hidden units per layer.
+        depth: number of hidden layers.
+        discrete: one-hot argmax actions (CartPole) or tanh-bounded continuous ones.
+
+    Returns:
+        A ``TensorDictModule`` reading ``"observation"`` and writing ``"action"``.
+    """
+    from tensordict.nn import TensorDictModule
+
+    head = OneHotArgmax() if discrete else nn.Tanh()
+    net = nn.Sequential(torch_mlp(obs_dim, action_dim, hidden=hidden, depth=depth), head)
+    return TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+
+
+class PixelsLikeObs(gym.ObservationWrapper):
+    """Replaces observations with deterministic uint8 frames of a given shape."""
+
+    def __init__(self, env: gym.Env, shape: tuple[int, ...]) -> None:
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(0, 255, shape=shape, dtype="uint8")
+        self._count = 0
+
+    def observation(self, observation: Any) -> Any:
+        self._count += 1
+        return np.full(self.observation_space.shape, self._count % 256, dtype=np.uint8)
+
+
+def pixels_env(env_id: str, obs_shape: tuple[int, ...]) -> Any:
+    """A torchrl env stepping ``env_id`` whose observations are uint8 frames of ``obs_shape``.
+
+    It measures large-observation transport: the env's dynamics, pixel-sized batches.
+    """
+    from torchrl.envs import GymWrapper
+
+    return GymWrapper(PixelsLikeObs(gym.make(env_id), obs_shape))
 
 
 class PixelPolicyNet(nn.Module):
@@ -84,7 +140,7 @@ class ArgmaxIndex(nn.Module):
 
 
 def index_mlp_policy(obs_dim: int, action_dim: int) -> Any:
-    """The 2x64 tanh MLP of ``tdscheme.testing.mlp_policy``, greedy, writing an action index."""
+    """The 2x64 tanh MLP of :func:`mlp_policy`, greedy, writing an action index."""
     from tensordict.nn import TensorDictModule
 
     net = nn.Sequential(torch_mlp(obs_dim, action_dim), ArgmaxIndex())

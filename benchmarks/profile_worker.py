@@ -29,8 +29,8 @@ import peers  # benchmarks/peers.py
 import torch
 
 from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
+from tdscheme.envs import make_env
 from tdscheme.runtime.torchrl_names import Collector
-from tdscheme.testing import make_env, mlp_policy
 
 
 def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) -> dict:
@@ -39,7 +39,7 @@ def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) ->
     steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
     spec = WorkerSpec(
         lambda: make_env("CartPole-v1", num_envs=num_envs),
-        mlp_policy(4, 2),
+        peers.mlp_policy(4, 2),
         frames_per_batch=steps * num_envs,
     )
     if collector == "torchrl":

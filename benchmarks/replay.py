@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from peers import mlp_policy  # benchmarks/peers.py, next to this script (Ray workers see it too)
 from report import Recorder, parse_section_args, run_sections
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -33,7 +34,7 @@ from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
 from tdscheme.collectors.worker.buffer_writer import BufferWriter
-from tdscheme.testing import make_env, mlp_policy
+from tdscheme.envs import make_env
 
 SECTIONS = ("background", "overshoot", "buffer")
 TITLE = "Background collection into a Ray-held replay buffer"

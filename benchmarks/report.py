@@ -155,7 +155,7 @@ def write_markdown(
     intro: str,
     tables: Mapping[str, list[list[str]]],
 ) -> None:
-    """Writes a RESULTS.md section: the command that made it, the machine, ``intro``, the tables."""
+    """Writes a section for ``benchmarks/results/<topic>.md``: command, machine, ``intro``, tables."""
     command = shlex.join([".venv/bin/python", f"benchmarks/{script}", *argv])
     lines = [
         f"## {title}",

@@ -10,7 +10,8 @@ import functools
 import time
 
 from tdscheme import RayCollector
-from tdscheme.testing import make_env, mlp_policy
+from tdscheme.envs import make_env
+from tdscheme.presets.actor_critic import actor_critic_modules
 
 
 def main() -> None:
@@ -22,7 +23,8 @@ def main() -> None:
     args = parser.parse_args()
 
     env_factory = functools.partial(make_env, "CartPole-v1", num_envs=args.envs_per_collector)
-    policy = mlp_policy(4, 2)  # a 2x64 MLP with argmax actions
+    # the presets' stochastic actor (2x64 tanh MLP, one-hot categorical actions)
+    policy = actor_critic_modules("CartPole-v1")["actor"]
     start = time.perf_counter()
     with RayCollector(
         env_factory,

@@ -13,7 +13,8 @@ import argparse
 import functools
 
 from tdscheme.gradient_workers import GradientWorkersConfig, build_gradient_coordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+from tdscheme.presets import get_preset
+from tdscheme.presets.actor_critic import train_env
 
 MODES = {
     "synchronous": {"communication": "synchronous"},
@@ -39,13 +40,18 @@ def main() -> None:
         **MODES[args.mode],
     )
     # Factories (not objects) go to the workers: each builds its own env, modules and learner.
-    env_factory = functools.partial(make_env, "CartPole-v1", num_envs=args.num_envs)
-    learner = cartpole_learner(**cartpole_modules())  # the driver's learner
+    # The a2c-cartpole preset gives the actor-critic networks and the A2C + GAE learner;
+    # train_env records episode returns (RewardSum), which the metrics report.
+    preset = get_preset("a2c-cartpole")
+    env_factory = functools.partial(train_env, "CartPole-v1", num_envs=args.num_envs)
+    policy_factory = preset.policy_factory()
+    learner_factory = preset.learner_factory()
+    learner = learner_factory(**policy_factory())  # the driver's learner
     with build_gradient_coordinator(
         config,
         env_factory=env_factory,
-        policy_factory=cartpole_modules,
-        learner_factory=cartpole_learner,
+        policy_factory=policy_factory,
+        learner_factory=learner_factory,
         learner=learner,
     ) as coordinator:
         for step in range(args.steps):

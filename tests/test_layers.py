@@ -13,6 +13,7 @@ workers) imports no Ray, not even through the modules it imports.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,53 @@ def test_the_closure_checks_see_ray_and_the_driver(tmp_path):
         for m in _closure("tdscheme.collectors.ray_collector")
     )
     assert any(_imports_ray(MODULES[m]) for m in _closure("tdscheme.collectors.worker.actor"))
+
+
+ROOT = PACKAGE.parent
+#: torchrl's own client scripts, copied as they are, are not ours to change.
+USER_FACING_EXCLUDED = {ROOT / "benchmarks" / "torchrl_clients"}
+#: An import of the test kit written inside a string (a script a benchmark runs with ``-c``).
+TEST_KIT_IN_TEXT = re.compile(
+    r"^\s*(from tdscheme\.testing import|import tdscheme\.testing|"
+    r"from tdscheme import (\w+, )*testing\b)",
+    re.MULTILINE,
+)
+
+
+def imports_test_kit(path: Path) -> bool:
+    """Whether a file imports ``tdscheme.testing``, in code (``ast``) or in an embedded script."""
+    text = path.read_text(encoding="utf-8")
+    return "tdscheme.testing" in tdscheme_imports(path) or bool(TEST_KIT_IN_TEXT.search(text))
+
+
+def user_facing_files() -> list[Path]:
+    """Every Python file under ``examples/`` and ``benchmarks/`` but torchrl's client scripts."""
+    files = [*ROOT.joinpath("examples").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]
+    return sorted(p for p in files if not any(p.is_relative_to(x) for x in USER_FACING_EXCLUDED))
+
+
+def test_examples_and_benchmarks_do_not_import_the_test_kit():
+    """What users copy and what measures the library use its public API, not ``tdscheme.testing``."""
+    files = user_facing_files()
+    assert any(p.parent.name == "examples" for p in files) and len(files) > 5
+    offenders = [str(p.relative_to(ROOT)) for p in files if imports_test_kit(p)]
+    assert offenders == [], f"{offenders} import tdscheme.testing; use tdscheme.envs / presets"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from tdscheme.testing import make_env\n",
+        "def f():\n    import tdscheme.testing\n",
+        "from tdscheme import envs, testing\n",
+        'SCRIPT = """\nfrom tdscheme.testing import mlp_policy\n"""\n',
+    ],
+)
+def test_the_test_kit_check_sees_an_import(tmp_path, source):
+    """The negative control: each way of importing the test kit is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(source)
+    assert imports_test_kit(bad)
+    good = tmp_path / "good.py"
+    good.write_text('"""Not ``tdscheme.testing``."""\nfrom tdscheme.envs import make_env\n')
+    assert not imports_test_kit(good)

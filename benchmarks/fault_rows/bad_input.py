@@ -68,8 +68,8 @@ def _ray() -> None:
 
 
 def _scheme(env_kwargs: dict[str, Any], **learner_config: Any) -> Any:
+    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
     from tdscheme import Scheme, SchemeConfig
-    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
     def learner_fn(**modules: Any) -> Any:
         from tdscheme.learner import Learner, LearnerConfig
@@ -158,7 +158,7 @@ def nan_observation_run() -> dict[str, Any]:
 def nan_loss() -> dict[str, Any]:
     import torch
 
-    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
 
     modules = cartpole_modules(num_cells=8)
     learner = cartpole_learner(**modules, loss="ppo")
@@ -179,7 +179,7 @@ def nan_loss() -> dict[str, Any]:
 def nan_gradients() -> dict[str, Any]:
     import torch
 
-    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
 
     modules = cartpole_modules(num_cells=8)
     learner = cartpole_learner(**modules, loss="ppo")
@@ -201,8 +201,8 @@ def nan_gradients() -> dict[str, Any]:
 def nan_weight_push() -> dict[str, Any]:
     import torch
 
+    from fault_rows._kit import bias_policy, make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import bias_policy, make_env
 
     _ray()
     policy = bias_policy(3, 1)
@@ -233,7 +233,7 @@ def _config_row(fault: str, build_name: str, kwargs: dict[str, Any], names: tupl
                    "RayCollectorConfig": tdscheme.RayCollectorConfig}  # fmt: skip
         cls = classes[build_name]
         if build_name == "RayCollectorConfig":
-            from tdscheme.testing import bias_policy, make_env
+            from fault_rows._kit import bias_policy, make_env
 
             kwargs.update(create_env_fn=make_env, policy=bias_policy(3, 1), frames_per_batch=10)
         return _expect_error(fault, lambda: cls(**kwargs), names=names)
@@ -242,8 +242,8 @@ def _config_row(fault: str, build_name: str, kwargs: dict[str, Any], names: tupl
 
 
 def policy_in_keys_mismatch() -> dict[str, Any]:
+    from fault_rows._kit import bias_policy, make_env
     from tdscheme import RayCollector, WorkerError
-    from tdscheme.testing import bias_policy, make_env
 
     _ray()
 
@@ -262,8 +262,8 @@ def policy_out_keys_mismatch() -> dict[str, Any]:
     import torch
     from tensordict.nn import TensorDictModule
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector, WorkerError
-    from tdscheme.testing import make_env
 
     _ray()
     policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["act"])
@@ -582,7 +582,7 @@ class _BrokenLoss(Exception):
 
 
 def _raising_learner(**modules: Any) -> Any:
-    from tdscheme.testing import cartpole_learner
+    from fault_rows._kit import cartpole_learner
 
     learner = cartpole_learner(**modules, loss="ppo")
 
@@ -598,8 +598,8 @@ def user_loss_raises() -> dict[str, Any]:
 
     import ray
 
+    from fault_rows._kit import alive_actor_ids, cartpole_modules, make_env
     from tdscheme import Scheme, SchemeConfig
-    from tdscheme.testing import alive_actor_ids, cartpole_modules, make_env
 
     _ray()
     config = SchemeConfig(
@@ -627,8 +627,8 @@ def user_loss_raises() -> dict[str, Any]:
 def users_ray_kept() -> dict[str, Any]:
     import ray
 
+    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
     from tdscheme import Scheme, SchemeConfig
-    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # the user's own
     start = time.perf_counter()

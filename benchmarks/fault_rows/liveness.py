@@ -85,8 +85,8 @@ def _collect(
     ``check(stats)`` returns what is wrong ("" when nothing); ``during(collector, i)``
     is called after the ``i``-th batch (to inject a fault).
     """
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     kwargs.setdefault("create_env_fn", make_env)
     with _ray():
@@ -147,8 +147,8 @@ def _cpus() -> int:
 
 
 def placement_too_many_collectors() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     def build() -> Any:
         return RayCollector(make_env, frames_per_batch=20, num_collectors=2 * _cpus() + 2)
@@ -160,8 +160,8 @@ def placement_too_many_collectors() -> dict[str, Any]:
 
 
 def placement_one_worker_too_big() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     def build() -> Any:
         return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_cpus": 1000})
@@ -173,8 +173,8 @@ def placement_one_worker_too_big() -> dict[str, Any]:
 
 
 def placement_gpu_on_cpu_cluster() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     def build() -> Any:
         return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_gpus": 1})
@@ -186,8 +186,8 @@ def placement_gpu_on_cpu_cluster() -> dict[str, Any]:
 
 
 def placement_custom_resource_missing() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     def build() -> Any:
         return RayCollector(
@@ -202,8 +202,8 @@ def placement_custom_resource_missing() -> dict[str, Any]:
 def placement_pending_past_actor_start_timeout() -> dict[str, Any]:
     import ray
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     class Placeholder:  # local: pickled by value, whatever imports this module
         def ping(self) -> int:
@@ -267,7 +267,7 @@ def placement_cli_too_many_collectors() -> dict[str, Any]:
 
 
 def _hang_env(tmp: str) -> Callable[[], Any]:
-    from tdscheme.testing import make_env
+    from fault_rows._kit import make_env
 
     return functools.partial(make_env, hang_at_step=45, hang_once_path=f"{tmp}/hung")
 
@@ -341,9 +341,9 @@ def worker_process_frozen_stacked() -> dict[str, Any]:
 def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
     import functools as ft
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
     from tdscheme.runtime.actor_pool import WorkerError
-    from tdscheme.testing import make_env
 
     with _ray():
         start = time.perf_counter()
@@ -365,7 +365,7 @@ def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
 
 
 def elastic_min_workers() -> dict[str, Any]:
-    from tdscheme.testing import make_env
+    from fault_rows._kit import make_env
 
     def retired(stats: dict[str, Any]) -> str:
         return "" if stats["workers_retired"] == [0] else f"retired={stats['workers_retired']}"
@@ -378,9 +378,9 @@ def elastic_min_workers() -> dict[str, Any]:
 
 
 def restarts_exhausted_without_min_workers() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
     from tdscheme.runtime.actor_pool import WorkerError
-    from tdscheme.testing import make_env
 
     with _ray():
         start = time.perf_counter()
@@ -420,7 +420,7 @@ def ledger_worker_sigkill() -> dict[str, Any]:
 
 
 def ledger_env_crash() -> dict[str, Any]:
-    from tdscheme.testing import make_env
+    from fault_rows._kit import make_env
 
     return _collect(
         "an env exits its process every 150 steps", 240.0, total_frames=600, frames_per_batch=40,
@@ -430,7 +430,7 @@ def ledger_env_crash() -> dict[str, Any]:
 
 
 def ledger_preemption() -> dict[str, Any]:
-    from tdscheme.testing import make_env
+    from fault_rows._kit import make_env
 
     return _collect(
         "a slow worker preempted (stacked)", 240.0, total_frames=400, frames_per_batch=80,
@@ -444,7 +444,7 @@ def ledger_lag_drop() -> dict[str, Any]:
     def push(collector: Any, i: int) -> None:
         collector.update_policy_weights_()
 
-    from tdscheme.testing import mlp_policy
+    from fault_rows._kit import mlp_policy
 
     return _collect(
         "stale batches dropped (max_policy_lag=0, prefetch 1, a push per batch)", 240.0,
@@ -480,8 +480,8 @@ def ledger_background_writes() -> dict[str, Any]:
 
 
 def _grad_coordinator(worker_1_env: Callable[[], Any], **config: Any) -> Any:
+    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
     from tdscheme.gradient_workers import GradientWorkersConfig, build_gradient_coordinator
-    from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
     settings = dict(
         num_grad_workers=2, frames_per_batch=64, worker_resources={"num_cpus": 0.5}, seed=0
@@ -496,7 +496,7 @@ def _grad_coordinator(worker_1_env: Callable[[], Any], **config: Any) -> Any:
 
 
 def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
-    from tdscheme.testing import make_env
+    from fault_rows._kit import make_env
 
     fault = "a gradient worker's env hangs once (synchronous, timeout_s=5)"
     with tempfile.TemporaryDirectory() as tmp, _ray():
@@ -515,8 +515,8 @@ def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
 
 
 def grad_worker_nonfinite_named() -> dict[str, Any]:
+    from fault_rows._kit import make_env
     from tdscheme.learner.nonfinite import NonFiniteUpdateError
-    from tdscheme.testing import make_env
 
     fault = "a gradient worker's env gives reward=inf from step 65 (synchronous)"
     bad = functools.partial(
@@ -568,9 +568,9 @@ def total_frames_under_one_batch() -> dict[str, Any]:
 def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
     import ray
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
     from tdscheme.keys import WORKER_ID_KEY
-    from tdscheme.testing import make_env
 
     last: dict[int, int] = {}
     spliced = 0
@@ -596,9 +596,9 @@ def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
 def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
     import ray
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
     from tdscheme.keys import WORKER_ID_KEY
-    from tdscheme.testing import make_env
 
     fault = "trajectory ids after a restart, workers writing into a Ray-held buffer"
     with _ray():
@@ -637,8 +637,8 @@ def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
 def object_store_pressure() -> dict[str, Any]:
     import ray
 
+    from fault_rows._kit import make_env
     from tdscheme import RayCollector
-    from tdscheme.testing import make_env
 
     start = time.perf_counter()
     bound_s = 180.0

@@ -183,7 +183,7 @@ def _pendulum(
         algo_name=algo_name,
         learner_builder=builder,
         # minibatches of 64 at lr 3e-3, one gradient step per 4 frames: -200 in a third of
-        # the wall time of 256 at 1e-3 and one step per frame (benchmarks/RESULTS.md, stop 20)
+        # the wall time of 256 at 1e-3 and one step per frame (benchmarks/results/offpolicy.md, stop 20)
         algo=OffPolicyConfig(
             env_id="Pendulum-v1",
             num_envs=4,
