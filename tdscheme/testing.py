@@ -1,7 +1,10 @@
 """Deterministic policies and (faulty) env factories, importable by Ray workers.
 
-Tests, examples and benchmarks use these so that the objects they send to Ray
-workers pickle by reference. Everything here is real: real gymnasium envs
+The faulty envs are :mod:`tdscheme.envs.faulty`'s (``make_env`` is its
+:func:`~tdscheme.envs.faulty.make_faulty_env`), re-exported for the tests.
+
+Tests use these so that the objects they send to Ray workers pickle by
+reference. Everything here is real: real gymnasium envs
 wrapped by torchrl, real ``TensorDictModule`` policies.
 
 Example:
@@ -14,160 +17,31 @@ Example:
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-import gymnasium as gym
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
-from torchrl.envs import EnvBase, GymWrapper
 
-from tdscheme import envs
+# the faulty envs are a public feature (fault drills); the kit keeps its old name for them
+from tdscheme.envs.faulty import FaultyEnv, PixelsLikeObs
+from tdscheme.envs.faulty import make_faulty_env as make_env
 
-
-class FaultyEnv(gym.Wrapper):
-    """A gymnasium wrapper that sleeps each step, raises, exits, hangs or gives a bad number at step N.
-
-    Args:
-        env: the gymnasium env to wrap.
-        sleep_s: seconds to sleep in each ``step``.
-        raise_at_step: raise ``RuntimeError`` at this step (counted from 1 over the env's life).
-        exit_at_step: ``os._exit(1)`` at this step, killing the process like a crash.
-        nonfinite_at_step: from this step on (every step when ``nonfinite_every`` is
-            True, else only at it), put ``nonfinite_value`` into ``nonfinite_in``.
-        nonfinite_in: ``"reward"`` or ``"observation"`` (its first entry).
-        nonfinite_value: e.g. ``float("nan")`` or ``float("inf")``.
-        nonfinite_every: every step from ``nonfinite_at_step`` on, not just that one.
-        hang_at_step: sleep (nearly) forever at this step, like a hung simulator.
-        hang_once_path: with ``hang_at_step``, only the first env to create this
-            file hangs (so a rebuilt worker does not hang again).
-    """
-
-    def __init__(
-        self,
-        env: gym.Env,
-        *,
-        sleep_s: float = 0.0,
-        raise_at_step: int | None = None,
-        exit_at_step: int | None = None,
-        nonfinite_at_step: int | None = None,
-        nonfinite_in: str = "reward",
-        nonfinite_value: float = float("nan"),
-        nonfinite_every: bool = False,
-        hang_at_step: int | None = None,
-        hang_once_path: str | None = None,
-    ) -> None:
-        super().__init__(env)
-        self.sleep_s = sleep_s
-        self.raise_at_step = raise_at_step
-        self.exit_at_step = exit_at_step
-        self.nonfinite_at_step = nonfinite_at_step
-        self.nonfinite_in = nonfinite_in
-        self.nonfinite_value = nonfinite_value
-        self.nonfinite_every = nonfinite_every
-        self.hang_at_step = hang_at_step
-        self.hang_once_path = hang_once_path
-        self.steps = 0
-
-    def step(self, action: Any) -> Any:
-        self.steps += 1
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
-        if self.raise_at_step is not None and self.steps >= self.raise_at_step:
-            raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
-        if self.exit_at_step is not None and self.steps >= self.exit_at_step:
-            os._exit(1)
-        if self.hang_at_step is not None and self.steps == self.hang_at_step and self._may_hang():
-            time.sleep(24 * 3600)
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        at = self.nonfinite_at_step
-        if at is not None and (self.steps == at or (self.nonfinite_every and self.steps > at)):
-            if self.nonfinite_in == "reward":
-                reward = self.nonfinite_value
-            else:
-                obs = obs.copy()
-                obs[0] = self.nonfinite_value
-        return obs, reward, terminated, truncated, info
-
-    def _may_hang(self) -> bool:
-        if self.hang_once_path is None:
-            return True
-        try:
-            with open(self.hang_once_path, "x"):
-                return True
-        except FileExistsError:
-            return False
-
-
-def make_env(
-    env_id: str = "CartPole-v1",
-    *,
-    num_envs: int = 1,
-    sleep_s: float = 0.0,
-    raise_at_step: int | None = None,
-    exit_at_step: int | None = None,
-    hang_at_step: int | None = None,
-    hang_once_path: str | None = None,
-    obs_shape: tuple[int, ...] | None = None,
-    nonfinite_at_step: int | None = None,
-    nonfinite_in: str = "reward",
-    nonfinite_value: float = float("nan"),
-    nonfinite_every: bool = False,
-) -> EnvBase:
-    """Builds a torchrl env from a gymnasium id, optionally batched or faulty.
-
-    Without faults or ``obs_shape`` this is :func:`tdscheme.envs.make_env`.
-
-    Args:
-        env_id: a gymnasium env id.
-        num_envs: ``> 1`` steps that many copies in one process (gymnasium's
-            synchronous vector env), batch size ``[num_envs]``.
-        sleep_s, raise_at_step, exit_at_step, hang_at_step, hang_once_path,
-            nonfinite_at_step, nonfinite_in, nonfinite_value, nonfinite_every: see
-            :class:`FaultyEnv` (single env only).
-        obs_shape: if given, replaces observations with uint8 frames of this
-            shape (e.g. ``(4, 84, 84)``), to measure large-observation transport.
-
-    Returns:
-        A torchrl ``EnvBase``.
-
-    Raises:
-        ValueError: faults or ``obs_shape`` with ``num_envs > 1``, or ``num_envs < 1``.
-    """
-    faulty = bool(
-        sleep_s or raise_at_step or exit_at_step or hang_at_step or obs_shape or nonfinite_at_step
-    )
-    if not faulty:
-        return envs.make_env(env_id, num_envs=num_envs)
-    if num_envs > 1:
-        raise ValueError("make_env: faults and obs_shape need num_envs=1")
-    env: gym.Env = gym.make(env_id)
-    if obs_shape is not None:
-        env = PixelsLikeObs(env, obs_shape)
-    env = FaultyEnv(
-        env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step,
-        hang_at_step=hang_at_step, hang_once_path=hang_once_path,
-        nonfinite_at_step=nonfinite_at_step, nonfinite_in=nonfinite_in,
-        nonfinite_value=nonfinite_value, nonfinite_every=nonfinite_every,
-    )  # fmt: skip
-    return GymWrapper(env)
-
-
-class PixelsLikeObs(gym.ObservationWrapper):
-    """Replaces observations with deterministic uint8 frames of a given shape."""
-
-    def __init__(self, env: gym.Env, shape: tuple[int, ...]) -> None:
-        super().__init__(env)
-        self.observation_space = gym.spaces.Box(0, 255, shape=shape, dtype="uint8")
-        self._count = 0
-
-    def observation(self, observation: Any) -> Any:
-        import numpy as np
-
-        self._count += 1
-        return np.full(self.observation_space.shape, self._count % 256, dtype=np.uint8)
+__all__ = [
+    "CountingPolicy",
+    "FaultyEnv",
+    "OneHotArgmax",
+    "PixelsLikeObs",
+    "alive_actor_ids",
+    "assert_no_actors_left",
+    "assert_same",
+    "bias_policy",
+    "cartpole_learner",
+    "cartpole_modules",
+    "make_env",
+    "mlp_policy",
+]
 
 
 def bias_policy(

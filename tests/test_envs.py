@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-import tdscheme.envs
+import tdscheme.envs.make
 from tdscheme import testing
 from tdscheme.envs import make_env
 
@@ -18,7 +18,7 @@ ENVS = {"CartPole-v1": {"obs": 4, "action": 2}, "Pendulum-v1": {"obs": 3, "actio
 
 
 def test_doctests():
-    assert doctest.testmod(tdscheme.envs, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(tdscheme.envs.make, optionflags=doctest.ELLIPSIS).failed == 0
 
 
 @pytest.mark.parametrize("num_envs", [1, 4])
@@ -155,6 +155,21 @@ def test_the_production_path_does_not_import_the_test_kit():
     )
     result = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_id_checks_import_no_torch():
+    """``tdscheme.envs`` exports lazily: its id checks (the command's) need gymnasium only."""
+    program = (
+        "import sys\n"
+        "from tdscheme.envs import ENV_BACKENDS, check_env_id, close_env_ids\n"
+        "check_env_id('CartPole-v1')\n"
+        "print(sorted(m for m in ('torch', 'torchrl', 'tensordict') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -29,7 +29,6 @@ FLOORS: list[set[str]] = [
         "lazy",
         "episodes",
         "envs",
-        "env_ids",
         "transport",
         "runtime",
         "finite",
@@ -43,7 +42,7 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 #: Rooms of the ground floor that other ground-floor rooms may import (leaves).
-GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "env_ids", "finite", "stragglers"}
+GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "finite", "stragglers"}
 #: Downward imports that are still wrong: (importer's room, imported room).
 FORBIDDEN = {("collectors", "learner")}
 
@@ -112,6 +111,21 @@ def test_every_room_is_on_a_floor():
     rooms = {room_of(m) for m in MODULES if m not in ("tdscheme", "tdscheme.testing")}
     for room in rooms:
         floor_of(room)
+
+
+#: Loose modules ``tdscheme/`` may hold beside ``__init__.py`` and ``testing.py``; more, and
+#: some of them belong together in a folder.
+MAX_LOOSE_MODULES = 8
+
+
+def test_the_package_root_holds_few_loose_modules():
+    loose = sorted(
+        p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "testing.py")
+    )
+    assert len(loose) <= MAX_LOOSE_MODULES, (
+        f"tdscheme/ holds {len(loose)} loose modules (at most {MAX_LOOSE_MODULES}): {loose}; "
+        "group the ones that belong together in a folder"
+    )
 
 
 def test_the_checker_sees_a_wrong_import(tmp_path):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tdscheme.env_ids import ENV_BACKENDS, check_env_id
+from tdscheme.envs.ids import ENV_BACKENDS, check_env_id
 from tdscheme.learner.config import TARGET_UPDATES
 from tdscheme.validation import check_bool, check_choice, check_int, invalid
 

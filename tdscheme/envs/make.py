@@ -13,7 +13,7 @@ Two backends (``backend=``, the presets' ``--env-backend``):
   skipped per step. It needs the ``envpool`` extra
   (``pip install 'tdscheme[envpool]'``).
 
-Fault-injecting variants for tests live in :mod:`tdscheme.testing`.
+Envs that fail on purpose, for fault drills, live in :mod:`tdscheme.envs.faulty`.
 
 Example:
     >>> env = make_env("CartPole-v1", num_envs=4)
@@ -36,7 +36,7 @@ from tensordict import TensorDictBase
 from torchrl.data import Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, GymEnv, GymWrapper, MultiThreadedEnv
 
-from tdscheme.env_ids import ENV_BACKENDS
+from tdscheme.envs.ids import ENV_BACKENDS
 
 __all__ = ["BACKENDS", "EnvPoolEnv", "make_env"]
 

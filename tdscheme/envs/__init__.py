@@ -1,0 +1,56 @@
+"""Envs: gymnasium or EnvPool ids as torchrl envs, id checks, and envs that fail on purpose.
+
+* :mod:`tdscheme.envs.make`: :func:`make_env`, the env factory of the presets and
+  the command line (gymnasium or EnvPool, one env or a batch), and :class:`EnvPoolEnv`.
+* :mod:`tdscheme.envs.ids`: :func:`check_env_id` and :func:`close_env_ids`, which
+  check an id against gymnasium's registry without importing torch or torchrl.
+* :mod:`tdscheme.envs.faulty`: :func:`make_faulty_env` and :class:`FaultyEnv`,
+  envs that sleep, raise, crash, hang or give NaN at step N, for fault drills.
+
+The names are imported lazily (PEP 562): ``from tdscheme.envs import check_env_id``
+imports gymnasium only, so the ``tdscheme`` command checks ``--env-id`` before it
+imports torch.
+
+Example:
+    >>> from tdscheme.envs import check_env_id, make_env
+    >>> check_env_id("CartPole-v1")
+    >>> env = make_env("CartPole-v1", num_envs=2)
+    >>> env.batch_size
+    torch.Size([2])
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tdscheme.lazy import lazy_exports
+
+_EXPORTS = {
+    "BACKENDS": "tdscheme.envs.make",
+    "EnvPoolEnv": "tdscheme.envs.make",
+    "make_env": "tdscheme.envs.make",
+    "ENV_BACKENDS": "tdscheme.envs.ids",
+    "check_env_id": "tdscheme.envs.ids",
+    "close_env_ids": "tdscheme.envs.ids",
+    "FaultyEnv": "tdscheme.envs.faulty",
+    "make_faulty_env": "tdscheme.envs.faulty",
+}
+
+__all__ = [
+    "BACKENDS",
+    "ENV_BACKENDS",
+    "EnvPoolEnv",
+    "FaultyEnv",
+    "check_env_id",
+    "close_env_ids",
+    "make_env",
+    "make_faulty_env",
+]
+
+if TYPE_CHECKING:
+    from tdscheme.envs.faulty import FaultyEnv, make_faulty_env
+    from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, close_env_ids
+    from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
