@@ -82,25 +82,15 @@ def mlp_policy(
     return TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
 
 
-class PixelsLikeObs(gym.ObservationWrapper):
-    """Replaces observations with deterministic uint8 frames of a given shape."""
-
-    def __init__(self, env: gym.Env, shape: tuple[int, ...]) -> None:
-        super().__init__(env)
-        self.observation_space = gym.spaces.Box(0, 255, shape=shape, dtype="uint8")
-        self._count = 0
-
-    def observation(self, observation: Any) -> Any:
-        self._count += 1
-        return np.full(self.observation_space.shape, self._count % 256, dtype=np.uint8)
-
-
 def pixels_env(env_id: str, obs_shape: tuple[int, ...]) -> Any:
     """A torchrl env stepping ``env_id`` whose observations are uint8 frames of ``obs_shape``.
 
-    It measures large-observation transport: the env's dynamics, pixel-sized batches.
+    It measures large-observation transport: the env's dynamics, pixel-sized batches
+    (tdscheme's :class:`~tdscheme.envs.faulty.PixelsLikeObs`, imported here: it imports torchrl).
     """
     from torchrl.envs import GymWrapper
+
+    from tdscheme.envs.faulty import PixelsLikeObs
 
     return GymWrapper(PixelsLikeObs(gym.make(env_id), obs_shape))
 

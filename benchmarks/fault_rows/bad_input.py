@@ -68,22 +68,24 @@ def _ray() -> None:
 
 
 def _scheme(env_kwargs: dict[str, Any], **learner_config: Any) -> Any:
-    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._parts import cartpole_preset
     from tdscheme import Scheme, SchemeConfig
+    from tdscheme.envs import make_faulty_env
+
+    preset = cartpole_preset()
 
     def learner_fn(**modules: Any) -> Any:
         from tdscheme.learner import Learner, LearnerConfig
 
-        built = cartpole_learner(**modules, loss="ppo")
+        built = preset.learner_factory()(**modules)
         return Learner(built.loss_module, config=LearnerConfig(**learner_config),
                        value_estimator=built.value_estimator)  # fmt: skip
 
     config = SchemeConfig(num_collectors=1, frames_per_batch=64, seed=0,
                           collector_resources={"num_cpus": 0.5})  # fmt: skip
     return Scheme(
-        env_factory=functools.partial(make_env, "CartPole-v1", **env_kwargs),
-        policy_factory=functools.partial(cartpole_modules, num_cells=8),
-        learner_factory=learner_fn, config=config,
+        env_factory=functools.partial(make_faulty_env, "CartPole-v1", **env_kwargs),
+        policy_factory=preset.policy_factory(), learner_factory=learner_fn, config=config,
     )  # fmt: skip
 
 
@@ -158,10 +160,12 @@ def nan_observation_run() -> dict[str, Any]:
 def nan_loss() -> dict[str, Any]:
     import torch
 
-    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._parts import cartpole_preset
+    from tdscheme.envs import make_env
 
-    modules = cartpole_modules(num_cells=8)
-    learner = cartpole_learner(**modules, loss="ppo")
+    preset = cartpole_preset()
+    modules = preset.policy_factory()()
+    learner = preset.learner_factory()(**modules)
     env = make_env("CartPole-v1")
     with torch.no_grad():
         batch = env.rollout(64, modules["actor"], break_when_any_done=False)
@@ -179,10 +183,12 @@ def nan_loss() -> dict[str, Any]:
 def nan_gradients() -> dict[str, Any]:
     import torch
 
-    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._parts import cartpole_preset
+    from tdscheme.envs import make_env
 
-    modules = cartpole_modules(num_cells=8)
-    learner = cartpole_learner(**modules, loss="ppo")
+    preset = cartpole_preset()
+    modules = preset.policy_factory()()
+    learner = preset.learner_factory()(**modules)
     env = make_env("CartPole-v1")
     with torch.no_grad():
         batch = env.rollout(64, modules["actor"], break_when_any_done=False)
@@ -201,11 +207,12 @@ def nan_gradients() -> dict[str, Any]:
 def nan_weight_push() -> dict[str, Any]:
     import torch
 
-    from fault_rows._kit import bias_policy, make_env
+    from fault_rows._parts import linear_policy
     from tdscheme import RayCollector
+    from tdscheme.envs import make_env
 
     _ray()
-    policy = bias_policy(3, 1)
+    policy = linear_policy(3, 1)
     with RayCollector(functools.partial(make_env, "Pendulum-v1"), policy, frames_per_batch=50,
                       total_frames=-1, remote_configs={"num_cpus": 0.5}) as collector:  # fmt: skip
         weights = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -233,22 +240,25 @@ def _config_row(fault: str, build_name: str, kwargs: dict[str, Any], names: tupl
                    "RayCollectorConfig": tdscheme.RayCollectorConfig}  # fmt: skip
         cls = classes[build_name]
         if build_name == "RayCollectorConfig":
-            from fault_rows._kit import bias_policy, make_env
+            from fault_rows._parts import linear_policy
+            from tdscheme.envs import make_faulty_env
 
-            kwargs.update(create_env_fn=make_env, policy=bias_policy(3, 1), frames_per_batch=10)
+            kwargs.update(create_env_fn=make_faulty_env, policy=linear_policy(3, 1),
+                          frames_per_batch=10)  # fmt: skip
         return _expect_error(fault, lambda: cls(**kwargs), names=names)
 
     return fn
 
 
 def policy_in_keys_mismatch() -> dict[str, Any]:
-    from fault_rows._kit import bias_policy, make_env
+    from fault_rows._parts import linear_policy
     from tdscheme import RayCollector, WorkerError
+    from tdscheme.envs import make_env
 
     _ray()
 
     def build() -> None:
-        with RayCollector(functools.partial(make_env, "Pendulum-v1"), bias_policy(3, 1, obs_key="obs"),
+        with RayCollector(functools.partial(make_env, "Pendulum-v1"), linear_policy(3, 1, obs_key="obs"),
                           frames_per_batch=50, total_frames=100,
                           remote_configs={"num_cpus": 0.5}) as collector:  # fmt: skip
             next(iter(collector))
@@ -262,8 +272,8 @@ def policy_out_keys_mismatch() -> dict[str, Any]:
     import torch
     from tensordict.nn import TensorDictModule
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector, WorkerError
+    from tdscheme.envs import make_env
 
     _ray()
     policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["act"])
@@ -582,9 +592,9 @@ class _BrokenLoss(Exception):
 
 
 def _raising_learner(**modules: Any) -> Any:
-    from fault_rows._kit import cartpole_learner
+    from fault_rows._parts import cartpole_preset
 
-    learner = cartpole_learner(**modules, loss="ppo")
+    learner = cartpole_preset().learner_factory()(**modules)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise _BrokenLoss("the user's loss failed at line 42")
@@ -598,8 +608,9 @@ def user_loss_raises() -> dict[str, Any]:
 
     import ray
 
-    from fault_rows._kit import alive_actor_ids, cartpole_modules, make_env
+    from fault_rows._parts import alive_actor_ids, cartpole_preset
     from tdscheme import Scheme, SchemeConfig
+    from tdscheme.envs import make_env
 
     _ray()
     config = SchemeConfig(
@@ -608,7 +619,7 @@ def user_loss_raises() -> dict[str, Any]:
     start = time.perf_counter()
     try:
         with Scheme(env_factory=functools.partial(make_env, "CartPole-v1"),
-                    policy_factory=functools.partial(cartpole_modules, num_cells=8),
+                    policy_factory=cartpole_preset().policy_factory(),
                     learner_factory=_raising_learner, config=config) as scheme:  # fmt: skip
             scheme.step()
     except _BrokenLoss as err:
@@ -627,17 +638,18 @@ def user_loss_raises() -> dict[str, Any]:
 def users_ray_kept() -> dict[str, Any]:
     import ray
 
-    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._parts import cartpole_preset
     from tdscheme import Scheme, SchemeConfig
+    from tdscheme.envs import make_env
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # the user's own
+    preset = cartpole_preset()
     start = time.perf_counter()
     config = SchemeConfig(
         num_collectors=1, frames_per_batch=64, collector_resources={"num_cpus": 0.5}
     )
     with Scheme(env_factory=functools.partial(make_env, "CartPole-v1"),
-                policy_factory=functools.partial(cartpole_modules, num_cells=8),
-                learner_factory=functools.partial(cartpole_learner, loss="ppo"),
+                policy_factory=preset.policy_factory(), learner_factory=preset.learner_factory(),
                 config=config) as scheme:  # fmt: skip
         scheme.step()
     alive = ray.is_initialized() and ray.get(ray.put(1)) == 1

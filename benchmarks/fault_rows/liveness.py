@@ -85,10 +85,10 @@ def _collect(
     ``check(stats)`` returns what is wrong ("" when nothing); ``during(collector, i)``
     is called after the ``i``-th batch (to inject a fault).
     """
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
-    kwargs.setdefault("create_env_fn", make_env)
+    kwargs.setdefault("create_env_fn", make_faulty_env)
     with _ray():
         start = time.perf_counter()  # Ray is up: the row times the collector, not Ray's start
         try:
@@ -147,11 +147,11 @@ def _cpus() -> int:
 
 
 def placement_too_many_collectors() -> dict[str, Any]:
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     def build() -> Any:
-        return RayCollector(make_env, frames_per_batch=20, num_collectors=2 * _cpus() + 2)
+        return RayCollector(make_faulty_env, frames_per_batch=20, num_collectors=2 * _cpus() + 2)
 
     return _expect_error(
         "num_collectors = 2 x cores + 2 (1 CPU each)", 30.0, build,
@@ -160,11 +160,11 @@ def placement_too_many_collectors() -> dict[str, Any]:
 
 
 def placement_one_worker_too_big() -> dict[str, Any]:
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     def build() -> Any:
-        return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_cpus": 1000})
+        return RayCollector(make_faulty_env, frames_per_batch=20, remote_configs={"num_cpus": 1000})
 
     return _expect_error(
         "remote_configs={'num_cpus': 1000}", 30.0, build,
@@ -173,11 +173,11 @@ def placement_one_worker_too_big() -> dict[str, Any]:
 
 
 def placement_gpu_on_cpu_cluster() -> dict[str, Any]:
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     def build() -> Any:
-        return RayCollector(make_env, frames_per_batch=20, remote_configs={"num_gpus": 1})
+        return RayCollector(make_faulty_env, frames_per_batch=20, remote_configs={"num_gpus": 1})
 
     return _expect_error(
         "remote_configs={'num_gpus': 1} on a cluster without GPU", 30.0, build,
@@ -186,12 +186,14 @@ def placement_gpu_on_cpu_cluster() -> dict[str, Any]:
 
 
 def placement_custom_resource_missing() -> dict[str, Any]:
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     def build() -> Any:
         return RayCollector(
-            make_env, frames_per_batch=20, remote_configs={"resources": {"accelerator_tpu": 1}}
+            make_faulty_env,
+            frames_per_batch=20,
+            remote_configs={"resources": {"accelerator_tpu": 1}},
         )
 
     return _expect_error(
@@ -202,8 +204,8 @@ def placement_custom_resource_missing() -> dict[str, Any]:
 def placement_pending_past_actor_start_timeout() -> dict[str, Any]:
     import ray
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     class Placeholder:  # local: pickled by value, whatever imports this module
         def ping(self) -> int:
@@ -215,7 +217,7 @@ def placement_pending_past_actor_start_timeout() -> dict[str, Any]:
             ray.get(holder.ping.remote(), timeout=300)  # every CPU held before the timer starts
             return _expect_error(
                 "every CPU held by another actor, actor_start_timeout_s=3", 30.0,
-                lambda: RayCollector(make_env, frames_per_batch=20, actor_start_timeout_s=3),
+                lambda: RayCollector(make_faulty_env, frames_per_batch=20, actor_start_timeout_s=3),
                 ("actor_start_timeout_s=3", "Free resources"),
             )  # fmt: skip
         finally:
@@ -267,9 +269,9 @@ def placement_cli_too_many_collectors() -> dict[str, Any]:
 
 
 def _hang_env(tmp: str) -> Callable[[], Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
 
-    return functools.partial(make_env, hang_at_step=45, hang_once_path=f"{tmp}/hung")
+    return functools.partial(make_faulty_env, hang_at_step=45, hang_once_path=f"{tmp}/hung")
 
 
 def _hung_once(stats: dict[str, Any]) -> str:
@@ -341,15 +343,15 @@ def worker_process_frozen_stacked() -> dict[str, Any]:
 def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
     import functools as ft
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
     from tdscheme.runtime.actor_pool import WorkerError
 
     with _ray():
         start = time.perf_counter()
         try:
             with RayCollector(
-                ft.partial(make_env, hang_at_step=5), frames_per_batch=20, total_frames=400,
+                ft.partial(make_faulty_env, hang_at_step=5), frames_per_batch=20, total_frames=400,
                 max_restarts=1, worker_stall_timeout_s=3.0, seed=0,
             ) as collector:  # fmt: skip
                 for _ in collector:
@@ -365,28 +367,28 @@ def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
 
 
 def elastic_min_workers() -> dict[str, Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
 
     def retired(stats: dict[str, Any]) -> str:
         return "" if stats["workers_retired"] == [0] else f"retired={stats['workers_retired']}"
 
     return _collect(
         "a worker crashes every incarnation, min_workers=1", 240.0, total_frames=400,
-        create_env_fn=[functools.partial(make_env, exit_at_step=5), make_env],
+        create_env_fn=[functools.partial(make_faulty_env, exit_at_step=5), make_faulty_env],
         frames_per_batch=20, max_restarts=1, min_workers=1, check=retired,
     )  # fmt: skip
 
 
 def restarts_exhausted_without_min_workers() -> dict[str, Any]:
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
     from tdscheme.runtime.actor_pool import WorkerError
 
     with _ray():
         start = time.perf_counter()
         try:
             with RayCollector(
-                [functools.partial(make_env, exit_at_step=5), make_env], frames_per_batch=20,
+                [functools.partial(make_faulty_env, exit_at_step=5), make_faulty_env], frames_per_batch=20,
                 total_frames=400, max_restarts=1, seed=0,
             ) as collector:  # fmt: skip
                 for _ in collector:
@@ -420,21 +422,21 @@ def ledger_worker_sigkill() -> dict[str, Any]:
 
 
 def ledger_env_crash() -> dict[str, Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
 
     return _collect(
         "an env exits its process every 150 steps", 240.0, total_frames=600, frames_per_batch=40,
-        create_env_fn=[functools.partial(make_env, exit_at_step=150), make_env], max_restarts=5,
+        create_env_fn=[functools.partial(make_faulty_env, exit_at_step=150), make_faulty_env], max_restarts=5,
         check=lambda s: "" if s["ledger"]["lost"] > 0 else "no frame counted lost",
     )  # fmt: skip
 
 
 def ledger_preemption() -> dict[str, Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
 
     return _collect(
         "a slow worker preempted (stacked)", 240.0, total_frames=400, frames_per_batch=80,
-        create_env_fn=[make_env, functools.partial(make_env, sleep_s=0.02)], sync=True,
+        create_env_fn=[make_faulty_env, functools.partial(make_faulty_env, sleep_s=0.02)], sync=True,
         preemption={"fraction_workers": 0.5, "fraction_samples": 0.5},
         check=lambda s: "" if s["ledger"]["preempted"] > 0 else "nothing preempted",
     )  # fmt: skip
@@ -444,11 +446,11 @@ def ledger_lag_drop() -> dict[str, Any]:
     def push(collector: Any, i: int) -> None:
         collector.update_policy_weights_()
 
-    from fault_rows._kit import mlp_policy
+    from fault_rows._parts import cartpole_preset
 
     return _collect(
         "stale batches dropped (max_policy_lag=0, prefetch 1, a push per batch)", 240.0,
-        total_frames=400, frames_per_batch=40, policy=mlp_policy(4, 2), max_policy_lag=0,
+        total_frames=400, frames_per_batch=40, policy=cartpole_preset(hidden=64).policy_factory()()["actor"], max_policy_lag=0,
         prefetch_batches=1, during=push,
         check=lambda s: "" if s["ledger"]["dropped"] > 0 else "nothing dropped",
     )  # fmt: skip
@@ -480,28 +482,30 @@ def ledger_background_writes() -> dict[str, Any]:
 
 
 def _grad_coordinator(worker_1_env: Callable[[], Any], **config: Any) -> Any:
-    from fault_rows._kit import cartpole_learner, cartpole_modules, make_env
+    from fault_rows._parts import cartpole_preset
+    from tdscheme.envs import make_faulty_env
     from tdscheme.gradient_workers import GradientWorkersConfig, build_gradient_coordinator
 
     settings = dict(
         num_grad_workers=2, frames_per_batch=64, worker_resources={"num_cpus": 0.5}, seed=0
     )
     settings.update(config)
+    preset = cartpole_preset("a2c")
     return build_gradient_coordinator(
         GradientWorkersConfig(**settings),
-        env_factory=[functools.partial(make_env, "CartPole-v1"), worker_1_env],
-        policy_factory=cartpole_modules, learner_factory=cartpole_learner,
-        learner=cartpole_learner(**cartpole_modules()),
+        env_factory=[functools.partial(make_faulty_env, "CartPole-v1"), worker_1_env],
+        policy_factory=preset.policy_factory(), learner_factory=preset.learner_factory(),
+        learner=preset.learner_factory()(**preset.policy_factory()()),
     )  # fmt: skip
 
 
 def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
 
     fault = "a gradient worker's env hangs once (synchronous, timeout_s=5)"
     with tempfile.TemporaryDirectory() as tmp, _ray():
         hangs = functools.partial(
-            make_env, "CartPole-v1", hang_at_step=70, hang_once_path=f"{tmp}/hung"
+            make_faulty_env, "CartPole-v1", hang_at_step=70, hang_once_path=f"{tmp}/hung"
         )
         with _grad_coordinator(hangs, timeout_s=5.0, max_restarts=2) as coordinator:
             start = time.perf_counter()
@@ -515,12 +519,12 @@ def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
 
 
 def grad_worker_nonfinite_named() -> dict[str, Any]:
-    from fault_rows._kit import make_env
+    from tdscheme.envs import make_faulty_env
     from tdscheme.learner.nonfinite import NonFiniteUpdateError
 
     fault = "a gradient worker's env gives reward=inf from step 65 (synchronous)"
     bad = functools.partial(
-        make_env, "CartPole-v1", nonfinite_at_step=65, nonfinite_value=float("inf"),
+        make_faulty_env, "CartPole-v1", nonfinite_at_step=65, nonfinite_value=float("inf"),
         nonfinite_every=True,
     )  # fmt: skip
     steps: list[dict[str, float]] = []
@@ -568,13 +572,16 @@ def total_frames_under_one_batch() -> dict[str, Any]:
 def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
     import ray
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
     from tdscheme.keys import WORKER_ID_KEY
 
     last: dict[int, int] = {}
     spliced = 0
-    with _ray(), RayCollector(make_env, frames_per_batch=40, total_frames=400, seed=0) as coll:
+    with (
+        _ray(),
+        RayCollector(make_faulty_env, frames_per_batch=40, total_frames=400, seed=0) as coll,
+    ):
         start = time.perf_counter()
         for i, batch in enumerate(coll):
             ids = batch.get(("collector", "traj_ids"))
@@ -596,8 +603,8 @@ def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
 def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
     import ray
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
     from tdscheme.keys import WORKER_ID_KEY
 
     fault = "trajectory ids after a restart, workers writing into a Ray-held buffer"
@@ -605,7 +612,7 @@ def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
         buffer = _ray_buffer(20_000)
         try:
             with RayCollector(
-                make_env, frames_per_batch=100, total_frames=10_000, num_collectors=2,
+                make_faulty_env, frames_per_batch=100, total_frames=10_000, num_collectors=2,
                 replay_buffer=buffer, seed=0, remote_configs={"num_cpus": 0.5},
             ) as collector:  # fmt: skip
                 start = time.perf_counter()
@@ -637,8 +644,8 @@ def traj_ids_not_spliced_in_a_ray_held_buffer() -> dict[str, Any]:
 def object_store_pressure() -> dict[str, Any]:
     import ray
 
-    from fault_rows._kit import make_env
     from tdscheme import RayCollector
+    from tdscheme.envs import make_faulty_env
 
     start = time.perf_counter()
     bound_s = 180.0
@@ -646,7 +653,7 @@ def object_store_pressure() -> dict[str, Any]:
         return _row("object store pressure", "wrong result", 0.0, bound_s, detail="Ray running")
     ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False)
     try:
-        env = functools.partial(make_env, obs_shape=(4, 84, 84))  # 28 KB a frame, x2 (next)
+        env = functools.partial(make_faulty_env, obs_shape=(4, 84, 84))  # 28 KB a frame, x2 (next)
         with RayCollector(
             env, frames_per_batch=1000, total_frames=6000, num_collectors=2, seed=0
         ) as collector:  # ~56 MB batches through an 80 MiB object store
