@@ -279,7 +279,7 @@ def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):
     assert "collector worker 1" in str(info.value)
     assert "injected failure at step 30" in info.value.remote_traceback
     assert "ray::CollectorWorker.collect()" in info.value.remote_traceback
-    assert "testing.py" in info.value.remote_traceback  # the remote frames are there
+    assert "faulty.py" in info.value.remote_traceback  # the remote frames are there (the env's)
     collector.shutdown()
 
 
