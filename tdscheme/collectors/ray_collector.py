@@ -347,7 +347,7 @@ class RayCollector(
         """
         check_frame_budget("total_frames", total_frames)
         self.config.total_frames = self.total_frames = total_frames
-        self._flow.budget_changed()
+        self._flow.budget.reopen()
 
     @property
     def frames_left(self) -> int | None:
@@ -357,7 +357,7 @@ class RayCollector(
         (with a batched env the cut keeps whole steps, so up to one step's frames
         less than ``total_frames`` may be yielded, never more).
         """
-        return self._flow.frames_left()
+        return self._flow.budget.left()
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yields batches (see the class docstring) until ``total_frames``.
@@ -392,7 +392,6 @@ class RayCollector(
     def _batches(self) -> Iterator[TensorDictBase | None]:
         self._check_open()
         flow = self._flow
-        flow.stopping = False
         batches = flow.stacked() if self.config.sync else flow.first_ready()
         for batch in batches:
             if batch is not None and self.split_trajs:

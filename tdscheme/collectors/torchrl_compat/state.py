@@ -186,7 +186,6 @@ class CollectorStateMixin:
         )
         driver = driver_state(states)
         if driver is not None:
-            self._stats.frames = driver["frames"]
             self._stats.batches = driver["batches"]
             # the restored run's frames, all yielded; the requests in flight stay booked
             self._stats.ledger.reset_(yielded=driver["frames"])
