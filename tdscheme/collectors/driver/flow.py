@@ -42,7 +42,7 @@ class BatchFlow:
         stats: where frames and timings are counted.
         codec: decodes the workers' payloads.
         after_batch: called with a batch's worker ids when the consumer asks for
-            the next batch (the collector's automatic weight pushes).
+            the next batch, if more frames are wanted (the automatic weight pushes).
     """
 
     def __init__(
@@ -157,7 +157,8 @@ class BatchFlow:
                 yield batch
                 if not self._current(iteration):
                     return  # superseded: its requests were discarded
-                self.after_batch([worker_id])
+                if self.more_frames(0):  # else no batch will be collected with new weights
+                    self.after_batch([worker_id])
                 top_up(worker_id, max(1, prefetch))
                 for other in self.pool.active_ids():
                     if other not in owner.values():  # a worker added while iterating
@@ -198,7 +199,8 @@ class BatchFlow:
                 yield batch
                 if not self._current(iteration):
                     return  # superseded: its requests were discarded
-                self.after_batch(sorted(results))
+                if self.more_frames(0):
+                    self.after_batch(sorted(results))
                 top_up(max(1, cfg.prefetch_batches))
         finally:
             for _, refs in queue:

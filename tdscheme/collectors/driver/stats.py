@@ -1,13 +1,17 @@
-"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsMixin`)."""
+"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsReport`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.driver.ledger import FrameLedger
+
+if TYPE_CHECKING:
+    from tdscheme.collectors.driver.parts import CollectorParts
 
 
 @dataclasses.dataclass
@@ -149,30 +153,30 @@ class CollectorStats:
         return out
 
 
-class StatsMixin:
-    """``RayCollector.stats()`` (a mixin).
+class StatsReport:
+    """``RayCollector.stats()``: the counters, the workers' answers and versions, in one dict.
 
-    The host class has ``num_collectors``, ``total_frames``, ``frames_per_batch``,
-    ``_closed``, ``_stats`` (a :class:`CollectorStats`), ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_flow`` and ``_background``.
+    Args:
+        parts: the collector's shared parts.
+        running_versions: worker id -> policy version of the last batch it delivered.
+        background: the collector's background collection (its error re-raises here).
+        is_closed: whether the collector is shut down (its workers are not pinged then).
     """
 
-    num_collectors: int
-    total_frames: int
-    frames_per_batch: int
-    _closed: bool
-    _stats: CollectorStats
-    _pool: Any
-    _flow: Any
-    _background: Any
-
-    def stats(
+    def __init__(
         self,
-        workers: str = "aggregate",
+        parts: CollectorParts,
         *,
-        timeout: float | None = 10.0,
-        timeout_s: float | None = None,
-    ) -> dict[str, Any]:
+        running_versions: Mapping[int, int],
+        background: Any,
+        is_closed: Callable[[], bool],
+    ) -> None:
+        self.parts = parts
+        self.running_versions = running_versions
+        self.background = background
+        self.is_closed = is_closed
+
+    def report(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
 
         torchrl's keys: ``frames``, ``requested_frames_per_batch``,
@@ -181,7 +185,8 @@ class StatsMixin:
         dead or hung worker never blocks the call) and ``worker_frames``; with
         ``workers="per_worker"`` (or ``"both"``), ``worker_<i>/frames`` instead.
         tdscheme's: fps, per-worker frames, policy lag, frames
-        preempted/lost/dropped/discarded, restarts, wait/dispatch/decode/
+        preempted/lost/dropped/discarded (the frame ledger's columns, and the
+        ledger itself under ``"ledger"``), restarts, wait/dispatch/decode/
         weight-push ms, bytes received, and the policy version each worker
         acknowledged (``worker_policy_versions``) and runs.
 
@@ -189,31 +194,28 @@ class StatsMixin:
             workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
             timeout: seconds to wait for the workers' pings (``None``: 10, where
                 torchrl waits forever: every wait of tdscheme's is bounded).
-            timeout_s: the same, in tdscheme's naming (wins when given).
 
         Raises:
             ValueError: an unknown ``workers``.
             RuntimeError: background collection stopped on an error.
         """
-        self._background.raise_error()
-        wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
+        self.background.raise_error()
+        pool, config, num_workers = self.parts.pool, self.parts.config, self.parts.num_workers
         alive = 0
-        if not self._closed:
-            self._pool.poll_acks()
-            alive = sum(self._pool.answering(wait_s))
-        return self._stats.report(
+        if not self.is_closed():
+            pool.poll_acks()
+            alive = sum(pool.answering(10.0 if timeout is None else timeout))
+        return self.parts.stats.report(
             workers,
-            num_workers=self.num_collectors,
+            num_workers=num_workers,
             workers_alive=alive,
-            total_frames=self.total_frames,
-            requested_frames_per_batch=self.frames_per_batch,
-            policy_version=self._pool.version,
-            worker_policy_versions=self._pool.acked_versions(),
-            worker_running_versions=[
-                self._flow.running_versions.get(i, 0) for i in range(self.num_collectors)
-            ],
-            restarts=sum(self._pool.restarts()),
-            restarts_per_worker=self._pool.restarts(),
-            workers_retired=sorted(self._pool.retired),
-            num_collectors=self.num_collectors,
+            total_frames=config.total_frames,
+            requested_frames_per_batch=config.frames_per_batch,
+            policy_version=pool.version,
+            worker_policy_versions=pool.acked_versions(),
+            worker_running_versions=[self.running_versions.get(i, 0) for i in range(num_workers)],
+            restarts=sum(pool.restarts()),
+            restarts_per_worker=pool.restarts(),
+            workers_retired=sorted(pool.retired),
+            num_collectors=num_workers,
         )
