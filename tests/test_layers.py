@@ -142,7 +142,7 @@ def _imports_ray(path: Path) -> bool:
     return False
 
 
-WORKER_SIDE = sorted(m for m in MODULES if m.startswith("tdscheme.collectors.worker.actor"))
+WORKER_SIDE = sorted(m for m in MODULES if m.startswith("tdscheme.collectors.worker"))
 ROLLOUT = sorted(m for m in MODULES if m.startswith("tdscheme.rollout"))
 
 
