@@ -20,7 +20,7 @@ CARTPOLE = functools.partial(make_env, "CartPole-v1", num_envs=4)
 
 
 def assert_same_frames(want, got) -> None:
-    """Same keys, batch size, dtypes and values (as tests/collectors/test_lean.py checks)."""
+    """Same keys, batch size, dtypes and values (as tests/rollout/test_lean.py checks)."""
     assert sorted(got.keys(True, True), key=str) == sorted(want.keys(True, True), key=str)
     assert got.batch_size == want.batch_size
     for key in want.keys(True, True):
