@@ -16,7 +16,7 @@ from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_module
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.transport import TensorDictCodec
-from tests.collectors.test_lean import assert_same_frames
+from tests.rollout.test_lean import assert_same_frames
 
 pytest.importorskip(
     "envpool",

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from tdscheme.collectors.driver.specs import for_added_workers, worker_specs
 from tdscheme.collectors.torchrl_compat.args import (
     check_weight_args,
-    for_worker_collector,
     is_policy_service,
     with_env_creators,
 )
@@ -24,9 +25,6 @@ from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_col
 from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import check_bool, check_int, check_positive_number, invalid
-
-_DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
-
 
 #: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).
 DEFAULT_GPU_SHARE = 0.2
@@ -61,13 +59,100 @@ def default_remote_config(*, cuda_available: bool | None = None) -> dict[str, An
 
 @dataclasses.dataclass
 class RayCollectorConfig:
-    """All the settings of a :class:`~tdscheme.RayCollector` (see its docstring for each).
+    """Every setting of a :class:`~tdscheme.RayCollector`, declared once and checked once.
 
-    The arguments torchrl's RayCollector documents keep their names and
-    meaning (those about each worker's collector and its weight path: see
-    :mod:`tdscheme.collectors.torchrl_compat.args`); ``max_policy_lag``, ``preemption``, ``compress``,
-    ``prefetch_batches``, ``max_restarts``, ``seed`` and ``batch_timeout_s`` are
-    tdscheme's additions.
+    The fields are the collector's arguments (its signature is built from them; a test
+    holds them and the Args below together). torchrl's keep their names and meaning;
+    ``max_policy_lag``, ``preemption``, ``compress``, ``prefetch_batches``, ``seed`` and
+    the fault settings (``max_restarts``, ``batch_timeout_s``, ``actor_start_timeout_s``,
+    ``worker_stall_timeout_s``, ``min_workers``) are tdscheme's additions.
+
+    Args:
+        create_env_fn: an env factory (or a list with one per collector).
+        policy: the policy (a ``TensorDictModule`` or ``nn.Module``); its weights
+            are pushed by default. ``None`` with ``policy_factory`` or for a random policy.
+            A Ray ``InferenceServer``: each worker calls it through its own client, and
+            weight pushes update the server.
+        policy_factory: builds the policy inside each worker (one or one per collector).
+        frames_per_batch: frames per yielded batch.
+        total_frames: stop after this many frames (-1: never).
+        device, storing_device, env_device, policy_device: passed to each worker's
+            collector (one value or one per collector).
+        max_frames_per_traj, init_random_frames, reset_at_each_iter, exploration_type:
+            as torchrl's collectors (``init_random_frames`` is split over collectors,
+            each share rounded up to whole batches as torchrl's collectors do).
+        postproc: applied to each yielded batch on the driver.
+        split_trajs: split yielded batches into trajectories on the driver.
+        collector_class: ``None`` (default: tdscheme's ``LeanCollector``, a torchrl
+            ``Collector`` subclass that yields the same frames faster), ``Collector``,
+            ``MultiSyncCollector``, ... or ``"single"``, ``"sync"``, ``"async"``; a
+            class given here is used exactly.
+        collector_kwargs: extra collector arguments (one dict or one per collector);
+            a value given here overrides tdscheme's default
+            ``auto_register_policy_transforms=False`` (the env is left as built).
+        num_workers_per_collector: env copies per collector.
+        sync: stacked (``True``) or first-ready (``False``) order.
+        ray_init_config: any ``ray.init`` arguments, used only if Ray is not running
+            in this process. As ``ray.init``: ``{"address": ...}`` joins that cluster;
+            with no address, the cluster of ``RAY_ADDRESS`` or of a ``ray start`` on
+            this machine is joined, else a local Ray is started (no dashboard, one CPU
+            per core); ``"local"`` always starts one. tdscheme never stops a Ray it
+            did not start (see :class:`~tdscheme.runtime.RayLease`).
+        remote_configs: Ray actor options (one dict or one per collector);
+            default as torchrl's: ``{"num_cpus": 1}``, plus ``"num_gpus": 0.2`` when
+            CUDA is available (see :func:`~tdscheme.collectors.config.default_remote_config`).
+        num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
+        update_after_each_batch, max_weight_update_interval: automatic pushes, above.
+        max_policy_lag: drop (and count in ``frames_dropped``) any batch collected
+            with weights more than this many versions old when it is yielded; 0 is
+            strictly on-policy. ``None``: no bound.
+        preemption: ``{"fraction_workers": a, "fraction_samples": b}`` (sync only):
+            once ``a`` of the workers finished and ``b`` of the frames are in, the
+            others stop at their next env step; their partial rollouts are padded
+            and ``("collector", "mask")`` marks the valid frames.
+        compress: lz4-compress every leaf (``True``) or the listed keys on the wire.
+        prefetch_batches: requests each worker keeps in flight while the consumer
+            holds a batch, so env stepping overlaps training (bounded, so the
+            object store cannot fill up). Default 1, or 0 when ``max_policy_lag=0``
+            or ``update_after_each_batch`` asks for on-policy data.
+        max_restarts: times a dead worker is rebuilt before a ``WorkerError``.
+        seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
+        batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
+            while every worker still answers pings.
+        actor_start_timeout_s: a worker Ray has not placed (or whose constructor
+            has not returned) this long after it was asked for is a
+            :class:`~tdscheme.runtime.placement.PlacementError`; requests the
+            cluster could never satisfy (``num_collectors`` x ``remote_configs`` past
+            its total resources) are one at once (:mod:`tdscheme.runtime.placement`).
+        worker_stall_timeout_s: a worker that makes no progress (env steps) for
+            this long while it has a request is declared hung, killed and rebuilt
+            like a dead one (its batch counted as lost); ``None``: no check. A new
+            or rebuilt worker that has not replied yet may take ``actor_start_timeout_s``
+            when that is longer (it may still be placed and built).
+        min_workers: elastic collection (RLlib's ``ignore_env_runner_failures``):
+            a worker that used up ``max_restarts`` is retired (logged and counted)
+            and the others go on, as long as ``min_workers`` remain; ``None``:
+            such a worker stops the run with a ``WorkerError``.
+        replay_buffer: a Ray-held torchrl buffer (``RayReplayBuffer(...)`` or
+            ``ReplayBuffer(..., service_backend="ray")``): each worker writes its
+            stamped frames into it through its own client and iteration yields
+            ``None`` per batch, as in torchrl; :meth:`start` collects in the
+            background. Batches keep torchrl's layout (``[*env_batch, time]``).
+            Never a frame past ``total_frames``: each request gets what is left
+            as its budget and is cut to the rows that fit (frames past it are
+            discarded and counted in ``stats()["frames_discarded"]``; with a
+            batched env a row is one env's steps of the batch, so ``total_frames``
+            may end up to one row short). ``max_policy_lag`` is applied by each worker when it
+            writes.
+        trajs_per_batch: each worker's collector assembles whole trajectories
+            (torchrl's argument); with a replay buffer each is written flat
+            (``SliceSampler``-ready) and never cut: a trajectory that does not
+            fit in the frame budget is discarded, and collection ends there.
+        trust_policy, use_env_creator, no_cuda_sync, pre_collect_hook: torchrl's arguments
+            about each worker's collector, with torchrl's meaning where tdscheme can
+            keep it (see :mod:`tdscheme.collectors.torchrl_compat.args`).
+        post_collect_hook, weight_updater, weight_sync_schemes, weight_recv_schemes: the
+            same, about each worker's collector and its weight path.
 
     Raises:
         ValueError, TypeError: at construction, naming the bad argument, its
@@ -82,8 +167,9 @@ class RayCollectorConfig:
 
     create_env_fn: Any
     policy: Any = None
+    _: dataclasses.KW_ONLY  # the rest by keyword, as torchrl's RayCollector takes them
     policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None
-    frames_per_batch: int = 0
+    frames_per_batch: int
     total_frames: int = -1
     device: Any = None
     storing_device: Any = None
@@ -127,6 +213,8 @@ class RayCollectorConfig:
     weight_recv_schemes: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.exploration_type is None:  # as not given: torchrl's default
+            self.exploration_type = default_exploration_type()
         self._check_ints()
         check_weight_args(
             weight_updater=self.weight_updater,
@@ -230,7 +318,8 @@ class RayCollectorConfig:
                 )
         return fns
 
-    def _per_collector(self, name: str, value: Any) -> list[Any]:
+    def per_collector(self, name: str, value: Any) -> list[Any]:
+        """``value`` for each collector: a list of one per collector, or one value for all."""
         n = self.num_collectors
         if isinstance(value, (list, tuple)):
             if len(value) != n:
@@ -245,7 +334,7 @@ class RayCollectorConfig:
         configs = (
             self.remote_configs if self.remote_configs is not None else default_remote_config()
         )
-        return [dict(c) for c in self._per_collector("remote_configs", configs)]
+        return [dict(c) for c in self.per_collector("remote_configs", configs)]
 
     @property
     def frames_per_worker(self) -> int:
@@ -272,105 +361,38 @@ class RayCollectorConfig:
         return -(-share // batch) * batch
 
     def worker_specs(self) -> list[WorkerSpec]:
-        """One :class:`WorkerSpec` per collector."""
-        kwargs_list = self._per_collector("collector_kwargs", self.collector_kwargs or {})
-        devices = {name: self._per_collector(name, getattr(self, name)) for name in _DEVICE_ARGS}
-        factories = self._per_collector("policy_factory", self.policy_factory)
-        clients = (
-            self.replay_buffer.clients(self.num_collectors)
-            if self.replay_buffer is not None
-            else [None] * self.num_collectors
-        )
-        policies = [self.policy] * self.num_collectors
-        if is_policy_service(self.policy):  # each worker calls the server through a client
-            policies = self.policy.clients(self.num_collectors)
-        specs = []
-        for i in range(self.num_collectors):
-            kwargs = dict(kwargs_list[i])
-            kwargs.update({name: devices[name][i] for name in _DEVICE_ARGS})
-            kwargs.update(
-                max_frames_per_traj=self.max_frames_per_traj,
-                init_random_frames=self.random_frames_per_worker(),
-                reset_at_each_iter=self.reset_at_each_iter,
-                exploration_type=self.exploration_type,
-                split_trajs=False,
-            )
-            if self.trajs_per_batch is not None:
-                kwargs.setdefault("trajs_per_batch", self.trajs_per_batch)
-                if self.replay_buffer is not None:  # flat whole trajectories, as written
-                    kwargs.setdefault("traj_format", "cat")
-            kwargs = for_worker_collector(
-                kwargs, collector_class=self.collector_class, policy=policies[i],
-                policy_factory=factories[i], trust_policy=self.trust_policy,
-                no_cuda_sync=self.no_cuda_sync, pre_collect_hook=self.pre_collect_hook,
-                post_collect_hook=self.post_collect_hook,
-            )  # fmt: skip
-            specs.append(
-                WorkerSpec(
-                    create_env_fn=self.create_env_fn[i],
-                    policy=policies[i],
-                    policy_factory=factories[i],
-                    collector_class=self.collector_class,
-                    collector_kwargs=kwargs,
-                    frames_per_batch=self.frames_per_worker,
-                    num_workers_per_collector=self.num_workers_per_collector,
-                    compress=self.compress,
-                    preemptible=self.preemption.enabled,
-                    replay_buffer=clients[i],
-                    max_policy_lag=self.max_policy_lag,
-                )
-            )
-        return specs
+        """One :class:`WorkerSpec` per collector (:func:`~.driver.specs.worker_specs`)."""
+        return worker_specs(self)
 
-    def for_added_workers(
-        self,
-        create_env_fn: Any,
-        *,
-        num_envs: int | None = None,
-        policy: Any = None,
-        collector_kwargs: Any = None,
-        remote_configs: Any = None,
-    ) -> RayCollectorConfig:
-        """The settings of workers added to a running collector (``RayCollector.add_collectors``).
-
-        Every setting is this config's, except the new env factories and the
-        arguments given: ``num_envs`` (env copies per collector), ``policy``
-        (replaces ``policy`` and ``policy_factory``), ``collector_kwargs`` and
-        ``remote_configs``. With ``sync=True`` each new worker collects
-        ``frames_per_worker`` frames, as the others do, and each takes the same
-        share of ``init_random_frames`` as each of the others.
-
-        Example:
-            >>> from tdscheme.testing import make_env
-            >>> cfg = RayCollectorConfig(make_env, frames_per_batch=100, num_collectors=2,
-            ...                          sync=True, init_random_frames=40, device="cpu")
-            >>> added = cfg.for_added_workers([make_env])
-            >>> spec = added.worker_specs()[0]
-            >>> spec.frames_per_batch, spec.collector_kwargs["device"]
-            (50, 'cpu')
-            >>> spec.collector_kwargs["init_random_frames"]  # 40 over 2 workers: 20, a batch: 50
-            50
-        """
-        fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn]
-        replaced: dict[str, Any] = {
-            "create_env_fn": fns,
-            "num_collectors": len(fns),
-            "frames_per_batch": self.frames_per_worker * len(fns)
-            if self.sync
-            else self.frames_per_batch,
-            "num_workers_per_collector": num_envs or self.num_workers_per_collector,
-        }
-        if self.init_random_frames > 0:  # each new worker takes the share each worker has
-            share = self.init_random_frames // self.num_collectors
-            replaced["init_random_frames"] = share * len(fns)
-        if policy is not None:
-            replaced.update(policy=policy, policy_factory=None)
-        if collector_kwargs is not None:
-            replaced["collector_kwargs"] = collector_kwargs
-        if remote_configs is not None:
-            replaced["remote_configs"] = remote_configs
-        return dataclasses.replace(self, **replaced)
+    def for_added_workers(self, create_env_fn: Any, **arguments: Any) -> RayCollectorConfig:
+        """The settings of workers added to a running collector (:func:`~.driver.specs.for_added_workers`)."""
+        return for_added_workers(self, create_env_fn, **arguments)
 
     def policy_module(self) -> nn.Module | None:
         """The driver-side policy module whose weights are pushed by default."""
         return self.policy if isinstance(self.policy, nn.Module) else None
+
+
+def settings_signature() -> inspect.Signature:
+    """``RayCollector``'s signature: ``self``, then every field of :class:`RayCollectorConfig`.
+
+    Example:
+        >>> list(settings_signature().parameters)[:4]
+        ['self', 'create_env_fn', 'policy', 'policy_factory']
+    """
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for field in dataclasses.fields(RayCollectorConfig):
+        positional = field.name in ("create_env_fn", "policy")
+        kind = (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+            if positional
+            else inspect.Parameter.KEYWORD_ONLY
+        )
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = None  # built per collector (exploration_type: torchrl's default)
+        else:
+            default = inspect.Parameter.empty
+        params.append(inspect.Parameter(field.name, kind, default=default, annotation=field.type))
+    return inspect.Signature(params, return_annotation=None)

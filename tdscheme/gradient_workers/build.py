@@ -80,6 +80,7 @@ def build_gradient_coordinator(
             frames_per_batch=config.frames_per_batch,
             compress=config.compress,
             collector_kwargs=dict(config.collector_kwargs or {}),
+            collector_class=config.collector_class,
         )
         for env_fn in env_factories
     ]

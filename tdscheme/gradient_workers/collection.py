@@ -1,5 +1,9 @@
 """A gradient worker's own collection: ``num_collectors`` local torchrl collectors and episode returns.
 
+The collectors are tdscheme's :class:`~tdscheme.rollout.lean.LeanCollector` by default,
+as in collector workers: torchrl's ``Collector`` with the lean rollout where it can run
+(the same frames, faster), torchrl's own rollout elsewhere.
+
 Episode returns follow :mod:`tdscheme.episodes` (the recorded return wins), as on the
 driver's collector path.
 
@@ -19,7 +23,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.episodes import EpisodeTracker
-from tdscheme.runtime.torchrl_names import Collector, default_collector_kwargs
+from tdscheme.rollout.lean import LeanCollector
+from tdscheme.runtime.torchrl_names import default_collector_kwargs
 
 __all__ = ["LocalCollection"]
 
@@ -34,15 +39,17 @@ class LocalCollection:
         num_collectors: collectors, ``>= 1``.
         frames_per_collector: frames each collector adds to one batch.
         seed: seeds collector ``i`` with ``seed + i`` when given.
-        collector_kwargs: extra keyword arguments for torchrl's ``Collector``.
+        collector_kwargs: extra keyword arguments for every collector.
+        collector_class: a single-process torchrl collector class (``BaseCollector``
+            subclass taking one env); ``None``: :class:`~tdscheme.rollout.lean.LeanCollector`.
 
     Example:
         >>> from tdscheme.testing import cartpole_modules, make_env
         >>> collection = LocalCollection(make_env, cartpole_modules()["actor"],
         ...                              num_collectors=2, frames_per_collector=20, seed=0)
         >>> batch, returns = collection.collect()
-        >>> batch.batch_size
-        torch.Size([2, 20])
+        >>> batch.batch_size, collection.collector_class.__name__
+        (torch.Size([2, 20]), 'LeanCollector')
         >>> collection.shutdown()
     """
 
@@ -55,11 +62,14 @@ class LocalCollection:
         frames_per_collector: int,
         seed: int | None = None,
         collector_kwargs: dict[str, Any] | None = None,
+        collector_class: type | None = None,
     ) -> None:
-        kwargs = default_collector_kwargs(Collector)
-        kwargs.update(collector_kwargs or {})
+        #: the class of every collector (the user's, or LeanCollector)
+        self.collector_class = LeanCollector if collector_class is None else collector_class
+        kwargs = default_collector_kwargs(self.collector_class)
+        kwargs.update(collector_kwargs or {})  # the user's values win
         self._collectors = [
-            Collector(
+            self.collector_class(
                 env_factory,
                 policy,
                 frames_per_batch=frames_per_collector,

@@ -62,12 +62,17 @@ class GradientWorkersConfig:
         actor_start_timeout_s: a worker Ray has not placed or built this long after
             it was asked for is an error (see :mod:`tdscheme.runtime.placement`).
         collector_kwargs: extra keyword arguments for every torchrl collector.
+        collector_class: the collector class each worker steps: ``None`` (tdscheme's
+            :class:`~tdscheme.rollout.lean.LeanCollector`, torchrl's ``Collector`` with a
+            leaner rollout and the same frames), ``"single"`` (torchrl's ``Collector``)
+            or a single-process torchrl ``BaseCollector`` subclass.
 
     Raises:
         ValueError: a value out of range, an unknown ``communication``, an option
             given to a mode that does not use it, or ``decentralized=True`` with
             ``communication="asynchronous"``.
-        TypeError: ``worker_resources`` or ``collector_kwargs`` is not a dict.
+        TypeError: ``worker_resources`` or ``collector_kwargs`` is not a dict, or
+            ``collector_class`` is not a collector class.
 
     Example:
         >>> cfg = GradientWorkersConfig(num_grad_workers=2, communication="asynchronous")
@@ -95,6 +100,7 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
     timeout_s: float = 300.0
     actor_start_timeout_s: float = 120.0
     collector_kwargs: Mapping[str, Any] | None = None
+    collector_class: Any = None
 
     def __post_init__(self) -> None:
         check_int("num_grad_workers", self.num_grad_workers, minimum=1)
@@ -118,6 +124,8 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
                 raise TypeError(f"{name} must be a dict or None, got {value!r}")
+        if self.collector_class is not None:
+            self.collector_class = _single_process_collector_class(self.collector_class)
         check_mode_rules(
             communication=self.communication,
             decentralized=self.decentralized,
@@ -154,6 +162,7 @@ class GradientWorkerSpec:
         frames_per_batch: frames per gradient, split evenly over the collectors.
         compress: lz4-compress the gradients and weights the worker sends.
         collector_kwargs: extra keyword arguments for every collector.
+        collector_class: the collectors' class (``None``: LeanCollector).
 
     Example:
         >>> from tdscheme.testing import cartpole_modules, cartpole_learner, make_env
@@ -170,6 +179,7 @@ class GradientWorkerSpec:
     frames_per_batch: int = 200
     compress: bool = False
     collector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    collector_class: type | None = None
 
     @property
     def frames_per_collector(self) -> int:
@@ -220,3 +230,18 @@ def check_mode_rules(
             f"decentralized=False)",
             context=f"{setting}, decentralized={decentralized}",
         )  # fmt: skip
+
+
+def _single_process_collector_class(collector_class: Any) -> type:
+    """Resolves a user's ``collector_class``; a gradient worker steps one env per collector."""
+    # imported here: building a config (the command's check of a preset) imports no torchrl
+    from tdscheme.runtime.torchrl_names import is_multi_collector, resolve_collector_class
+
+    resolved = resolve_collector_class(collector_class)
+    if is_multi_collector(resolved):
+        raise invalid(
+            "collector_class", collector_class,
+            "None (LeanCollector), 'single' or a single-process torchrl collector class "
+            "(a gradient worker steps its collectors in its own process)",
+        )  # fmt: skip
+    return resolved

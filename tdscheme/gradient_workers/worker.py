@@ -124,6 +124,7 @@ class GradientWorker:
             frames_per_collector=spec.frames_per_collector,
             seed=seed,
             collector_kwargs=spec.collector_kwargs,
+            collector_class=spec.collector_class,
         )
         self._last_batch: TensorDictBase | None = None
         self._rank: int | None = None

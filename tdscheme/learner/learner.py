@@ -36,6 +36,19 @@ from tdscheme.learner.gradients import (
     parameter_key,
 )
 from tdscheme.learner.nonfinite import NonFiniteGuard, SkippedStep, batch_source
+from tdscheme.learner.snapshots import (
+    cpu_weights,
+    load_training_state_,
+    load_weights_,
+    training_state,
+)
+from tdscheme.learner.steps import (
+    backward,
+    clip_and_step_,
+    metrics_td,
+    total_grad_norm,
+    zero_grad_,
+)
 
 __all__ = ["Learner"]
 
@@ -175,12 +188,12 @@ class Learner:
         except SkippedStep as skip:  # NaN / inf: no step with it, no new version
             self._nonfinite.skipped(str(skip), source=batch_source(flat))
             skipped = self._nonfinite.metrics(skipped=True, dropped=dropped)
-            return _metrics_td(skipped, lr=lr, num_frames=flat.shape[0])
+            return metrics_td(skipped, lr=lr, num_frames=flat.shape[0])
         self._nonfinite.succeeded()
         self._finish_update()
         metrics = {key: torch.stack([s[key] for s in steps]).mean() for key in steps[0]}
         metrics.update(self._nonfinite.metrics(skipped=False, dropped=dropped))
-        return _metrics_td(metrics, lr=lr, num_frames=flat.shape[0])
+        return metrics_td(metrics, lr=lr, num_frames=flat.shape[0])
 
     def compute_gradients(self, batch: TensorDictBase) -> tuple[TensorDict | None, TensorDict]:
         """One backward pass over the whole batch, without an optimizer step.
@@ -218,9 +231,9 @@ class Learner:
         grads: TensorDict | None = None
         self.last_nonfinite = self._nonfinite.check_batch(flat)
         if self.last_nonfinite is None:
-            self._zero_grad()
-            metrics = self._backward(flat)
-            metrics["grad_norm"] = self._total_grad_norm()
+            zero_grad_(self._params)
+            metrics = backward(self.loss_module, flat)
+            metrics["grad_norm"] = total_grad_norm(self._params, device=self.device)
             try:
                 self._nonfinite.check_step(
                     {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}
@@ -228,8 +241,8 @@ class Learner:
                 grads = gradients_from_parameters(self._params)
             except SkippedStep as skip:
                 self.last_nonfinite, metrics = str(skip), {}
-            self._zero_grad()
-        return grads, _metrics_td({**metrics, **extra}, lr=self._lr(), num_frames=flat.shape[0])
+            zero_grad_(self._params)
+        return grads, metrics_td({**metrics, **extra}, lr=self._lr(), num_frames=flat.shape[0])
 
     def zero_gradients(self) -> TensorDict:
         """Zeros shaped like :meth:`compute_gradients`' ``grads`` (a no-op contribution to a sum)."""
@@ -260,10 +273,10 @@ class Learner:
             grad_norm = self._clip_and_step()
         except SkippedStep as skip:  # NaN / inf gradients: no step, no new version
             self._nonfinite.skipped(str(skip), source=" (in the gradients given)")
-            return _metrics_td(self._nonfinite.metrics(skipped=True, dropped=0), lr=lr)
+            return metrics_td(self._nonfinite.metrics(skipped=True, dropped=0), lr=lr)
         self._nonfinite.succeeded()
         self._finish_update()
-        return _metrics_td({"grad_norm": grad_norm}, lr=lr)
+        return metrics_td({"grad_norm": grad_norm}, lr=lr)
 
     # -- weights and state ---------------------------------------------------------
 
@@ -274,7 +287,7 @@ class Learner:
             ``TensorDict.from_module(policy)`` detached and copied to CPU; a
             collector loads it with ``weights.to_module(policy)``.
         """
-        return _cpu_copy(TensorDict.from_module(self.policy))
+        return cpu_weights(self.policy)
 
     def weights(self) -> TensorDict:
         """A CPU copy of every parameter and buffer of the loss module.
@@ -283,7 +296,7 @@ class Learner:
             ``TensorDict.from_module(loss_module)`` detached and copied to CPU, for
             :meth:`load_weights` on another Learner (e.g. a gradient worker).
         """
-        return _cpu_copy(TensorDict.from_module(self.loss_module))
+        return cpu_weights(self.loss_module)
 
     def load_weights(self, weights: TensorDictBase) -> None:
         """Copies ``weights`` (from :meth:`weights`) into the loss module, in place.
@@ -297,18 +310,7 @@ class Learner:
             TypeError: ``weights`` is not a TensorDict.
             ValueError: keys differ from the loss module's parameters and buffers.
         """
-        if not isinstance(weights, TensorDictBase):
-            raise TypeError(f"weights must be a TensorDict, got {type(weights).__name__}")
-        target = TensorDict.from_module(self.loss_module).data
-        expected = set(target.keys(include_nested=True, leaves_only=True))
-        given = set(weights.keys(include_nested=True, leaves_only=True))
-        if given != expected:
-            raise ValueError(
-                f"weights must have the keys of Learner.weights(); missing "
-                f"{sorted(map(str, expected - given))}, unexpected {sorted(map(str, given - expected))}"
-            )
-        with torch.no_grad():
-            target.update_(weights)
+        load_weights_(self.loss_module, weights)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: loss module, optimizer, scheduler, version.
@@ -317,12 +319,9 @@ class Learner:
             Plain dicts of CPU tensors, numbers and lists, a snapshot that
             ``torch.save`` writes and ``torch.load(weights_only=True)`` reads.
         """
-        return {
-            "version": self.version,
-            "loss_module": _to_cpu(dict(self.loss_module.state_dict())),
-            "optimizer": _to_cpu(self.optimizer.state_dict()),
-            "lr_scheduler": None if self.lr_scheduler is None else self.lr_scheduler.state_dict(),
-        }
+        return training_state(
+            self.loss_module, self.optimizer, self.lr_scheduler, version=self.version
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned, in place.
@@ -334,19 +333,12 @@ class Learner:
             ValueError: keys are missing, or the state has a scheduler state and
                 this Learner has no scheduler (or the other way round).
         """
-        missing = {"version", "loss_module", "optimizer", "lr_scheduler"} - set(state)
-        if missing:
-            raise ValueError(f"state is missing {sorted(missing)}; pass Learner.state_dict()")
-        if (state["lr_scheduler"] is None) != (self.lr_scheduler is None):
-            raise ValueError(
-                f"state has lr_scheduler={'None' if state['lr_scheduler'] is None else 'a state'}"
-                f" but this Learner has lr_scheduler={self.lr_scheduler!r}; build both alike"
-            )
-        self.loss_module.load_state_dict(state["loss_module"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        self.version = int(state["version"])
+        self.version = load_training_state_(
+            state,
+            loss_module=self.loss_module,
+            optimizer=self.optimizer,
+            lr_scheduler=self.lr_scheduler,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -359,57 +351,20 @@ class Learner:
     def _prepare(self, batch: TensorDictBase) -> TensorDictBase:
         return prepare_batch(batch, value_estimator=self.value_estimator, device=self.device)
 
-    def _backward(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
-        out = self.loss_module(minibatch)
-        metrics: dict[str, torch.Tensor] = {}
-        total = None
-        for key, value in out.items(include_nested=True, leaves_only=True):
-            name = key if isinstance(key, str) else ".".join(key)
-            leaf = key if isinstance(key, str) else key[-1]
-            if not torch.is_floating_point(value):
-                continue
-            if leaf.startswith("loss_") or leaf == "loss":  # DQNLoss returns one "loss"
-                value = value.mean()
-                total = value if total is None else total + value
-            elif value.numel() != 1:
-                continue
-            metrics[name] = value.detach().reshape(())
-        if total is None or not total.requires_grad:
-            raise RuntimeError(
-                f"{type(self.loss_module).__name__} returned no differentiable 'loss_*' "
-                f"term; got keys {sorted(map(str, out.keys(True, True)))}"
-            )
-        total.backward()
-        metrics["loss"] = total.detach()
-        return metrics
-
     def _optimizer_step(self, minibatch: TensorDictBase) -> dict[str, torch.Tensor]:
-        self._zero_grad()
-        metrics = self._backward(minibatch)
+        zero_grad_(self._params)
+        metrics = backward(self.loss_module, minibatch)
         self._nonfinite.check_step({"loss": metrics["loss"]})
         metrics["grad_norm"] = self._clip_and_step()
         return metrics
 
     def _clip_and_step(self) -> torch.Tensor:
-        if self.config.max_grad_norm is None:
-            grad_norm = self._total_grad_norm()
-        else:
-            with_grad = [p for p in self._params.values() if p.grad is not None]
-            grad_norm = nn.utils.clip_grad_norm_(with_grad, self.config.max_grad_norm)
-        if not bool(torch.isfinite(grad_norm)):
-            self._zero_grad()
-            raise SkippedStep(f"non-finite gradient norm ({float(grad_norm)})")
-        self.optimizer.step()
-        self._zero_grad()
-        return grad_norm.detach()
-
-    def _total_grad_norm(self) -> torch.Tensor:
-        grads = [p.grad for p in self._params.values() if p.grad is not None]
-        return nn.utils.get_total_norm(grads).to(self.device)
-
-    def _zero_grad(self) -> None:
-        for param in self._params.values():
-            param.grad = None
+        return clip_and_step_(
+            self._params,
+            self.optimizer,
+            max_grad_norm=self.config.max_grad_norm,
+            device=self.device,
+        )
 
     def _finish_update(self) -> None:
         if self.lr_scheduler is not None:
@@ -418,27 +373,3 @@ class Learner:
 
     def _lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
-
-
-def _metrics_td(
-    metrics: dict[str, torch.Tensor], *, lr: float, num_frames: int | None = None
-) -> TensorDict:
-    out = {key: value.detach().float().cpu() for key, value in metrics.items()}
-    out["lr"] = torch.tensor(lr, dtype=torch.float32)
-    if num_frames is not None:
-        out["num_frames"] = torch.tensor(float(num_frames))
-    return TensorDict(out, batch_size=[])
-
-
-def _cpu_copy(td: TensorDictBase) -> TensorDict:
-    return td.apply(lambda t: t.detach().to("cpu", copy=True)).to_tensordict()
-
-
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {key: _to_cpu(value) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(value) for value in obj)
-    return obj

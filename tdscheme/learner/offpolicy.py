@@ -27,13 +27,9 @@ from torchrl.objectives.utils import TargetNetUpdater
 
 from tdscheme.keys import POLICY_VERSION_KEY
 from tdscheme.learner.config import LearnerConfig
-from tdscheme.learner.learner import (
-    Learner,
-    OptimizerFactory,
-    SchedulerFactory,
-    _metrics_td,
-    _to_cpu,
-)
+from tdscheme.learner.learner import Learner, OptimizerFactory, SchedulerFactory
+from tdscheme.learner.snapshots import to_cpu
+from tdscheme.learner.steps import metrics_td
 from tdscheme.learner.target_nets import load_updater_state, updater_state
 
 __all__ = ["OffPolicyLearner", "is_prioritized"]
@@ -198,7 +194,7 @@ class OffPolicyLearner(Learner):
             metrics["policy_lag_mean"], metrics["policy_lag_max"] = lag.mean(), lag.max()
         metrics["sample_ms"] = torch.tensor(1e3 * (sampled - start))
         metrics["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
-        return _metrics_td(metrics, lr=lr, num_frames=sample.shape[0])
+        return metrics_td(metrics, lr=lr, num_frames=sample.shape[0])
 
     def anneal_exploration_(self, frames: int) -> None:
         """Anneals the policy's exploration modules (epsilon, noise) by ``frames`` frames.
@@ -239,7 +235,7 @@ class OffPolicyLearner(Learner):
         """
         state = super().state_dict()
         state["target_updater"] = updater_state(self.target_updater)
-        state["exploration"] = [_to_cpu(dict(m.state_dict())) for m in self.exploration_modules]
+        state["exploration"] = [to_cpu(dict(m.state_dict())) for m in self.exploration_modules]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

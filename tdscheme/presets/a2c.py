@@ -33,29 +33,20 @@ def a2c_learner(
 ) -> Learner:
     """A Learner over torchrl's ``A2CLoss`` with GAE.
 
-    Args:
-        actor: the stochastic actor.
-        critic: the state-value network.
-        config: loss, optimizer and GAE hyperparameters (``clip_epsilon`` and
-            ``normalize_advantage`` are not used by A2C).
-        total_updates: learner updates of the whole run, for ``config.anneal_lr``.
+    The arguments are those of
+    :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner`; A2C uses neither
+    ``config.clip_epsilon`` nor ``config.normalize_advantage``.
 
     Returns:
         The Learner.
     """
     from torchrl.objectives import A2CLoss
 
-    from tdscheme.presets.actor_critic import actor_critic_learner
+    from tdscheme.presets.actor_critic import actor_critic_loss_learner
 
-    loss = A2CLoss(
-        actor,
-        critic,
-        entropy_bonus=config.entropy_coef > 0,
-        entropy_coeff=config.entropy_coef,
-        critic_coeff=config.critic_coef,
-        loss_critic_type=config.loss_critic_type,
+    return actor_critic_loss_learner(
+        A2CLoss, actor=actor, critic=critic, config=config, total_updates=total_updates
     )
-    return actor_critic_learner(loss, critic, config=config, total_updates=total_updates)
 
 
 def a2c_cartpole() -> Preset:

@@ -15,8 +15,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -46,6 +47,7 @@ __all__ = [
     "actor_critic_modules",
     "eval_env",
     "linear_lr_schedule",
+    "actor_critic_loss_learner",
     "train_env",
 ]
 
@@ -252,3 +254,40 @@ def actor_critic_learner(
         value_estimator=GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic),
         lr_scheduler=scheduler,
     )
+
+
+def actor_critic_loss_learner(
+    loss_class: Callable[..., LossModule],
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+    **loss_kwargs: Any,
+) -> Learner:
+    """A torchrl actor-critic loss with ``config``'s coefficients, in :func:`actor_critic_learner`.
+
+    Args:
+        loss_class: e.g. torchrl's ``A2CLoss`` or ``ClipPPOLoss``.
+        actor: the stochastic actor.
+        critic: the state-value network.
+        config: loss (entropy and critic coefficients, critic loss type), optimizer
+            and GAE hyperparameters.
+        total_updates: learner updates of the whole run, for ``config.anneal_lr``.
+        **loss_kwargs: the loss's own further arguments (PPO's ``clip_epsilon``, ...).
+
+    Returns:
+        The Learner.
+
+    Example:
+        >>> from torchrl.objectives import A2CLoss
+        >>> learner = actor_critic_loss_learner(A2CLoss, **actor_critic_modules("CartPole-v1"),
+        ...                        config=ActorCriticConfig(entropy_coef=0.0))
+        >>> type(learner.loss_module).__name__, learner.loss_module.entropy_bonus
+        ('A2CLoss', False)
+    """
+    loss = loss_class(
+        actor, critic, entropy_bonus=config.entropy_coef > 0, entropy_coeff=config.entropy_coef,
+        critic_coeff=config.critic_coef, loss_critic_type=config.loss_critic_type, **loss_kwargs,
+    )  # fmt: skip
+    return actor_critic_learner(loss, critic, config=config, total_updates=total_updates)

@@ -17,8 +17,10 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+
 from tdscheme.engine.trainer_config import TrainerConfig
-from tdscheme.presets.a2c import a2c_learner
+from tdscheme.presets.a2c import a2c_cartpole
 from tdscheme.presets.ppo import ppo_learner
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig
@@ -30,34 +32,23 @@ __all__ = ["a3c_cartpole", "ppo_cartpole_dd"]
 def a3c_cartpole() -> Preset:
     """A3C on CartPole-v1: two asynchronous gradient workers, A2C loss, no staleness bound.
 
-    Each worker steps 16 envs for 16 steps and sends the A2C gradient of those 256
-    frames; the driver applies each gradient as it arrives and sends fresh weights
-    back to its sender only. One Scheme iteration applies two gradients.
+    :func:`~tdscheme.presets.a2c.a2c_cartpole`'s loss, envs and hyperparameters with
+    asynchronous gradient workers, evaluated twice as often. Each worker steps 16 envs
+    for 16 steps and sends the A2C gradient of those 256 frames; the driver applies
+    each gradient as it arrives and sends fresh weights back to its sender only. One
+    Scheme iteration applies two gradients.
     """
-    return Preset(
+    a2c = a2c_cartpole()
+    return dataclasses.replace(
+        a2c,
         name="a3c-cartpole",
-        learner_builder=a2c_learner,
-        algo=ActorCriticConfig(
-            env_id="CartPole-v1",
-            num_envs=16,
-            lr=1e-3,
-            num_epochs=1,
-            minibatch_size=None,
-            entropy_coef=0.01,
-            normalize_advantage=False,
-        ),
         scheme=SchemeConfig(
             num_collectors=1,
             frames_per_batch=256,
             num_grad_workers=2,
             grad_communication="asynchronous",
         ),
-        trainer=TrainerConfig(
-            total_frames=300_000,
-            eval_every_frames=10_240,
-            eval_episodes=10,
-            target_return=475.0,
-        ),
+        trainer=dataclasses.replace(a2c.trainer, eval_every_frames=10_240),
     )
 
 

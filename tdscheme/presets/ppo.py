@@ -35,30 +35,22 @@ def ppo_learner(
 ) -> Learner:
     """A Learner over torchrl's ``ClipPPOLoss`` with GAE.
 
-    Args:
-        actor: the stochastic actor (``return_log_prob=True``).
-        critic: the state-value network.
-        config: loss, optimizer and GAE hyperparameters.
-        total_updates: learner updates of the whole run, for ``config.anneal_lr``.
+    The arguments are those of
+    :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner` (the actor built
+    with ``return_log_prob=True``); PPO adds ``config.clip_epsilon`` and
+    ``config.normalize_advantage`` to the loss.
 
     Returns:
         The Learner.
     """
     from torchrl.objectives import ClipPPOLoss
 
-    from tdscheme.presets.actor_critic import actor_critic_learner
+    from tdscheme.presets.actor_critic import actor_critic_loss_learner
 
-    loss = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=config.clip_epsilon,
-        entropy_bonus=config.entropy_coef > 0,
-        entropy_coeff=config.entropy_coef,
-        critic_coeff=config.critic_coef,
-        loss_critic_type=config.loss_critic_type,
-        normalize_advantage=config.normalize_advantage,
-    )
-    return actor_critic_learner(loss, critic, config=config, total_updates=total_updates)
+    return actor_critic_loss_learner(
+        ClipPPOLoss, actor=actor, critic=critic, config=config, total_updates=total_updates,
+        clip_epsilon=config.clip_epsilon, normalize_advantage=config.normalize_advantage,
+    )  # fmt: skip
 
 
 def ppo_cartpole() -> Preset:

@@ -73,7 +73,7 @@ class CollectorDriver(NoReplayBuffer):
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         # The push that followed this update does not count: the batch was used before it.
         metrics.update(lag_metrics(batch, self.collector.policy_version - int(pushed)))
-        metrics.update(numeric_stats(self.collector.stats(timeout_s=1.0), "collector"))
+        metrics.update(numeric_stats(self.collector.stats(timeout=1.0), "collector"))
         return int(learner_metrics["num_frames"].item()), metrics
 
     def push_weights(self) -> None:

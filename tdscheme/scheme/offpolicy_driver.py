@@ -187,7 +187,7 @@ class OffPolicyDriver:
         metrics.update({"time/wait_s": collected - start, "time/learn_s": learned - collected})
         metrics.update(_mean_metrics(updates))
         metrics.update(self.replay_metrics(num_updates))
-        metrics.update(numeric_stats(self.collector.stats(timeout_s=1.0), "collector"))
+        metrics.update(numeric_stats(self.collector.stats(timeout=1.0), "collector"))
         return frames, metrics
 
     def replay_metrics(self, num_updates: int) -> dict[str, float]:
@@ -236,7 +236,7 @@ class OffPolicyDriver:
                 raise TimeoutError(
                     f"no frame was written into the replay buffer for batch_timeout_s="
                     f"{self.config.batch_timeout_s} s (workers alive: "
-                    f"{self.collector.stats(timeout_s=1.0).get('workers_alive')})"
+                    f"{self.collector.stats(timeout=1.0).get('workers_alive')})"
                 )
             time.sleep(_POLL_S)
 

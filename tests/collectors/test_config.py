@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 
 import pytest
 import torch
 from tensordict import TensorDict
 
-from tdscheme.collectors import PreemptionConfig, RayCollectorConfig
+from tdscheme.collectors import PreemptionConfig, RayCollector, RayCollectorConfig
 from tdscheme.collectors.config import default_remote_config
 from tdscheme.collectors.driver.stacking import pad_time, stack_rollouts
 from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
@@ -159,3 +161,33 @@ def test_default_remote_config_gives_workers_a_gpu_share_when_cuda_is_available(
     assert config.remote_config_list() == [expected, expected]
     given = RayCollectorConfig(make_env, frames_per_batch=10, remote_configs={"num_cpus": 2})
     assert given.remote_config_list() == [{"num_cpus": 2}]  # the user's options as given
+
+
+def documented_args(doc: str) -> list[str]:
+    """The names a Google-style docstring's ``Args:`` section documents (``a, b: ...`` too)."""
+    section = doc.split("\n    Args:\n", 1)[1].split("\n\n", 1)[0]
+    names = []
+    for line in section.splitlines():
+        if line.startswith("        ") and not line.startswith("         ") and ":" in line:
+            names += [n.strip() for n in line.split(":", 1)[0].split(",")]
+    return names
+
+
+def test_one_declaration_of_the_settings_signature_fields_and_args_agree():
+    """RayCollector's signature is built from the config's fields, and every field is documented."""
+    fields = [f.name for f in dataclasses.fields(RayCollectorConfig)]
+    signature = list(inspect.signature(RayCollector).parameters)
+    assert signature == fields
+    assert sorted(documented_args(RayCollectorConfig.__doc__)) == sorted(fields)
+    required = [
+        name
+        for name, p in inspect.signature(RayCollector).parameters.items()
+        if p.default is inspect.Parameter.empty
+    ]
+    assert required == ["create_env_fn", "frames_per_batch"]  # as torchrl's
+
+
+def test_the_args_reader_sees_a_missing_and_a_grouped_name():
+    """The negative control: a field left out of the docs, and ``a, b:`` lines, are read."""
+    doc = "Summary.\n\n    Args:\n        a, b: two.\n        c: one,\n            more text: here.\n\n    Raises:\n"
+    assert documented_args(doc) == ["a", "b", "c"]

@@ -15,7 +15,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds, cut_to_fit
+from tdscheme.collectors.driver.budget import cut_to_fit
+from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds
 from tdscheme.keys import MASK_KEY
 
 

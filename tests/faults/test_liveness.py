@@ -50,7 +50,7 @@ def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
             for worker in (0, 1):
                 ids = flat[flat[WORKER_ID_KEY] == worker].get(TRAJ_IDS)
                 ids_by_worker[worker].append(ids[ids >= 0])
-        stats = collector.stats(timeout_s=5)
+        stats = collector.stats(timeout=5)
     assert seen == 190  # the last batch cut to fit
     assert stats["workers_hung"] == 1 and stats["restarts"] == 1
     assert stats["ledger"]["lost"] >= 10
@@ -88,7 +88,7 @@ def test_a_frozen_worker_process_is_declared_hung_after_the_stall_timeout(ray_cl
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass  # killed as hung, as it should be
-        stats = collector.stats(timeout_s=5)
+        stats = collector.stats(timeout=5)
     assert seen == 200
     assert stats["workers_hung"] == 1 and stats["restarts"] == 1
     _assert_balanced(stats["ledger"], 200)
@@ -105,7 +105,7 @@ def test_elastic_min_workers_goes_on_without_a_failed_worker(ray_clean):
         for batch in collector:
             _assert_books_agree(collector)
             seen += batch.numel()
-        stats = collector.stats(timeout_s=5)
+        stats = collector.stats(timeout=5)
     assert seen == 100
     assert stats["workers_retired"] == [0]
     assert stats["frames_per_worker"] == {1: 100}

@@ -10,14 +10,16 @@ kept and re-raised on the driver at the next call, never lost.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["BackgroundCollection", "BackgroundCollectionMixin"]
+if TYPE_CHECKING:
+    from tdscheme.collectors.driver.parts import CollectorParts
+
+__all__ = ["BackgroundCollection"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +30,18 @@ class BackgroundCollection:
     Args:
         batches: makes a fresh iterable of batches (the collector's iterator).
         request_stop: asks that iterable to stop requesting and drain (it then ends).
+        parts: the collector's shared parts: :meth:`start` needs its replay buffer and
+            an open collector (``None``: no check, for tests).
     """
 
     def __init__(
-        self, batches: Callable[[], Iterable[Any]], request_stop: Callable[[], None]
+        self,
+        batches: Callable[[], Iterable[Any]],
+        request_stop: Callable[[], None],
+        *,
+        parts: CollectorParts | None = None,
     ) -> None:
+        self.parts = parts
         self._batches = batches
         self._request_stop = request_stop
         self._thread: threading.Thread | None = None
@@ -44,11 +53,24 @@ class BackgroundCollection:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Starts the thread (no-op while it runs).
+        """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
+
+        Returns at once (a no-op while it runs); :meth:`pause` holds it, ``shutdown()``
+        (or ``async_shutdown()``) stops it. An error in the background re-raises on
+        the next ``start()``, ``stats()`` or ``shutdown()``.
 
         Raises:
-            RuntimeError: the previous run stopped on an error (its cause attached).
+            RuntimeError: the collector has no ``replay_buffer``, or is shut down, or
+                the previous run stopped on an error (its cause attached).
         """
+        if self.parts is not None:
+            if self.parts.config.replay_buffer is None:
+                raise RuntimeError(
+                    "start() collects into a replay buffer in the background, and this "
+                    "collector has replay_buffer=None; pass replay_buffer=RayReplayBuffer(...) "
+                    "(or ReplayBuffer(..., service_backend='ray')), or iterate the collector"
+                )
+            self.parts.check_open()
         self.raise_error()
         if self.running:
             return
@@ -90,54 +112,6 @@ class BackgroundCollection:
         self._thread = None
 
     @contextlib.contextmanager
-    def pause(self, timeout_s: float, *, resume: bool) -> Iterator[None]:
-        """Drains and holds collection inside the ``with`` block; resumes after it if asked."""
-        was_running = self.running
-        self.stop(timeout_s)
-        try:
-            yield
-        finally:
-            if resume and was_running:
-                self.start()
-
-
-class BackgroundCollectionMixin:
-    """torchrl's background surface of a RayCollector: ``start``, ``pause``, ``async_shutdown``.
-
-    The host class has ``config`` (with ``replay_buffer``), ``_background`` (a
-    :class:`BackgroundCollection`), ``_check_open()`` and ``shutdown()``.
-    """
-
-    config: Any
-    _background: BackgroundCollection
-    _check_open: Callable[[], None]
-    shutdown: Callable[..., None]
-
-    def start(self) -> None:
-        """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
-
-        Returns at once; :meth:`pause` holds it, :meth:`shutdown` (or
-        :meth:`async_shutdown`) stops it. An error in the background re-raises
-        on the next :meth:`start`, :meth:`stats` or :meth:`shutdown`.
-
-        Raises:
-            RuntimeError: the collector has no ``replay_buffer``, or is shut down.
-        """
-        if self.config.replay_buffer is None:
-            raise RuntimeError(
-                "start() collects into a replay buffer in the background, and this collector "
-                "has replay_buffer=None; pass replay_buffer=RayReplayBuffer(...) (or "
-                "ReplayBuffer(..., service_backend='ray')), or iterate the collector instead"
-            )
-        self._check_open()
-        self._background.start()
-
-    @property
-    def is_running(self) -> bool:
-        """Whether background collection (:meth:`start`) is running."""
-        return self._background.running
-
-    @contextlib.contextmanager
     def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
         """Drains the writes in flight and holds background collection inside the block.
 
@@ -151,9 +125,10 @@ class BackgroundCollectionMixin:
         Raises:
             TimeoutError: the requests in flight did not finish within ``timeout``.
         """
-        with self._background.pause(timeout, resume=resume):
+        was_running = self.running
+        self.stop(timeout)
+        try:
             yield
-
-    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
-        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
-        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)
+        finally:
+            if resume and was_running:
+                self.start()

@@ -1,4 +1,4 @@
-"""The frame ledger: where every frame asked of a worker went, and cutting the last batch to fit.
+"""The frame ledger: where every frame asked of a worker went, and trajectory ids past a restart.
 
 Every request the driver sends is booked when it is sent (:meth:`FrameLedger.ask`)
 with the frames it asks of the worker, and once more when it resolves
@@ -76,12 +76,10 @@ from typing import Any, NamedTuple
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.keys import MASK_KEY
-
 #: torchrl's trajectory ids, per frame.
 TRAJ_IDS_KEY = ("collector", "traj_ids")
 
-__all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds", "cut_to_fit"]
+__all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds"]
 
 _COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded")
 
@@ -267,59 +265,6 @@ class FrameLedger:
             out["unaccounted"] = self.unaccounted
             out["balanced"] = self._balanced()
         return out
-
-
-def cut_to_fit(
-    td: TensorDictBase, frames_left: int, *, stacked: bool = False
-) -> tuple[TensorDictBase, list[int] | None]:
-    """Cuts a batch along time (its last dim) so that its valid frames fit in ``frames_left``.
-
-    A batch of ``[*env_batch, time]`` loses whole time steps from its end. A
-    padded batch (with ``("collector", "mask")``) keeps exactly ``frames_left``
-    valid frames: the surplus of its last step is unmasked. Without a mask and
-    with an env batch, up to one step's frames less than ``frames_left`` may be
-    kept (never more).
-
-    Args:
-        td: one batch (a worker's, or a stacked ``[workers, ...]`` one).
-        frames_left: frames that may still be yielded.
-        stacked: ``td`` stacks one rollout per worker along its first dim.
-
-    Returns:
-        The batch (unchanged when it fits) and, when it was cut, the valid frames
-        kept: one count per worker for a stacked batch, one count otherwise.
-
-    Example:
-        >>> from tensordict import TensorDict
-        >>> td = TensorDict({"x": torch.arange(8).view(2, 4)}, batch_size=[2, 4])
-        >>> out, kept = cut_to_fit(td, 5)
-        >>> out["x"].tolist(), kept
-        ([[0, 1], [4, 5]], [4])
-    """
-    mask = td.get(MASK_KEY, None)
-    masked = mask is not None
-    if mask is None:
-        mask = torch.ones(td.batch_size, dtype=torch.bool)
-    if int(mask.sum()) <= frames_left:
-        return td, None
-    steps = td.batch_size[-1]
-    per_step = mask.reshape(-1, steps).movedim(-1, 0).reshape(steps, -1).sum(1).cumsum(0)
-    if masked:  # whole steps until the budget is reached, the surplus of the last one unmasked
-        keep = min(steps, int((per_step < frames_left).sum()) + 1) if frames_left > 0 else 0
-    else:  # whole steps that fit
-        keep = int((per_step <= frames_left).sum())
-    kept = td[..., :keep]
-    kept_mask = mask[..., :keep].clone()
-    surplus = int(kept_mask.sum()) - frames_left
-    if masked and surplus > 0:
-        last = kept_mask[..., -1].reshape(-1)
-        last[last.nonzero().flatten()[-surplus:]] = False
-        kept_mask[..., -1] = last.view(kept_mask[..., -1].shape)
-        kept = kept.clone(False)
-        kept.set(MASK_KEY, kept_mask)
-    if stacked:
-        return kept, [int(part.sum()) for part in kept_mask]
-    return kept, [int(kept_mask.sum())]
 
 
 class TrajectoryIds:

@@ -146,6 +146,29 @@ class WorkerPool(ActorPool):
             self._next_traj_ids[worker_id] = max(seen, value.next_traj_id)
         return value
 
+    def seed_all(self, seed: int, static_seed: bool = False, *, timeout_s: float = 600.0) -> int:
+        """Seeds every worker distinctly and reproducibly from ``seed``.
+
+        Worker ``i`` gets its own seed derived from ``seed`` (restarted workers a
+        fresh one), where torchrl chains one seed through the workers in turn.
+
+        Args:
+            seed: the base seed.
+            static_seed: torchrl's: each worker's env copies all get that worker's seed.
+
+        Returns:
+            As torchrl's: the seed to use next, the one the last worker's torchrl
+            collector chained to after its own.
+
+        Raises:
+            TypeError: ``seed`` is not an int.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.seed = seed
+        seeds = [(self.worker_seed(i), static_seed) for i in range(len(self))]
+        return int(self.call_all("set_seed", seeds, timeout_s=timeout_s)[-1])
+
     def preempt(self, worker_id: int, batch_id: int) -> None:
         """Asks a worker to cut batch ``batch_id`` short at its next step boundary."""
         self._slots[worker_id].actor.preempt.remote(batch_id)

@@ -1,32 +1,37 @@
-"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsMixin`)."""
+"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsReport`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.driver.ledger import FrameLedger
+
+if TYPE_CHECKING:
+    from tdscheme.collectors.driver.parts import CollectorParts
 
 
 @dataclasses.dataclass
 class CollectorStats:
-    """What a RayCollector has done so far. Nothing is silently lost: every frame
-    collected is either yielded or counted as preempted, lost or dropped.
+    """What a RayCollector has done so far: the frame ledger, and timers and counters beside it.
+
+    Where frames went is read from the ledger, booked once per request
+    (:class:`~tdscheme.collectors.driver.ledger.FrameLedger`): ``frames`` is its
+    ``yielded`` column and ``frames_dropped``, ``frames_preempted``,
+    ``frames_lost`` and ``frames_discarded`` are its other columns, so ``stats()``
+    and the ledger cannot disagree. ``discarded`` has one meaning: asked of a worker,
+    then thrown away by the driver (collected past ``total_frames``, not written past a
+    request's budget, or in flight when an iteration stopped).
 
     Attributes:
-        frames: frames yielded.
         batches: batches yielded.
         frames_per_worker: frames yielded from each worker.
-        frames_preempted: frames a preempted (cut-off) worker did not collect.
-        frames_lost: frames in flight on a worker that died.
         frames_written_by_dead_workers: frames a worker wrote into the replay buffer
             just before it died (its reply lost, its record found in the buffer):
             counted in ``frames``, not lost.
-        frames_dropped: frames collected but discarded as too stale (``max_policy_lag``).
-        frames_discarded: frames collected but not written to the replay buffer:
-            past ``total_frames``, or a whole trajectory that did not fit in it.
         lag_counts: yielded batches (or worker parts of a sync batch) per policy lag.
         wait_s, dispatch_s, decode_s, weight_push_s: driver-side time blocked waiting for
             batches, submitting requests, decoding payloads, pushing weights.
@@ -34,20 +39,13 @@ class CollectorStats:
         bytes_received: payload bytes received from workers.
         weight_pushes: number of ``update_policy_weights_`` pushes.
         ledger: where every frame asked of a worker went, each request booked when
-            sent and when resolved (:class:`~tdscheme.collectors.driver.ledger.FrameLedger`);
-            its ``lost``, ``dropped`` and ``preempted`` are booked with the counters
-            above, which tests hold them against.
+            sent and when resolved.
         hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
     """
 
-    frames: int = 0
     batches: int = 0
     frames_per_worker: Counter = dataclasses.field(default_factory=Counter)
-    frames_preempted: int = 0
-    frames_lost: int = 0
     frames_written_by_dead_workers: int = 0
-    frames_dropped: int = 0
-    frames_discarded: int = 0
     lag_counts: Counter = dataclasses.field(default_factory=Counter)
     wait_s: float = 0.0
     dispatch_s: float = 0.0
@@ -61,6 +59,11 @@ class CollectorStats:
     ledger: FrameLedger = dataclasses.field(default_factory=FrameLedger)
     hung: int = 0
 
+    @property
+    def frames(self) -> int:
+        """Frames yielded (or written into the replay buffer): the ledger's ``yielded``."""
+        return self.ledger.yielded
+
     def start_clock(self) -> None:
         """Starts the frames-per-second clock at the first request."""
         if self.started_at is None:
@@ -71,17 +74,18 @@ class CollectorStats:
         elapsed = time.perf_counter() - self.started_at if self.started_at is not None else 0.0
         lags = self.lag_counts
         seen = sum(lags.values())
+        books = self.ledger.as_dict()
         return {
-            "frames": self.frames,
+            "frames": books["yielded"],
             "batches": self.batches,
-            "fps": self.frames / elapsed if elapsed > 0 else 0.0,
+            "fps": books["yielded"] / elapsed if elapsed > 0 else 0.0,
             "elapsed_s": elapsed,
             "frames_per_worker": dict(sorted(self.frames_per_worker.items())),
-            "frames_preempted": self.frames_preempted,
-            "frames_lost": self.frames_lost,
+            "frames_preempted": books["preempted"],
+            "frames_lost": books["lost"],
             "frames_written_by_dead_workers": self.frames_written_by_dead_workers,
-            "frames_dropped": self.frames_dropped,
-            "frames_discarded": self.frames_discarded,
+            "frames_dropped": books["dropped"],
+            "frames_discarded": books["discarded"],
             "policy_lag_max": max(lags) if lags else 0,
             "policy_lag_mean": sum(k * v for k, v in lags.items()) / seen if seen else 0.0,
             "policy_lag_counts": dict(sorted(lags.items())),
@@ -94,7 +98,7 @@ class CollectorStats:
             "bytes_received": self.bytes_received,
             "weight_pushes": self.weight_pushes,
             "workers_hung": self.hung,
-            "ledger": self.ledger.as_dict(),
+            "ledger": books,
         }
 
     def report(
@@ -121,7 +125,8 @@ class CollectorStats:
             ValueError: an unknown ``workers``.
 
         Example:
-            >>> stats = CollectorStats(frames=10)
+            >>> stats = CollectorStats()
+            >>> stats.ledger.reset_(yielded=10)  # 10 frames yielded
             >>> out = stats.report("aggregate", num_workers=2, workers_alive=2, total_frames=10,
             ...                    requested_frames_per_batch=5)
             >>> out["completed"], out["worker_frames"], out["workers_alive"]
@@ -148,30 +153,30 @@ class CollectorStats:
         return out
 
 
-class StatsMixin:
-    """``RayCollector.stats()`` (a mixin).
+class StatsReport:
+    """``RayCollector.stats()``: the counters, the workers' answers and versions, in one dict.
 
-    The host class has ``num_collectors``, ``total_frames``, ``frames_per_batch``,
-    ``_closed``, ``_stats`` (a :class:`CollectorStats`), ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_flow`` and ``_background``.
+    Args:
+        parts: the collector's shared parts.
+        running_versions: worker id -> policy version of the last batch it delivered.
+        background: the collector's background collection (its error re-raises here).
+        is_closed: whether the collector is shut down (its workers are not pinged then).
     """
 
-    num_collectors: int
-    total_frames: int
-    frames_per_batch: int
-    _closed: bool
-    _stats: CollectorStats
-    _pool: Any
-    _flow: Any
-    _background: Any
-
-    def stats(
+    def __init__(
         self,
-        workers: str = "aggregate",
+        parts: CollectorParts,
         *,
-        timeout: float | None = 10.0,
-        timeout_s: float | None = None,
-    ) -> dict[str, Any]:
+        running_versions: Mapping[int, int],
+        background: Any,
+        is_closed: Callable[[], bool],
+    ) -> None:
+        self.parts = parts
+        self.running_versions = running_versions
+        self.background = background
+        self.is_closed = is_closed
+
+    def report(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
 
         torchrl's keys: ``frames``, ``requested_frames_per_batch``,
@@ -180,7 +185,8 @@ class StatsMixin:
         dead or hung worker never blocks the call) and ``worker_frames``; with
         ``workers="per_worker"`` (or ``"both"``), ``worker_<i>/frames`` instead.
         tdscheme's: fps, per-worker frames, policy lag, frames
-        preempted/lost/dropped/discarded, restarts, wait/dispatch/decode/
+        preempted/lost/dropped/discarded (the frame ledger's columns, and the
+        ledger itself under ``"ledger"``), restarts, wait/dispatch/decode/
         weight-push ms, bytes received, and the policy version each worker
         acknowledged (``worker_policy_versions``) and runs.
 
@@ -188,31 +194,28 @@ class StatsMixin:
             workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
             timeout: seconds to wait for the workers' pings (``None``: 10, where
                 torchrl waits forever: every wait of tdscheme's is bounded).
-            timeout_s: the same, in tdscheme's naming (wins when given).
 
         Raises:
             ValueError: an unknown ``workers``.
             RuntimeError: background collection stopped on an error.
         """
-        self._background.raise_error()
-        wait_s = timeout_s if timeout_s is not None else (10.0 if timeout is None else timeout)
+        self.background.raise_error()
+        pool, config, num_workers = self.parts.pool, self.parts.config, self.parts.num_workers
         alive = 0
-        if not self._closed:
-            self._pool.poll_acks()
-            alive = sum(self._pool.answering(wait_s))
-        return self._stats.report(
+        if not self.is_closed():
+            pool.poll_acks()
+            alive = sum(pool.answering(10.0 if timeout is None else timeout))
+        return self.parts.stats.report(
             workers,
-            num_workers=self.num_collectors,
+            num_workers=num_workers,
             workers_alive=alive,
-            total_frames=self.total_frames,
-            requested_frames_per_batch=self.frames_per_batch,
-            policy_version=self._pool.version,
-            worker_policy_versions=self._pool.acked_versions(),
-            worker_running_versions=[
-                self._flow.running_versions.get(i, 0) for i in range(self.num_collectors)
-            ],
-            restarts=sum(self._pool.restarts()),
-            restarts_per_worker=self._pool.restarts(),
-            workers_retired=sorted(self._pool.retired),
-            num_collectors=self.num_collectors,
+            total_frames=config.total_frames,
+            requested_frames_per_batch=config.frames_per_batch,
+            policy_version=pool.version,
+            worker_policy_versions=pool.acked_versions(),
+            worker_running_versions=[self.running_versions.get(i, 0) for i in range(num_workers)],
+            restarts=sum(pool.restarts()),
+            restarts_per_worker=pool.restarts(),
+            workers_retired=sorted(pool.retired),
+            num_collectors=num_workers,
         )

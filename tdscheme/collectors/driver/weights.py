@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.driver.weight_schema import WeightSchema, check_finite
 from tdscheme.validation import invalid
 
-__all__ = ["AutoPushRule", "WeightPushMixin", "weights_from"]
+__all__ = ["AutoPushRule", "WeightPusher", "weights_from"]
 
 
 def weights_from(source: Any) -> TensorDictBase:
@@ -106,26 +107,27 @@ class AutoPushRule:
             self._since_push[i] = 0
 
 
-class WeightPushMixin:
-    """The weight surface of a RayCollector: ``update_policy_weights_``, ``wait_for_weights``.
+class WeightPusher:
+    """A RayCollector's weight pushes: ``update_policy_weights_``, ``wait_for_weights``, automatic.
 
-    The host class has ``config``, ``num_collectors``, ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_codec``, ``_stats``,
-    ``_flow``, ``_auto_pushes`` (an :class:`AutoPushRule`) and ``_check_open()``.
+    Args:
+        parts: the collector's shared parts (settings, workers, counters, codec).
     """
 
-    config: Any
-    num_collectors: int
-    _pool: Any
-    _codec: Any
-    _stats: Any
-    _flow: Any
-    _auto_pushes: AutoPushRule
-    _check_open: Callable[[], None]
-    #: With ``policy_factory`` only: the schema of the first push, which later ones match.
-    _pushed_schema: WeightSchema | None = None
+    def __init__(self, parts: CollectorParts) -> None:
+        self.parts = parts
+        self.rule = AutoPushRule(
+            update_after_each_batch=parts.config.update_after_each_batch,
+            max_weight_update_interval=parts.config.max_weight_update_interval,
+        )
+        #: With ``policy_factory`` only: the schema of the first push, which later ones match.
+        self._pushed_schema: WeightSchema | None = None
 
-    def update_policy_weights_(
+    def add_workers(self, count: int) -> None:
+        """Tracks ``count`` new workers for the automatic rule."""
+        self.rule.add_workers(count)
+
+    def push(
         self,
         policy_or_weights: TensorDictBase | nn.Module | dict | None = None,
         *,
@@ -177,18 +179,19 @@ class WeightPushMixin:
             _check_model_ids({model_id: None})
         if len(given) > 1:
             raise ValueError("pass only one of policy_or_weights, weights and policy")
-        self._check_open()
+        parts = self.parts
+        parts.check_open()
         ids = self._worker_ids(worker_ids)
         start = time.perf_counter()
         weights = self._weights_from(given[0] if given else None)
         self._check_weights(weights)
-        payload = self._codec.encode(weights)
-        self._pool.push_weights(payload, self._pool.version + 1, ids)
-        self._auto_pushes.pushed(ids)
-        self._stats.weight_pushes += 1
-        self._stats.weight_push_s += time.perf_counter() - start
+        payload = parts.codec.encode(weights)
+        parts.pool.push_weights(payload, parts.pool.version + 1, ids)
+        self.rule.pushed(ids)
+        parts.stats.weight_pushes += 1
+        parts.stats.weight_push_s += time.perf_counter() - start
 
-    def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
+    def wait(self, timeout_s: float = 60.0) -> list[int]:
         """Blocks until every worker acknowledged its latest push.
 
         Returns:
@@ -197,22 +200,24 @@ class WeightPushMixin:
         Raises:
             TimeoutError: not all acknowledged within ``timeout_s``.
         """
-        self._check_open()
-        return self._pool.wait_for_weights(timeout_s)
+        self.parts.check_open()
+        return self.parts.pool.wait_for_weights(timeout_s)
 
-    def _auto_push(self, worker_ids: list[int]) -> None:
-        due = self._auto_pushes.due(worker_ids)
-        if due and self._flow.more_frames(0):  # else no batch will be collected with them
-            self.update_policy_weights_(worker_ids=due)
+    def auto_push(self, worker_ids: list[int]) -> None:
+        """torchrl's automatic pushes after a batch of ``worker_ids`` was used (see :class:`AutoPushRule`)."""
+        due = self.rule.due(worker_ids)
+        if due:
+            self.push(worker_ids=due)
 
     def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
+        num_workers = self.parts.num_workers
         if worker_ids is None:
-            return list(range(self.num_collectors))
+            return list(range(num_workers))
         ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
-        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.num_collectors]
+        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < num_workers]
         if bad:
             raise ValueError(
-                f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{self.num_collectors - 1}"
+                f"worker_ids={worker_ids!r} has unknown ids {bad}; accepted: 0..{num_workers - 1}"
             )
         return ids
 
@@ -225,7 +230,7 @@ class WeightPushMixin:
         """
         if weights.is_empty():
             return
-        policy = self.config.policy_module()
+        policy = self.parts.config.policy_module()
         if policy is not None:
             WeightSchema.of(weights_from(policy)).check(weights, source="the collector's policy")
         elif self._pushed_schema is not None:
@@ -236,7 +241,7 @@ class WeightPushMixin:
 
     def _weights_from(self, source: Any) -> TensorDictBase:
         if source is None:
-            source = self.config.policy_module()
+            source = self.parts.config.policy_module()
             if source is None:
                 raise ValueError(
                     "update_policy_weights_() has no weights to push: this collector was built "

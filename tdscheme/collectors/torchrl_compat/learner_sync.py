@@ -10,7 +10,7 @@ instead of the driver pushing them. It asks the collector for that topology thro
 Two halves live here, both wrapping torchrl's own scheme (nothing of its transport is
 rewritten):
 
-* :class:`LearnerWeightSyncMixin`, on :class:`~tdscheme.collectors.RayCollector`: builds
+* :class:`LearnerWeightSync`, composed into :class:`~tdscheme.collectors.RayCollector`: builds
   the scheme with the worker actors (or, with a Ray ``InferenceServer`` as the policy, the
   server's actor) as its receivers, as torchrl's RayCollector does. From then on the
   learner owns the weights: driver pushes (``update_policy_weights_`` and the automatic
@@ -28,45 +28,48 @@ rewritten):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from tensordict import TensorDictBase
 from torch import nn
 
+from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.driver.weight_schema import check_finite
-from tdscheme.collectors.driver.weights import POLICY_MODEL_ID, weights_from
+from tdscheme.collectors.driver.weights import POLICY_MODEL_ID, WeightPusher, weights_from
 from tdscheme.collectors.torchrl_compat.args import is_policy_service
 from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
 
-__all__ = ["LearnerWeightSyncMixin"]
+__all__ = ["LearnerWeightSync"]
 
 logger = logging.getLogger(__name__)
 
 
-class LearnerWeightSyncMixin:
-    """The collector side of torchrl's learner weight publication (a RayCollector mixin).
+class LearnerWeightSync:
+    """The weight path of a RayCollector, with torchrl's learner publication and policy services.
 
-    The host class has ``config``, ``policy``, ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_stats``, ``_check_open()`` and,
-    further down its bases, :class:`~tdscheme.collectors.driver.weights.WeightPushMixin`.
+    Wraps the driver's :class:`~tdscheme.collectors.driver.weights.WeightPusher`: a push
+    goes to the workers through it, unless a torchrl learner owns the weights (then it
+    raises) or the policy is a Ray ``InferenceServer`` (then the server is updated);
+    automatic pushes stop in both cases.
+
+    Args:
+        pusher: the driver's weight pusher.
+        parts: the collector's shared parts.
     """
 
-    config: Any
-    policy: Any
-    _pool: Any
-    _stats: Any
-    _check_open: Callable[[], None]
-
-    #: The scheme handed to the learner (``None`` until it asks for one).
-    _learner_scheme: Any = None
+    def __init__(self, pusher: WeightPusher, parts: CollectorParts) -> None:
+        self.pusher = pusher
+        self.parts = parts
+        #: The scheme handed to the learner (``None`` until it asks for one).
+        self._learner_scheme: Any = None
 
     @property
     def learner_publishes_weights(self) -> bool:
         """Whether a torchrl learner publishes the policy weights (driver pushes are off)."""
         return self._learner_scheme is not None
 
-    def _learner_weight_sync(self, *, new_generation: bool = False) -> Any:
+    def scheme(self, *, new_generation: bool = False) -> Any:
         """The policy receiver topology for torchrl's Ray learner (torchrl's private hook).
 
         torchrl's ``_RayTrainerExecution`` calls it when its learner gang starts
@@ -98,31 +101,32 @@ class LearnerWeightSyncMixin:
         """
         if not new_generation and self._learner_scheme is not None:
             return self._learner_scheme
-        self._check_open()
-        if self._learner_scheme is None and self._stats.weight_pushes:
+        config, pool, stats = self.parts.config, self.parts.pool, self.parts.stats
+        self.parts.check_open()
+        if self._learner_scheme is None and stats.weight_pushes:
             raise RuntimeError(
                 "Weight synchronization was already initialized on the controller: this "
-                f"collector pushed weights {self._stats.weight_pushes} time(s) with "
+                f"collector pushed weights {stats.weight_pushes} time(s) with "
                 "update_policy_weights_; a torchrl learner can publish the weights only to "
                 "a collector that never pushed any"
             )
-        if self.config.max_policy_lag is not None:
+        if config.max_policy_lag is not None:
             raise ValueError(
-                f"max_policy_lag={self.config.max_policy_lag} is invalid with a torchrl "
+                f"max_policy_lag={config.max_policy_lag} is invalid with a torchrl "
                 f"learner publishing the weights; accepted: None (the lag bound is measured "
                 f"against the driver's pushes, and the learner's publications bypass the "
                 f"driver)"
             )
-        service = self.config.policy if is_policy_service(self.config.policy) else None
+        service = config.policy if is_policy_service(config.policy) else None
         scheme = self._uninitialized_scheme()
-        targets = [service._actor] if service is not None else self._pool.actors()
+        targets = [service._actor] if service is not None else pool.actors()
         scheme.init_on_sender(
             model_id=POLICY_MODEL_ID, remote_collectors=targets, num_workers=len(targets)
         )
         scheme._manage_receiver_connect = True  # the learner's connect() connects receivers
-        self._pool.register_scheme_receivers(
+        pool.register_scheme_receivers(
             {POLICY_MODEL_ID: scheme},
-            timeout_s=self.config.batch_timeout_s,
+            timeout_s=config.batch_timeout_s,
             targets=None if service is None else targets,
         )
         if self._learner_scheme is not None and self._learner_scheme is not scheme:
@@ -131,19 +135,19 @@ class LearnerWeightSyncMixin:
         return scheme
 
     def _uninitialized_scheme(self) -> Any:
-        configured = (self.config.weight_sync_schemes or {}).get(POLICY_MODEL_ID)
+        configured = (self.parts.config.weight_sync_schemes or {}).get(POLICY_MODEL_ID)
         if configured is not None:
             return configured._copy_uninitialized()
         return ray_weight_scheme_class()()
 
-    def update_policy_weights_(
+    def push(
         self,
         policy_or_weights: TensorDictBase | nn.Module | Mapping | None = None,
         **kwargs: Any,
     ) -> None:
         """Pushes weights, unless a learner owns them; to a policy service, updates it.
 
-        See :meth:`~tdscheme.collectors.driver.weights.WeightPushMixin.update_policy_weights_`.
+        See :meth:`~tdscheme.collectors.driver.weights.WeightPusher.push`.
         With a Ray ``InferenceServer`` as the policy, the weights go to the server
         (``update_model_weights``), as torchrl's RayCollector does.
 
@@ -156,13 +160,13 @@ class LearnerWeightSyncMixin:
                 "Policy weights are published by the learner backend for this collector "
                 "(learner_backend='ray'); update_policy_weights_ would overwrite them"
             )
-        if is_policy_service(self.config.policy):
+        if is_policy_service(self.parts.config.policy):
             self._update_service(policy_or_weights, **kwargs)
             return
-        super().update_policy_weights_(policy_or_weights, **kwargs)  # type: ignore[misc]
+        self.pusher.push(policy_or_weights, **kwargs)
 
     def _update_service(self, policy_or_weights: Any, **kwargs: Any) -> None:
-        self._check_open()
+        self.parts.check_open()
         given = [policy_or_weights, kwargs.pop("weights", None), kwargs.pop("policy", None)]
         given = [x for x in given if x is not None]
         kwargs.pop("worker_ids", None)  # the one server serves every worker
@@ -176,10 +180,11 @@ class LearnerWeightSyncMixin:
         weights = weights_from(given[0])
         if isinstance(weights, TensorDictBase):
             check_finite(weights)  # NaN weights never reach the server (nothing is sent)
-        self.config.policy.update_model_weights(weights)
-        self._stats.weight_pushes += 1
+        self.parts.config.policy.update_model_weights(weights)
+        self.parts.stats.weight_pushes += 1
 
-    def _auto_push(self, worker_ids: list[int]) -> None:
-        if self.learner_publishes_weights or is_policy_service(self.config.policy):
-            return  # the learner (or the service's owner) sends the weights
-        super()._auto_push(worker_ids)  # type: ignore[misc]
+    def auto_push(self, worker_ids: list[int]) -> None:
+        """The pusher's automatic pushes, unless a learner (or a service's owner) sends weights."""
+        if self.learner_publishes_weights or is_policy_service(self.parts.config.policy):
+            return
+        self.pusher.auto_push(worker_ids)

@@ -12,10 +12,12 @@ remote traceback.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["RemoteCallsMixin", "per_worker_calls"]
+from tdscheme.collectors.driver.parts import CollectorParts
+
+__all__ = ["RemoteCalls", "per_worker_calls"]
 
 
 def per_worker_calls(
@@ -53,17 +55,15 @@ def per_worker_calls(
     return [(tuple(a), dict(k)) for a, k in zip(args_list, kwargs_list, strict=True)]
 
 
-class RemoteCallsMixin:
-    """``map_fn`` and ``get_distant_attr`` on every worker's torchrl collector (a mixin).
+class RemoteCalls:
+    """``map_fn`` and ``get_distant_attr`` on every worker's torchrl collector.
 
-    The host class has ``num_collectors``, ``config``, ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`) and ``_check_open()``.
+    Args:
+        parts: the collector's shared parts (settings, workers).
     """
 
-    num_collectors: int
-    config: Any
-    _pool: Any
-    _check_open: Callable[[], None]
+    def __init__(self, parts: CollectorParts) -> None:
+        self.parts = parts
 
     def map_fn(
         self,
@@ -94,12 +94,13 @@ class RemoteCallsMixin:
             WorkerError: a collector raised (with the worker id and remote
                 traceback), a worker died, or it did not answer in ``batch_timeout_s``.
         """
-        self._check_open()
-        calls = per_worker_calls(self.num_collectors, list_of_args, list_of_kwargs)
-        return self._pool.call_all(
+        parts = self.parts
+        parts.check_open()
+        calls = per_worker_calls(parts.num_workers, list_of_args, list_of_kwargs)
+        return parts.pool.call_all(
             "cascade_execute",
             [(method_name, args, kwargs) for args, kwargs in calls],
-            timeout_s=self.config.batch_timeout_s,
+            timeout_s=parts.config.batch_timeout_s,
         )
 
     def get_distant_attr(self, attr: str) -> list[Any]:
@@ -113,8 +114,9 @@ class RemoteCallsMixin:
                 ``AttributeError`` there), a worker died, or it did not answer in
                 ``batch_timeout_s``.
         """
-        self._check_open()
-        return self._pool.call_all(
-            "get_distant_attr", [(attr,)] * self.num_collectors,
-            timeout_s=self.config.batch_timeout_s,
+        parts = self.parts
+        parts.check_open()
+        return parts.pool.call_all(
+            "get_distant_attr", [(attr,)] * parts.num_workers,
+            timeout_s=parts.config.batch_timeout_s,
         )  # fmt: skip

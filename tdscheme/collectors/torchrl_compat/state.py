@@ -21,12 +21,13 @@ older checkpoints) still loads.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
 
-__all__ = ["CollectorStateMixin", "driver_state", "worker_states"]
+__all__ = ["CollectorState", "driver_state", "worker_states"]
 
 _DRIVER = "driver"
 _LEGACY_KEYS = frozenset({"frames", "batches", "policy_version", "workers"})
@@ -129,18 +130,15 @@ def _from_legacy(state: Mapping[str, Any]) -> list[Any]:
     )
 
 
-class CollectorStateMixin:
-    """``state_dict`` / ``load_state_dict`` of a RayCollector (a mixin).
+class CollectorState:
+    """``state_dict`` / ``load_state_dict`` of a RayCollector, in torchrl's per-worker format.
 
-    The host class has ``num_collectors``, ``config``, ``_pool`` (a
-    :class:`~tdscheme.collectors.driver.pool.WorkerPool`), ``_stats`` and ``_check_open()``.
+    Args:
+        parts: the collector's shared parts (settings, workers, counters).
     """
 
-    num_collectors: int
-    config: Any
-    _pool: Any
-    _stats: Any
-    _check_open: Callable[[], None]
+    def __init__(self, parts: CollectorParts) -> None:
+        self.parts = parts
 
     def state_dict(self) -> list[Any]:
         """Every worker's torchrl collector state, in torchrl's format, with tdscheme's counters.
@@ -154,15 +152,16 @@ class CollectorStateMixin:
         Raises:
             WorkerError: a worker raised, died or did not answer in ``batch_timeout_s``.
         """
-        self._check_open()
-        workers = self._pool.call_all(
-            "state_dict", [()] * self.num_collectors, timeout_s=self.config.batch_timeout_s
+        parts = self.parts
+        parts.check_open()
+        workers = parts.pool.call_all(
+            "state_dict", [()] * parts.num_workers, timeout_s=parts.config.batch_timeout_s
         )
         return with_driver_state(
             workers,
-            frames=self._stats.frames,
-            batches=self._stats.batches,
-            policy_version=self._pool.version,
+            frames=parts.stats.frames,
+            batches=parts.stats.batches,
+            policy_version=parts.pool.version,
         )
 
     def load_state_dict(self, state_dict: Any) -> None:
@@ -179,15 +178,15 @@ class CollectorStateMixin:
             TypeError: not a state dict.
             WorkerError: a worker could not load its state.
         """
-        self._check_open()
-        states = worker_states(state_dict, self.num_collectors)
-        self._pool.call_all(
-            "load_state_dict", [(s, False) for s in states], timeout_s=self.config.batch_timeout_s
+        parts = self.parts
+        parts.check_open()
+        states = worker_states(state_dict, parts.num_workers)
+        parts.pool.call_all(
+            "load_state_dict", [(s, False) for s in states], timeout_s=parts.config.batch_timeout_s
         )
         driver = driver_state(states)
         if driver is not None:
-            self._stats.frames = driver["frames"]
-            self._stats.batches = driver["batches"]
+            parts.stats.batches = driver["batches"]
             # the restored run's frames, all yielded; the requests in flight stay booked
-            self._stats.ledger.reset_(yielded=driver["frames"])
-            self._pool.set_version(driver["policy_version"])
+            parts.stats.ledger.reset_(yielded=driver["frames"])
+            parts.pool.set_version(driver["policy_version"])

@@ -18,8 +18,8 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.worker.buffer_writer import BufferWriter, frames_to_write
+from tdscheme.collectors.worker.build import build_collector, writable_carrier
 from tdscheme.collectors.worker.checks import (
-    check_policy_keys,
     describe_nonfinite,
     env_output_error,
 )
@@ -29,13 +29,9 @@ from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import (
-    default_collector_kwargs,
     env_output_keys,
     is_multi_collector,
     next_trajectory_id,
-    takes_argument,
-    takes_trajectory_pool,
-    trajectory_pool,
 )
 from tdscheme.transport import Payload, TensorDictCodec
 
@@ -104,7 +100,7 @@ class CollectorWorker(SchemeReceiverMixin):
         self._write_lock = threading.Lock()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
         self.env_steps = 0  # progress, read by the driver through progress()
-        self._collector = self._build_collector(spec, worker_id, first_traj_id)
+        self._collector = build_collector(spec, worker_id, first_traj_id)
         self._steps_counted = count_env_steps(self._collector, self._add_steps)
         if seed is not None:
             self.set_seed(seed)
@@ -118,31 +114,6 @@ class CollectorWorker(SchemeReceiverMixin):
             "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
             worker_id, type(self._collector).__name__, spec.frames_per_batch, seed, policy_version,
         )  # fmt: skip
-
-    @staticmethod
-    def _build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) -> Any:
-        env = spec.create_env_fn
-        if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
-            env = [spec.create_env_fn] * spec.num_workers_per_collector
-        elif callable(env) and not isinstance(env, torch.nn.Module):
-            env = env()
-            check_policy_keys(env, spec.policy)  # before torchrl runs the policy on it
-        kwargs = default_collector_kwargs(spec.collector_class)
-        if takes_argument(spec.collector_class, "worker_idx"):
-            kwargs["worker_idx"] = worker_id  # as torchrl's RayCollector: a receiver's rank
-        kwargs.update(spec.collector_kwargs)  # the user's values win
-        if spec.policy_factory is not None:
-            kwargs["policy_factory"] = spec.policy_factory
-        if first_traj_id and takes_trajectory_pool(spec.collector_class):
-            # a rebuilt worker: its trajectory ids go on past its previous incarnation's
-            kwargs.setdefault("traj_pool", trajectory_pool(first_traj_id))
-        frames = spec.frames_per_batch
-        if spec.preemptible:
-            # One env step per iteration; the batch is assembled step by step.
-            frames = _env_batch_numel(env)
-        return spec.collector_class(
-            env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
-        )
 
     def collect(
         self, batch_id: int, min_policy_version: int = 0, max_frames: int | None = None
@@ -347,7 +318,7 @@ class CollectorWorker(SchemeReceiverMixin):
         """
         torch.manual_seed(seed)
         next_seed = self._collector.set_seed(seed, static_seed)
-        _writable_carrier(self._collector)
+        writable_carrier(self._collector)
         self._collector.reset()  # the first frames come from a seeded reset too
         return next_seed
 
@@ -396,26 +367,3 @@ class CollectorWorker(SchemeReceiverMixin):
         collector, self._collector = self._collector, None
         if collector is not None:
             collector.shutdown()
-
-
-def _env_batch_numel(env: Any) -> int:
-    if isinstance(env, list):
-        return len(env)
-    batch_size = getattr(env, "batch_size", torch.Size([]))
-    return max(1, torch.Size(batch_size).numel())
-
-
-def _writable_carrier(collector: Any) -> None:
-    """Gives a torchrl collector's carrier its own memory where an entry is expanded.
-
-    torchrl's ``Collector.reset()`` writes the env's reset output into the carrier
-    in place; torchrl's EnvPool wrapper (``MultiThreadedEnv``) starts it with an
-    expanded observation (stride 0), which cannot be written in place ("more than
-    one element of the written-to tensor refers to a single memory location").
-    """
-    carrier = getattr(collector, "_carrier", None)
-    if not isinstance(carrier, TensorDictBase):
-        return
-    leaves = carrier.values(include_nested=True, leaves_only=True)
-    if any(isinstance(v, torch.Tensor) and v.numel() > 1 and 0 in v.stride() for v in leaves):
-        collector._carrier = carrier.clone()

@@ -80,7 +80,7 @@ def test_dqn_trainer_with_ray_learner_publishes_to_the_workers(replay):
         # the driver extended the buffer with the yielded batches, in order
         versions = replay[:96][POLICY_VERSION_KEY].view(3, 32)
         assert versions.eq(torch.tensor([[0], [1], [2]])).all(), versions[:, 0]
-        stats = collector.stats(timeout_s=1.0)
+        stats = collector.stats(timeout=1.0)
         assert stats["worker_running_versions"] == [2]
         assert stats["policy_lag_max"] == 0  # against the newest version seen, never negative
     finally:
@@ -97,7 +97,7 @@ def test_the_learner_owns_the_weights_once_it_asked_for_them(ray_clean):
         assert collector._learner_weight_sync(new_generation=True) is not scheme
         with pytest.raises(RuntimeError, match="published by the learner backend"):
             collector.update_policy_weights_()
-        assert collector.workers[0] in collector._learner_scheme._remote_collectors
+        assert collector.workers[0] in collector._weights._learner_scheme._remote_collectors
 
 
 def test_a_collector_that_pushed_weights_or_bounds_lag_refuses_the_learner(ray_clean):
