@@ -109,7 +109,7 @@ def run(minutes: float, *, faults: bool, args: argparse.Namespace) -> dict[str, 
         try:
             while time.monotonic() - started < minutes * 60:
                 scheme.step()
-                ledger = scheme.collector.stats(timeout_s=30)["ledger"]
+                ledger = scheme.collector.stats(timeout=30)["ledger"]
                 if not ledger["balanced"] or ledger["collected"] != sum(ledger[p] for p in PARTS):
                     unbalanced += 1
                 if ledger["yielded"] != scheme.frames:
@@ -129,7 +129,7 @@ def run(minutes: float, *, faults: bool, args: argparse.Namespace) -> dict[str, 
             if thread is not None:
                 thread.stop.set()
                 thread.join(timeout=10)
-        stats = scheme.collector.stats(timeout_s=30)
+        stats = scheme.collector.stats(timeout=30)
         frames = scheme.frames
     eval_env.close()
     return {

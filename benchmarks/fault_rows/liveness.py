@@ -100,7 +100,7 @@ def _collect(
                     received += _valid_frames(batch)
                     if during is not None:
                         during(collector, i)
-                stats = collector.stats(timeout_s=5)
+                stats = collector.stats(timeout=5)
         except Exception as err:  # noqa: BLE001 - a row reports, it does not raise
             message = f"{type(err).__name__}: {str(err).splitlines()[0]}"
             return _row(fault, "wrong result", time.perf_counter() - start, bound_s, detail=message)
@@ -592,7 +592,7 @@ def traj_ids_not_spliced_after_restart() -> dict[str, Any]:
             last[worker] = int(valid.max())
             if i == 3:
                 ray.kill(coll.workers[0], no_restart=True)
-        stats = coll.stats(timeout_s=5)
+        stats = coll.stats(timeout=5)
     outcome = "survived" if spliced == 0 and stats["restarts"] == 1 else "wrong result"
     return _row(
         "trajectory ids after a restart (no splicing)", outcome, time.perf_counter() - start,
@@ -658,7 +658,7 @@ def object_store_pressure() -> dict[str, Any]:
             env, frames_per_batch=1000, total_frames=6000, num_collectors=2, seed=0
         ) as collector:  # ~56 MB batches through an 80 MiB object store
             received = sum(batch.numel() for batch in collector)
-            stats = collector.stats(timeout_s=5)
+            stats = collector.stats(timeout=5)
     except Exception as err:  # noqa: BLE001
         detail = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         return _row("object store pressure", "wrong result", time.perf_counter() - start,
