@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
+import ray
 from torchrl.collectors import Collector
 from torchrl.envs import RewardClipping, TransformedEnv
 
@@ -52,3 +54,25 @@ def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
     reason = "torchrl's rollout: the env has a RewardClipping transform"
     assert statuses == [reason, reason]
     assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
+
+
+def test_a_rebuilt_worker_reports_again_without_a_second_log_line(ray_clean, caplog):
+    caplog.set_level(logging.INFO, logger=OFF_PATH)
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=1,
+        remote_configs=SMALL, collector_class=Collector,
+    ) as collector:  # fmt: skip
+        batches = iter(collector)
+        next(batches)
+        ray.kill(collector.workers[0], no_restart=True)
+        while collector.stats()["restarts"] == 0:
+            next(batches)  # the dead worker's reply says it died; it is rebuilt
+        deadline = time.monotonic() + 60
+        statuses = collector.counters()["fast_path"]
+        while collector._pool._rebuilt and time.monotonic() < deadline:  # asked, not waited on
+            time.sleep(0.1)
+            statuses = collector.counters()["fast_path"]
+        assert not collector._pool._rebuilt and statuses == [statuses[0]]
+        assert statuses[0].startswith("collector_class=Collector")
+    logged = [r for r in caplog.records if r.name == OFF_PATH]
+    assert len(logged) == 1  # the same reason again is not logged again
