@@ -119,13 +119,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
         )
         self.config = config
         self.policy = config.policy
-        self.frames_per_batch = config.frames_per_batch
-        self.total_frames = config.total_frames
-        self.postproc = config.postproc
-        self.split_trajs = config.split_trajs
+        self.frames_per_batch, self.total_frames = config.frames_per_batch, config.total_frames
+        self.postproc, self.split_trajs = config.postproc, config.split_trajs
         self.replay_buffer = config.replay_buffer
-        self._iterator = None
-        self._closed = False
+        self._iterator, self._closed = None, False
         self._lease = RayLease.acquire(config.ray_init_config)
         self._pool = WorkerPool(
             max_restarts=config.max_restarts, seed=config.seed, min_workers=config.min_workers
@@ -190,6 +187,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
     def stats(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         return self._report.report(workers, timeout=timeout)
 
+    @documented_by(StatsReport.counters)
+    def counters(self, *, alive_max_age_s: float = 10.0) -> dict[str, Any]:
+        return self._report.counters(alive_max_age_s=alive_max_age_s)
+
     @documented_by(RemoteCalls.map_fn)
     def map_fn(
         self, method_name: str, list_of_args: Any = None, list_of_kwargs: Any = None
@@ -250,10 +251,9 @@ class RayCollector(TorchrlSurface, BaseCollector):
     def set_total_frames(self, total_frames: int) -> None:
         """Changes the frame budget (the constructor's ``total_frames``) of this collector.
 
-        It counts every frame yielded (or written) since construction, or since the
-        state loaded with :meth:`load_state_dict`; it may be changed while
-        iterating: the batch that would pass it is cut to fit, as at construction.
-        A replay-buffer request already sent keeps the budget it was sent with.
+        It counts every frame yielded (or written) since construction, or since the state loaded
+        with :meth:`load_state_dict`; it may be changed while iterating: the batch that would pass
+        it is cut to fit, as at construction. A replay-buffer request already sent keeps its budget.
 
         Args:
             total_frames: an int >= 0, or -1 for no limit.

@@ -73,7 +73,8 @@ class CollectorDriver(NoReplayBuffer):
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         # The push that followed this update does not count: the batch was used before it.
         metrics.update(lag_metrics(batch, self.collector.policy_version - int(pushed)))
-        metrics.update(numeric_stats(self.collector.stats(timeout=1.0), "collector"))
+        # the driver's own counters: a step never waits on a ping of every worker
+        metrics.update(numeric_stats(self.collector.counters(), "collector"))
         return int(learner_metrics["num_frames"].item()), metrics
 
     def push_weights(self) -> None:

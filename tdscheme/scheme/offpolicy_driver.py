@@ -187,7 +187,8 @@ class OffPolicyDriver:
         metrics.update({"time/wait_s": collected - start, "time/learn_s": learned - collected})
         metrics.update(_mean_metrics(updates))
         metrics.update(self.replay_metrics(num_updates))
-        metrics.update(numeric_stats(self.collector.stats(timeout=1.0), "collector"))
+        # the driver's own counters: a step never waits on a ping of every worker
+        metrics.update(numeric_stats(self.collector.counters(), "collector"))
         return frames, metrics
 
     def replay_metrics(self, num_updates: int) -> dict[str, float]:

@@ -107,3 +107,22 @@ def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
     assert last["collector/frames"] == 1024.0
     with pytest.raises(RuntimeError, match="shut down"):
         scheme.step()
+
+
+def test_a_step_never_waits_on_a_ping_of_every_worker(ray_clean, monkeypatch):
+    from tdscheme.collectors.driver.pool import WorkerPool
+
+    pings, answering = [], WorkerPool.answering
+
+    def counted(self, timeout_s):
+        pings.append(timeout_s)
+        return answering(self, timeout_s)
+
+    monkeypatch.setattr(WorkerPool, "answering", counted)
+    with build(tiny_preset(num_collectors=2)) as scheme:
+        metrics = [scheme.step() for _ in range(3)]
+        assert pings == []  # the counters are the driver's own
+        assert all(m["collector/workers_alive"] == 2.0 for m in metrics)
+        assert scheme.collector.stats(timeout=10.0)["workers_alive"] == 2 and pings == [10.0]
+        assert scheme.collector.counters(alive_max_age_s=0.0)["workers_alive"] == 2
+        assert pings == [10.0, 1.0]  # an old count is refreshed by a ping of at most 1 s

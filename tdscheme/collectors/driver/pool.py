@@ -11,6 +11,7 @@ current weights, policy version and a fresh seed.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError, incarnatio
 from tdscheme.runtime.torchrl_names import is_multi_collector
 
 __all__ = ["WorkerError", "WorkerPool", "incarnation_seed"]
+
+logger = logging.getLogger(__name__)
 
 #: Trajectory ids a rebuilt worker skips past its predecessor's last reply: no batch starts
 #: this many trajectories (torchrl counts them in an int32: ~2,000 restarts fit).
@@ -50,7 +53,7 @@ class WorkerPool(ActorPool):
     """
 
     error_class = WorkerError
-    ready_method = "batch_frames"  # a started worker says its batch size
+    ready_method = "started"  # a started worker says its batch size and fast-path status
 
     def __init__(
         self, *, max_restarts: int = 3, seed: int | None = None, min_workers: int | None = None
@@ -61,6 +64,8 @@ class WorkerPool(ActorPool):
         self._weights_ref: Any = None
         self._version = 0
         self._batch_frames: dict[int, int | None] = {}
+        self._fast_path: dict[int, bool | str | None] = {}
+        self._rebuilt: dict[int, Any] = {}  # worker -> its rebuilt actor's started() future
         self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
 
     # -- building ------------------------------------------------------------------
@@ -75,11 +80,46 @@ class WorkerPool(ActorPool):
     def wait_started(
         self, worker_ids: Sequence[int], *, timeout_s: float, argument: str
     ) -> list[Any]:
-        """Waits until the workers are built, and keeps each one's batch size (:meth:`batch_frames`)."""
+        """Waits until the workers are built; keeps each one's batch size and fast-path status.
+
+        Their answers are ``CollectorWorker.started()``; workers that run torchrl's
+        rollout are logged at INFO, one line per reason.
+        """
         answers = super().wait_started(worker_ids, timeout_s=timeout_s, argument=argument)
-        for worker_id, frames in zip(worker_ids, answers, strict=True):
-            self._batch_frames[worker_id] = None if frames is DIED else frames
+        self._keep_started(dict(zip(worker_ids, answers, strict=True)))
         return answers
+
+    def _keep_started(self, answers: dict[int, Any]) -> None:
+        changed: dict[int, bool | str | None] = {}
+        for worker_id, answer in answers.items():
+            if answer is DIED:  # not known; a rebuilt worker keeps what its spec gave before
+                self._batch_frames.setdefault(worker_id, None)
+                self._fast_path.setdefault(worker_id, None)
+                continue
+            self._batch_frames[worker_id] = answer["batch_frames"]
+            if self._fast_path.get(worker_id) != answer["fast_path"]:
+                changed[worker_id] = answer["fast_path"]
+            self._fast_path[worker_id] = answer["fast_path"]
+        log_torchrl_rollouts(changed)
+
+    def fast_path(self) -> list[bool | str | None]:
+        """Per worker: ``True`` on tdscheme's lean rollout, else why torchrl's rollout runs.
+
+        Said by each worker when it started (``CollectorWorker.started``); a rebuilt
+        worker's answer is read here when it has arrived (never waited for).
+        ``None``: not known (the worker died before answering).
+        """
+        done = self.wait(list(self._rebuilt.values()), num_returns=len(self._rebuilt), timeout_s=0)
+        answers = {}
+        for worker_id, ref in list(self._rebuilt.items()):
+            if ref in done:
+                del self._rebuilt[worker_id]
+                try:
+                    answers[worker_id] = self.outcome(ref)
+                except WorkerError:  # its next batch request reports the failure
+                    answers[worker_id] = DIED
+        self._keep_started(answers)
+        return [self._fast_path.get(i) for i in range(len(self))]
 
     def batch_frames(self, worker_id: int) -> int | None:
         """Frames one whole batch of ``worker_id`` has (``None``: not fixed, or not known).
@@ -117,6 +157,8 @@ class WorkerPool(ActorPool):
             self.retire(worker_id, f"{err} (min_workers={self.min_workers})")
             return
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
+        self.forget([self._rebuilt.pop(worker_id, None)])
+        self._rebuilt[worker_id] = self.submit(worker_id, self.ready_method)  # it reports again
 
     # -- collecting ----------------------------------------------------------------
 
@@ -311,6 +353,17 @@ class WorkerPool(ActorPool):
             ray.wait(graceful, num_returns=len(graceful), timeout=timeout_s)
         super().shutdown()
         self._weights_ref = None
+        self._rebuilt.clear()
+
+
+def log_torchrl_rollouts(fast_path: dict[int, bool | str | None]) -> None:
+    """Logs at INFO, one line per reason, the workers whose collector runs torchrl's rollout."""
+    by_reason: dict[str, list[int]] = {}
+    for worker_id, status in sorted(fast_path.items()):
+        if isinstance(status, str):
+            by_reason.setdefault(status, []).append(worker_id)
+    for reason, worker_ids in by_reason.items():
+        logger.info("collector workers %s run off the fast path: %s", worker_ids, reason)
 
 
 def _has_subprocesses(spec: WorkerSpec) -> bool:

@@ -175,6 +175,7 @@ class StatsReport:
         self.running_versions = running_versions
         self.background = background
         self.is_closed = is_closed
+        self._alive: tuple[int | None, float] = (None, time.monotonic())  # last ping: count, when
 
     def report(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
@@ -187,8 +188,9 @@ class StatsReport:
         tdscheme's: fps, per-worker frames, policy lag, frames
         preempted/lost/dropped/discarded (the frame ledger's columns, and the
         ledger itself under ``"ledger"``), restarts, wait/dispatch/decode/
-        weight-push ms, bytes received, and the policy version each worker
-        acknowledged (``worker_policy_versions``) and runs.
+        weight-push ms, bytes received, the policy version each worker
+        acknowledged (``worker_policy_versions``) and runs, and ``fast_path``: per
+        worker, ``True`` on tdscheme's lean rollout, else why torchrl's rollout runs.
 
         Args:
             workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
@@ -199,12 +201,41 @@ class StatsReport:
             ValueError: an unknown ``workers``.
             RuntimeError: background collection stopped on an error.
         """
-        self.background.raise_error()
-        pool, config, num_workers = self.parts.pool, self.parts.config, self.parts.num_workers
+        alive = self._ping(10.0 if timeout is None else timeout)
+        return self._report(workers, alive)
+
+    def counters(self, *, alive_max_age_s: float = 10.0) -> dict[str, Any]:
+        """:meth:`report` (``"aggregate"``) without waiting on the workers at every call.
+
+        For a per-step metric: the counters are the driver's own. ``workers_alive``
+        is the last ping's count (:meth:`report`'s, or every worker before any),
+        refreshed by a ping of at most 1 s only when it is older than
+        ``alive_max_age_s`` seconds.
+
+        Raises:
+            RuntimeError: background collection stopped on an error.
+        """
+        if time.monotonic() - self._alive[1] >= alive_max_age_s:
+            alive = self._ping(1.0)
+        else:
+            alive = self._alive[0]
+            if alive is None:
+                alive = len(self.parts.pool.active_ids())
+        return self._report("aggregate", alive)
+
+    def _ping(self, timeout_s: float) -> int:
+        """Workers answering a ping within ``timeout_s`` (none is pinged once closed)."""
         alive = 0
         if not self.is_closed():
+            alive = sum(self.parts.pool.answering(timeout_s))
+        self._alive = (alive, time.monotonic())
+        return alive
+
+    def _report(self, workers: str, alive: int) -> dict[str, Any]:
+        self.background.raise_error()
+        pool, config, num_workers = self.parts.pool, self.parts.config, self.parts.num_workers
+        if not self.is_closed():
             pool.poll_acks()
-            alive = sum(pool.answering(10.0 if timeout is None else timeout))
         return self.parts.stats.report(
             workers,
             num_workers=num_workers,
@@ -218,4 +249,5 @@ class StatsReport:
             restarts_per_worker=pool.restarts(),
             workers_retired=sorted(pool.retired),
             num_collectors=num_workers,
+            fast_path=pool.fast_path(),
         )

@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.worker.buffer_writer import BufferWriter, frames_to_write
-from tdscheme.collectors.worker.build import build_collector, writable_carrier
+from tdscheme.collectors.worker.build import build_collector, fast_path, writable_carrier
 from tdscheme.collectors.worker.checks import (
     describe_nonfinite,
     env_output_error,
@@ -223,6 +223,16 @@ class CollectorWorker(SchemeReceiverMixin):
     def progress(self) -> int:
         """Env steps taken so far (frames), answered even while collecting."""
         return self.env_steps
+
+    @ray.method(concurrency_group="control")
+    def started(self) -> dict[str, Any]:
+        """The driver's one start-up question: ``{"batch_frames", "fast_path"}``.
+
+        ``batch_frames`` is :meth:`batch_frames`; ``fast_path`` is ``True`` when the
+        collector runs tdscheme's lean rollout, else why torchrl's rollout runs
+        (:func:`~tdscheme.collectors.worker.build.fast_path`).
+        """
+        return {"batch_frames": self.batch_frames(), "fast_path": fast_path(self._collector)}
 
     @ray.method(concurrency_group="control")
     def batch_frames(self) -> int | None:

@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.worker.checks import check_policy_keys
 from tdscheme.collectors.worker.spec import WorkerSpec
+from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import (
     default_collector_kwargs,
     is_multi_collector,
@@ -21,7 +22,7 @@ from tdscheme.runtime.torchrl_names import (
     trajectory_pool,
 )
 
-__all__ = ["build_collector", "writable_carrier"]
+__all__ = ["build_collector", "fast_path", "writable_carrier"]
 
 
 def build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) -> Any:
@@ -55,6 +56,22 @@ def build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) ->
     return spec.collector_class(
         env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
     )
+
+
+def fast_path(collector: Any) -> bool | str:
+    """``True`` when ``collector`` runs tdscheme's lean rollout, else why torchrl's rollout runs.
+
+    Example:
+        >>> from torchrl.collectors import Collector
+        >>> fast_path(Collector.__new__(Collector))
+        "collector_class=Collector: tdscheme's lean rollout runs only in its default LeanCollector"
+    """
+    if not isinstance(collector, LeanCollector):
+        return (
+            f"collector_class={type(collector).__name__}: tdscheme's lean rollout runs only "
+            "in its default LeanCollector"
+        )
+    return True if collector.lean_reason is None else f"torchrl's rollout: {collector.lean_reason}"
 
 
 def _env_batch_numel(env: Any) -> int:

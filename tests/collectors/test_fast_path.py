@@ -1,0 +1,78 @@
+"""Whether each worker runs tdscheme's lean rollout: said at start, in stats() and once in the log."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import ray
+from torchrl.collectors import Collector
+from torchrl.envs import RewardClipping, TransformedEnv
+
+from tdscheme import RayCollector
+from tdscheme.envs import make_env
+from tdscheme.scheme.metrics import numeric_stats
+from tdscheme.testing import mlp_policy
+
+SMALL = {"num_cpus": 0.5}
+cartpole = functools.partial(make_env, "CartPole-v1")
+OFF_PATH = "tdscheme.collectors.driver.pool"
+
+
+def fast_path(caplog, create_env_fn, **kwargs):
+    caplog.set_level(logging.INFO, logger=OFF_PATH)
+    with RayCollector(
+        create_env_fn, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=2,
+        remote_configs=SMALL, **kwargs,
+    ) as collector:  # fmt: skip
+        stats = collector.stats()
+        assert stats["fast_path"] == collector.counters()["fast_path"]
+        assert "collector/fast_path" not in numeric_stats(stats, "collector")
+    logged = [r.getMessage() for r in caplog.records if r.name == OFF_PATH]
+    return stats["fast_path"], logged
+
+
+def test_default_collector_on_cartpole_is_on_the_fast_path(ray_clean, caplog):
+    assert fast_path(caplog, cartpole) == ([True, True], [])
+
+
+def test_a_users_collector_class_is_named(ray_clean, caplog):
+    statuses, logged = fast_path(caplog, cartpole, collector_class=Collector)
+    reason = (
+        "collector_class=Collector: tdscheme's lean rollout runs only in its default LeanCollector"
+    )
+    assert statuses == [reason, reason]
+    assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
+
+
+def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
+    def clipped_cartpole():  # local: Ray ships it by value (tests/ is no package)
+        return TransformedEnv(make_env("CartPole-v1"), RewardClipping(-0.5, 0.5))
+
+    statuses, logged = fast_path(caplog, clipped_cartpole)
+    reason = "torchrl's rollout: the env has a RewardClipping transform"
+    assert statuses == [reason, reason]
+    assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
+
+
+def test_a_rebuilt_worker_reports_again_without_a_second_log_line(ray_clean, caplog):
+    caplog.set_level(logging.INFO, logger=OFF_PATH)
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=1,
+        remote_configs=SMALL, collector_class=Collector,
+    ) as collector:  # fmt: skip
+        batches = iter(collector)
+        next(batches)
+        ray.kill(collector.workers[0], no_restart=True)
+        while collector.stats()["restarts"] == 0:
+            next(batches)  # the dead worker's reply says it died; it is rebuilt
+        deadline = time.monotonic() + 60
+        statuses = collector.counters()["fast_path"]
+        while collector._pool._rebuilt and time.monotonic() < deadline:  # asked, not waited on
+            time.sleep(0.1)
+            statuses = collector.counters()["fast_path"]
+        assert not collector._pool._rebuilt and statuses == [statuses[0]]
+        assert statuses[0].startswith("collector_class=Collector")
+    logged = [r for r in caplog.records if r.name == OFF_PATH]
+    assert len(logged) == 1  # the same reason again is not logged again
