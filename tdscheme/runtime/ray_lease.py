@@ -21,12 +21,13 @@ for a new local instance; tdscheme selects it explicitly (see
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import ray
@@ -206,6 +207,29 @@ def _ray_init(kwargs: Mapping[str, Any]) -> None:
         raise _unknown_key(key, kwargs.get(key)) from err
 
 
+@contextlib.contextmanager
+def _handlers_kept() -> Iterator[None]:
+    """Keeps tdscheme's SIGTERM handler in place through ``ray.init`` (when it is installed).
+
+    ``ray.init`` sets a SIGTERM handler that raises ``SystemExit`` wherever the signal
+    lands. Landing in logging's after-fork hook (Ray forks its processes), the exit is
+    swallowed with logging's lock held, and the command hangs on the next log call:
+    the fault row "SIGTERM while Ray starts" hung about 1 run in 12. With tdscheme's
+    handlers installed (the command), Ray's is not set: the signal is recorded as a stop
+    request, and :meth:`RayLease.acquire` stops once ``ray.init`` returns.
+    """
+    utils = getattr(ray._private, "utils", None)
+    set_handler = getattr(utils, "set_sigterm_handler", None)
+    if not interrupts.installed() or set_handler is None:
+        yield
+        return
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = set_handler
+
+
 class RayLease:
     """A handle on the running Ray, started or joined by :meth:`acquire`.
 
@@ -255,14 +279,16 @@ class RayLease:
             if kwargs.get("address") == "local":
                 select_token_auth()
             try:
-                _ray_init(kwargs)
+                with _handlers_kept():
+                    _ray_init(kwargs)
             except SystemExit as err:  # Ray's own SIGTERM handler ran during ray.init
                 if err.code != signal.SIGTERM or not interrupts.installed():
                     raise
-                ray.shutdown()  # what ray.init had started
                 interrupts.request(signal.SIGTERM)
-                raise KeyboardInterrupt("SIGTERM while Ray was starting") from None
             interrupts.reinstall()  # ray.init installs its own SIGTERM handler
+            if interrupts.installed() and interrupts.stop_requested() == "SIGTERM":
+                ray.shutdown()  # what ray.init had started
+                raise KeyboardInterrupt("SIGTERM while Ray was starting")
             # A local Ray we started is stopped by the last release; for a
             # cluster we joined, ray.shutdown() only disconnects this driver.
             _StartedRay.leases += 1

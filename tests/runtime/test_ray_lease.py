@@ -140,3 +140,37 @@ def test_without_an_address_rays_rule_picks_join_or_start(monkeypatch, tmp_path)
     monkeypatch.delenv("RAY_ADDRESS")
     assert existing_cluster_address() == "10.0.0.2:6379"  # the last `ray start`'s
     assert "num_cpus" not in _init_kwargs(None)
+
+
+def test_ray_init_keeps_the_commands_sigterm_handler():
+    """While the command's handlers are installed, ray.init cannot swap in its exiting SIGTERM handler.
+
+    Ray's handler raised SystemExit wherever SIGTERM landed; inside logging's
+    after-fork hook the exit was swallowed with logging's lock held, and the command
+    hung (the fault row "SIGTERM while Ray starts", about 1 run in 12).
+    """
+    import signal
+
+    import ray._private.utils as ray_utils
+
+    from tdscheme.runtime import interrupts
+    from tdscheme.runtime.ray_lease import _handlers_kept
+
+    def rays_handler(signum, frame):
+        raise SystemExit(signum)
+
+    before = signal.getsignal(signal.SIGTERM)
+    interrupts.install()
+    try:
+        ours = signal.getsignal(signal.SIGTERM)
+        with _handlers_kept():
+            ray_utils.set_sigterm_handler(rays_handler)  # what ray.init calls
+        assert signal.getsignal(signal.SIGTERM) is ours
+        ray_utils.set_sigterm_handler(rays_handler)  # outside the block: Ray's call works
+        assert signal.getsignal(signal.SIGTERM) is rays_handler
+    finally:
+        interrupts.uninstall()
+    with _handlers_kept():  # without the command's handlers, nothing is held back
+        ray_utils.set_sigterm_handler(rays_handler)
+    assert signal.getsignal(signal.SIGTERM) is rays_handler
+    signal.signal(signal.SIGTERM, before)
