@@ -38,7 +38,8 @@ from the repository root::
     .venv/bin/python benchmarks/scale_sim.py --workers 4,32 --sleep-s 0.02 --out r.md
 
 Output: one JSON line per measurement (with the machine, the versions and
-``load_1m_now``, the 1-minute load average when that measurement was taken),
+``load_1m_now``, the 1-minute load average when that measurement was recorded,
+just after it: it includes the start of its actors),
 then a table; ``--out`` writes it as a markdown section for ``benchmarks/results/``.
 """
 
@@ -256,8 +257,9 @@ def intro(s: Settings) -> str:
         "measured / (workers x the rate of one worker stepped in the driver without Ray); "
         "driver CPU counts every thread of the driver process, Ray's included (`Ray idle` "
         "is that with no collector); `workers/driver core (proj.)` = 1 / (driver CPU per "
-        "batch x batches/s per worker). `load 1m` is the highest 1-minute load average "
-        "seen while that row was measured. See the docstring of `benchmarks/scale_sim.py`."
+        "batch x batches/s per worker). `load 1m`: the 1-minute load average when the row "
+        "was recorded, just after its measurement (so it includes the actors' start). "
+        "See the docstring of `benchmarks/scale_sim.py`."
     )
 
 
