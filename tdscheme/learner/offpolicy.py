@@ -28,6 +28,7 @@ from torchrl.objectives.utils import TargetNetUpdater
 from tdscheme.keys import POLICY_VERSION_KEY
 from tdscheme.learner.config import LearnerConfig
 from tdscheme.learner.learner import Learner, OptimizerFactory, SchedulerFactory
+from tdscheme.learner.nonfinite import SkippedStep, batch_source
 from tdscheme.learner.snapshots import to_cpu
 from tdscheme.learner.steps import metrics_td
 from tdscheme.learner.target_nets import load_updater_state, updater_state
@@ -162,10 +163,16 @@ class OffPolicyLearner(Learner):
         Returns:
             Detached float scalars on CPU: the loss terms, ``loss``, ``grad_norm``,
             ``lr``, ``num_frames`` (frames in the sample), ``sample_ms`` and
-            ``priority_ms`` (time spent writing priorities back, 0 without).
+            ``priority_ms`` (time spent writing priorities back, 0 without); and
+            ``nonfinite_skipped`` (1 when NaN / inf in the sample, the loss or the
+            gradient skipped this step: no step, no target update, no new version),
+            ``nonfinite_skipped_total`` and ``nonfinite_frames_dropped`` (0 here),
+            as :meth:`~tdscheme.learner.Learner.update` reports them.
 
         Raises:
             TypeError: the sample is not a TensorDict.
+            tdscheme.learner.nonfinite.NonFiniteUpdateError:
+                ``config.max_nonfinite_updates`` steps in a row were skipped.
             ValueError: priorities are to be written and the sample has no ``index``
                 or the loss wrote no priority.
         """
@@ -181,8 +188,18 @@ class OffPolicyLearner(Learner):
             sample = sample.reshape(-1)
         batch = sample.to(self.device)
         lr = self._lr()
-        metrics = self._optimizer_step(batch)
+        try:  # NaN / inf in the sample, the loss or the gradient: no step, counted (as update)
+            problem = self._nonfinite.check_batch(batch)
+            if problem is not None:
+                raise SkippedStep(problem)
+            metrics = self._optimizer_step(batch)
+        except SkippedStep as skip:
+            self._nonfinite.skipped(str(skip), source=batch_source(batch))
+            skipped = self._nonfinite.metrics(skipped=True, dropped=0)
+            return metrics_td(skipped, lr=lr, num_frames=sample.shape[0])
+        self._nonfinite.succeeded()
         self._finish_update()
+        metrics.update(self._nonfinite.metrics(skipped=False, dropped=0))
         if write_priorities is None:
             write_priorities = is_prioritized(buffer)
         written = time.perf_counter()

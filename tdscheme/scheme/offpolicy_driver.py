@@ -182,7 +182,9 @@ class OffPolicyDriver:
         ]
         self.updates += num_updates
         learned = time.perf_counter()
-        if self._push.count(num_updates):
+        # a step skipped for NaN / inf changed no weight: it is not counted toward a push
+        done = sum(1 for u in updates if not float(u.get("nonfinite_skipped", 0.0)))
+        if self._push.count(done):
             self.push_weights()
         metrics.update({"time/wait_s": collected - start, "time/learn_s": learned - collected})
         metrics.update(_mean_metrics(updates))
@@ -319,8 +321,9 @@ def _mean_metrics(updates: list[TensorDictBase]) -> dict[str, float]:
     if not updates:
         return {}
     out: dict[str, float] = {}
-    for key in updates[0].keys():
-        values = torch.stack([u[key] for u in updates])
+    keys = dict.fromkeys(key for u in updates for key in u.keys())  # a skipped one has fewer
+    for key in keys:
+        values = torch.stack([u[key] for u in updates if key in u.keys()])
         value = float(values.max() if key.endswith("_max") else values.mean())
         if key.startswith("policy_lag_"):
             out[f"policy_lag/{key[len('policy_lag_') :]}"] = value

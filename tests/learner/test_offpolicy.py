@@ -238,3 +238,39 @@ def test_bad_updaters_are_clear_errors():
     fresh, _ = dqn(kind="soft")
     with pytest.raises(ValueError, match="target_updater"):
         fresh.load_state_dict(learner.state_dict())
+
+
+def test_a_non_finite_sample_is_skipped_and_counted_then_stops_the_run():
+    """As Learner.update: NaN rewards skip the step (no update, no target copy), K in a row stop."""
+    from tdscheme.learner import LearnerConfig
+    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+
+    qnet = QValueActor(
+        MLP(in_features=OBS, out_features=ACT, num_cells=[16]),
+        in_keys=["observation"],
+        spec=OneHot(ACT),
+    )
+    learner = OffPolicyLearner(
+        DQNLoss(qnet, action_space="one-hot", delay_value=True),
+        config=LearnerConfig(max_nonfinite_updates=3),
+        target_updater=functools.partial(make_target_updater, kind="hard", hard_update_interval=1),
+    )
+    good = buffer(discrete=True)
+    assert float(learner.replay_update(good)["nonfinite_skipped"]) == 0
+    bad = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), batch_size=16)
+    poisoned = frames(64, discrete=True)
+    poisoned["next", "reward"][:] = float("nan")
+    bad.extend(poisoned)
+    weights = {k: v.clone() for k, v in qnet.state_dict().items()}
+    version = learner.version
+    for skipped_total in (1, 2):
+        metrics = learner.replay_update(bad)
+        assert float(metrics["nonfinite_skipped"]) == 1
+        assert float(metrics["nonfinite_skipped_total"]) == skipped_total
+    assert learner.version == version  # no step, no new version
+    assert all(torch.equal(weights[k], v) for k, v in qnet.state_dict().items())
+    assert float(learner.replay_update(good)["nonfinite_skipped"]) == 0  # the run of skips ends
+    for _ in range(2):
+        learner.replay_update(bad)
+    with pytest.raises(NonFiniteUpdateError, match="reward"):
+        learner.replay_update(bad)

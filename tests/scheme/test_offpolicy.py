@@ -136,3 +136,35 @@ def test_a_state_with_the_old_counter_inside_replay_loads(ray_clean):
         old["replay"] = {**state["replay"], "updates_since_push": 7}  # as saved before
         s.load_state_dict(old)
         assert s.state_dict()["updates_since_push"] == 7
+
+
+@pytest.mark.timeout(180)
+def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean):
+    """A NaN loss is no raw SkippedStep out of Scheme.step: counted, then NonFiniteUpdateError."""
+    from tdscheme.envs.faulty import make_faulty_env
+    from tdscheme.learner import LearnerConfig
+    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+
+    def learner(*, actor, qvalue) -> OffPolicyLearner:
+        loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
+        return OffPolicyLearner(
+            loss, config=LearnerConfig(max_nonfinite_updates=40), policy=actor,
+            target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
+        )  # fmt: skip
+
+    env = functools.partial(
+        make_faulty_env, "CartPole-v1", nonfinite_at_step=1, nonfinite_every=True
+    )
+    s = Scheme(
+        env_factory=env, policy_factory=dqn_modules, learner_factory=learner,
+        storage_factory=local_buffer,
+        config=SchemeConfig(num_collectors=1, frames_per_batch=64, utd_ratio=0.25,
+                            collector_resources={"num_cpus": 0.5}),
+    )  # fmt: skip
+    with s:
+        for _ in range(2):  # 16 updates a step, every one skipped and counted
+            metrics = s.step()
+            assert metrics["learner/nonfinite_skipped"] == 1.0, metrics
+        assert s.learner.version == 0  # no step was taken with NaN
+        with pytest.raises(NonFiniteUpdateError, match="reward"):
+            s.step()  # the 40th skip in a row
