@@ -130,10 +130,44 @@ def train_preset(args: argparse.Namespace) -> Preset:
         _check_known(preset, overrides, sub)
         if "run_dir" not in overrides:
             overrides["run_dir"] = str(_new_run_dir(preset.name))
-        return preset.override(overrides)
+        preset = preset.override(overrides)
     except (ValueError, TypeError) as err:
         sub.error(setting_error(err, overrides))
-    raise AssertionError("unreachable")
+    _check_prioritized(preset, sub)
+    return preset
+
+
+def _check_prioritized(preset: Any, sub: argparse.ArgumentParser) -> None:
+    """``--prioritized`` needs torchrl's C++ segment trees: a usage error before Ray if they do not load.
+
+    Only then is torchrl imported here (a few seconds); without it torchrl's
+    ``PrioritizedSampler`` fails once Ray and the workers are up.
+    """
+    if not getattr(preset.algo, "prioritized", False):
+        return
+    from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
+
+    if SumSegmentTreeFp32 is not None:
+        return
+    try:
+        import torchrl._torchrl  # noqa: F401 - only for the reason it does not load
+
+        reason = "it imports, but has no segment trees"
+    except ImportError as err:
+        message = str(err)
+        reason = (
+            "an undefined symbol: it was built for another torch"
+            if "undefined symbol" in message
+            else message.strip()[:120] or type(err).__name__
+        )
+    import torch
+
+    sub.error(
+        f"argument --prioritized: prioritized replay needs torchrl's C++ extension "
+        f"(torchrl._torchrl, its segment trees), which does not load with torch "
+        f"{torch.__version__} here ({reason}); install a torchrl build for this torch, "
+        f"or leave --prioritized out"
+    )
 
 
 def _new_run_dir(name: str) -> Path:
