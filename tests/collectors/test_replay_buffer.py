@@ -171,6 +171,34 @@ def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
     assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == 144, stats["ledger"]
 
 
+def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean):
+    """torchrl's ndim=2 storage keeps the env dim: the last write is cut to whole env steps.
+
+    Before, the last write was cut to whole env rows ([1, 16] of a [4, 16] batch), which an
+    ndim=2 storage refuses, and background collection stopped on a WorkerError.
+    """
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000, ndim=2), batch_size=32,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    batched = functools.partial(make_env, "CartPole-v1", num_envs=4)
+    try:
+        with RayCollector(
+            batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=2,
+            replay_buffer=rb, **SMALL,
+        ) as collector:  # fmt: skip
+            collector.start()
+            _wait_for(lambda: not collector.is_running)
+            stats = collector.stats(timeout=10)
+        assert len(rb) == stats["frames"] == 148, stats  # 150 - 2: whole steps of 4 envs
+        assert written(rb) == 37  # an ndim=2 storage counts env steps: 16 + 16 + 5
+        ledger = stats["ledger"]
+        assert ledger["balanced"] and ledger["short"] == 2 and "env rows" in ledger["short_reason"]
+        assert rb[:].batch_size == torch.Size([4, 37])  # the env dim kept
+    finally:
+        rb.shutdown()
+
+
 def _assert_whole_trajectories(data) -> None:
     """Per worker, in write order, a trajectory id only changes after a done frame.
 
@@ -237,6 +265,38 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
         else:
             assert written(rb) <= total
             _assert_whole_trajectories(rb[:])
+    finally:
+        rb.shutdown()
+
+
+def test_whole_trajectories_in_the_background_reach_total_frames_through_a_kill(ray_clean):
+    """Pendulum's 200-step trajectories, 2 per batch: exactly total_frames, a worker killed.
+
+    Before, the two requests in flight each got half of what was left, so near the end
+    no share held a whole trajectory and the run asked (and discarded) forever, short of
+    ``total_frames``.
+    """
+    from torchrl.envs.utils import RandomPolicy
+
+    pendulum = functools.partial(make_env, "Pendulum-v1")
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 5_000), batch_size=32,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    try:
+        with RayCollector(
+            pendulum, RandomPolicy(pendulum().action_spec), frames_per_batch=50,
+            total_frames=3000, num_collectors=2, replay_buffer=rb, trajs_per_batch=2,
+            sync=False, **SMALL,
+        ) as collector:  # fmt: skip
+            collector.start()
+            _wait_for(lambda: written(rb) >= 200)
+            ray.kill(collector.workers[0], no_restart=True)
+            _wait_for(lambda: not collector.is_running)
+            stats = collector.stats(timeout=10)
+        assert written(rb) == 3000 and stats["completed"], stats
+        assert stats["ledger"]["balanced"] and stats["ledger"]["short"] == 0, stats["ledger"]
+        _assert_whole_trajectories(rb[:])
     finally:
         rb.shutdown()
 

@@ -15,7 +15,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdscheme.collectors.driver.budget import cut_to_fit
+import random
+import types
+
+from tdscheme.collectors.driver.budget import FrameBudget, cut_to_fit
 from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds
 from tdscheme.keys import MASK_KEY
 
@@ -35,7 +38,8 @@ def test_ledger_books_each_request_when_asked_and_when_resolved():
     ledger.resolve("a", yielded=30, preempted=10)
     assert ledger.as_dict() == {
         "asked": 80, "in_flight": 40, "collected": 40, "yielded": 30, "dropped": 0,
-        "preempted": 10, "lost": 0, "discarded": 0, "unaccounted": 0, "balanced": True,
+        "preempted": 10, "lost": 0, "discarded": 0, "unaccounted": 0, "short": 0,
+        "short_reason": None, "balanced": True,
     }  # fmt: skip
     assert ledger.requests_in_flight() == {"b": 40}
     ledger.resolve("b", lost=40)
@@ -97,3 +101,69 @@ def test_traj_ids_after_a_restart():
     new = TensorDict({key: torch.tensor([0, 0, -1])}, batch_size=[3])
     ids.shift_(old, 1, 0)
     assert ids.shift_(new, 1, 1)[key].tolist() == [5, 5, -1]
+
+
+def _whole_trajectory_run(total: int, lengths: list[int], workers: int = 2) -> FrameLedger:
+    """Drives a FrameBudget as the flow does, with workers writing 2 whole trajectories each.
+
+    Each request is resolved in the order sent; a worker writes the longest prefix of
+    its trajectories that fits the request's budget and discards the rest.
+    """
+    config = types.SimpleNamespace(total_frames=total, replay_buffer=object(), trajs_per_batch=2)
+    ledger = FrameLedger()
+    budget = FrameBudget(config, ledger)
+    trajectories = iter(lengths)
+    in_flight: list[tuple[int, int]] = []  # (key, budget)
+    for key in range(1_000):
+        while len(in_flight) < workers and budget.wanted(sum(b for _, b in in_flight)):
+            bound = budget.for_request(100, promised=sum(b for _, b in in_flight), workers=workers)
+            ledger.ask(key := key + 10_000, min(100, bound))
+            in_flight.append((key, bound))
+        if not in_flight:
+            budget.check_end(stopped=False)
+            return ledger
+        key, bound = in_flight.pop(0)
+        collected = [next(trajectories), next(trajectories)]
+        written = collected[0] if collected[0] <= bound else 0
+        written = sum(collected) if sum(collected) <= bound else written
+        if written < sum(collected):
+            budget.reply_short(bound, 100, written=written)
+        ledger.resolve(key, asked=sum(collected), yielded=written, discarded=sum(collected) - written)
+    raise AssertionError("the run of whole trajectories never ended")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_whole_trajectories_end_within_one_trajectory_of_total_frames(seed):
+    """Shares that fit no trajectory end in one request at a time with all that is left.
+
+    Before, each in-flight request got half of what was left after the others' promises,
+    so with 200-step trajectories the shares shrank under one trajectory and the run
+    asked (and discarded) forever.
+    """
+    rng = random.Random(seed)
+    fixed = seed == 0  # Pendulum: every trajectory is 200 steps
+    lengths = [200 if fixed else rng.randint(20, 200) for _ in range(10_000)]
+    ledger = _whole_trajectory_run(3000, lengths)
+    assert ledger.balanced(), ledger.as_dict()
+    assert 3000 - 200 < ledger.yielded <= 3000, ledger.as_dict()
+    if fixed:
+        assert ledger.yielded == 3000
+    else:
+        assert ledger.short == 3000 - ledger.yielded
+        assert ledger.short == 0 or "whole trajectory" in ledger.short_reason
+
+
+def test_an_iteration_that_ends_short_with_no_reason_is_an_error_and_unbalanced():
+    config = types.SimpleNamespace(total_frames=3000, replay_buffer=object(), trajs_per_batch=None)
+    ledger = FrameLedger()
+    ledger.ask("a", 2125)
+    ledger.resolve("a", yielded=2125)
+    budget = FrameBudget(config, ledger)
+    budget.check_end(stopped=True)  # stopped by the user: not an early stop
+    assert ledger.balanced()
+    with pytest.raises(RuntimeError, match=r"ended at 2125 of total_frames=3000.*875 frames"):
+        budget.check_end(stopped=False)
+    assert not ledger.balanced() and ledger.as_dict()["short"] == 875
+    budget.close("a request's budget of 20 frames holds no more whole env rows")
+    budget.check_end(stopped=False)  # short for a reason: balanced
+    assert ledger.balanced() and "env rows" in ledger.as_dict()["short_reason"]

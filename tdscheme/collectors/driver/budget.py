@@ -5,8 +5,18 @@ the frames yielded and those promised to the requests in flight are under it; a
 worker that writes into a replay buffer gets what is left as its request's budget;
 the batch that would pass it is cut along time (:func:`cut_to_fit`). Once a
 cut (or a budget too small for a whole row or trajectory) ends the budget short of
-``total_frames``, it is closed: nothing more is asked until ``set_total_frames``
-reopens it.
+``total_frames``, it is closed, with the reason: nothing more is asked until
+``set_total_frames`` reopens it.
+
+Whole trajectories (``trajs_per_batch``) have no size known in advance: the
+requests in flight share what is left, until a reply could not write a
+trajectory within its share. From then on one request at a time gets all that is
+left; one that writes nothing closes the budget. So a run of whole trajectories
+ends within one trajectory of ``total_frames``, and always ends.
+
+An iteration that ends short of ``total_frames`` without such a reason (and
+without being stopped) is a fault: :meth:`FrameBudget.check_end` books it in the
+ledger (which is then not balanced) and raises.
 
 Example:
     >>> from tdscheme.collectors.driver.ledger import FrameLedger
@@ -47,8 +57,20 @@ class FrameBudget:
     def __init__(self, config: Any, ledger: FrameLedger) -> None:
         self.config = config
         self.ledger = ledger
-        #: set when the last batch ended the budget short of ``total_frames``
-        self.closed = False
+        #: why the budget ended short of ``total_frames`` (``None``: open)
+        self.closed_reason: str | None = None
+        #: whole trajectories: a reply did not fit its share; one request at a time now
+        self.endgame = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the last batch (or a reply) ended the budget short of ``total_frames``."""
+        return self.closed_reason is not None
+
+    def close(self, reason: str) -> None:
+        """Closes the budget short of ``total_frames`` for ``reason`` (kept: the first one)."""
+        if self.closed_reason is None:
+            self.closed_reason = reason
 
     def done(self) -> bool:
         """Whether ``total_frames`` frames were yielded (or written)."""
@@ -68,12 +90,15 @@ class FrameBudget:
 
     def reopen(self) -> None:
         """Reopens the budget after ``total_frames`` changed (``set_total_frames``)."""
-        self.closed = False
+        self.closed_reason = None
+        self.endgame = False
 
     def wanted(self, in_flight: int) -> bool:
         """Whether frames beyond those yielded and ``in_flight`` (promised) are still wanted."""
         if self.closed:
             return False
+        if self.endgame and in_flight > 0:
+            return False  # one request at a time, with all that is left
         total = self.config.total_frames
         return total < 0 or self.ledger.yielded + in_flight < total
 
@@ -82,14 +107,15 @@ class FrameBudget:
 
         What ``total_frames`` leaves after the frames written and those ``promised``
         to the requests in flight; a batch of whole trajectories has no fixed size,
-        so such a request gets its share of what is left over ``workers``.
+        so such a request gets its share of what is left over ``workers`` (all of
+        it once a trajectory did not fit a share: see the module docstring).
         """
         if self.config.replay_buffer is None or self.config.total_frames < 0:
             return None
         left = self.config.total_frames - self.ledger.yielded - promised
         if self.config.trajs_per_batch is None:
             return max(0, min(frames, left))
-        return max(0, left // max(1, workers))
+        return max(0, left if self.endgame else left // max(1, workers))
 
     def cut(
         self, batch: TensorDictBase, *, stacked: bool
@@ -106,12 +132,44 @@ class FrameBudget:
         batch, kept = cut_to_fit(batch, left, stacked=stacked)
         if kept is None:
             return batch, None
-        self.closed = True
+        self.close(f"the last batch was cut to whole env steps ({sum(kept)} frames kept)")
         return (None if sum(kept) == 0 else batch), kept
 
-    def reply_short(self, budget: int, full: int) -> None:
-        """A reply discarded frames past its ``budget``: under a ``full`` batch, nothing more fits."""
-        self.closed = self.closed or budget < full
+    def reply_short(self, budget: int, full: int, *, written: int) -> None:
+        """A reply wrote ``written`` frames and discarded the rest past its ``budget``.
+
+        A fixed-size request (``full`` frames) under a whole batch: nothing more fits
+        (whole env rows). Whole trajectories: a reply that wrote nothing though its
+        budget held all that is left closes the budget; any other starts the endgame
+        (one request at a time, with all that is left).
+        """
+        if self.config.trajs_per_batch is None:
+            if budget < full:
+                self.close(f"a request's budget of {budget} frames holds no more whole env rows")
+            return
+        left = self.config.total_frames - self.ledger.yielded
+        if written == 0 and budget >= left:
+            self.close(f"the next whole trajectory is longer than the {left} frames left")
+        else:
+            self.endgame = True
+
+    def check_end(self, *, stopped: bool) -> None:
+        """Books how an iteration ended against ``total_frames`` (see the module docstring).
+
+        Raises:
+            RuntimeError: it ended short of ``total_frames``, neither stopped nor closed.
+        """
+        total = self.config.total_frames
+        if stopped or total < 0:
+            return
+        short = max(0, total - self.ledger.yielded)
+        self.ledger.end_short(short, self.closed_reason if short else None)
+        if short and self.closed_reason is None:
+            raise RuntimeError(
+                f"collection ended at {self.ledger.yielded} of total_frames={total} frames with "
+                f"no request in flight and no reason to stop; {short} frames were never asked "
+                f"(a bug: the ledger is {self.ledger.as_dict()})"
+            )
 
 
 def cut_to_fit(

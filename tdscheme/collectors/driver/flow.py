@@ -163,6 +163,7 @@ class BatchFlow:
                 for other in self.pool.active_ids():
                     if other not in owner.values():  # a worker added while iterating
                         top_up(other, max(1, prefetch))
+            self.budget.check_end(stopped=self.stopping or not self._current(iteration))
         finally:
             pool.forget(owner)
             if self._current(iteration):
@@ -202,6 +203,7 @@ class BatchFlow:
                 if self.more_frames(0):
                     self.after_batch(sorted(results))
                 top_up(max(1, cfg.prefetch_batches))
+            self.budget.check_end(stopped=self.stopping or not self._current(iteration))
         finally:
             for _, refs in queue:
                 self.pool.forget(refs.values())

@@ -49,6 +49,13 @@ What a request asks, case by case (:class:`~tdscheme.collectors.driver.flow.Batc
   ``shutdown``): ``discarded``. A restored run (``load_state_dict``) starts the
   books over at its frames, all yielded, keeping the requests in flight.
 
+The books also hold the run against its budget: an iteration that ends short of
+``total_frames`` (not stopped) books the frames never asked as ``short``, with
+the reason (whole env rows or trajectories left no room: see
+:mod:`~tdscheme.collectors.driver.budget`). Short without a reason is an early
+stop, and the ledger is not balanced: ``asked`` can add up while ``total_frames``
+was never asked for.
+
 Each batch also leaves a record of its provenance: worker id, incarnation, batch
 id, policy version and frames.
 
@@ -129,6 +136,8 @@ class FrameLedger:
     lost: int = 0
     discarded: int = 0
     unaccounted: int = 0
+    short: int = 0
+    short_reason: str | None = None
     keep: int = 64
     records: deque = dataclasses.field(default_factory=deque)
     _open: dict[Hashable, _Open] = dataclasses.field(default_factory=dict, repr=False)
@@ -221,10 +230,28 @@ class FrameLedger:
         The requests in flight stay open: they resolve into the new books.
         """
         with self._lock:
-            for column in (*_COLUMNS, "unaccounted"):
+            for column in (*_COLUMNS, "unaccounted", "short"):
                 setattr(self, column, 0)
+            self.short_reason = None
             self.yielded = yielded
             self.asked = yielded + self._in_flight
+
+    def end_short(self, frames: int, reason: str | None) -> None:
+        """Books an iteration that ended ``frames`` short of ``total_frames``, and why.
+
+        ``reason=None``: an early stop with no cause; the books are then not balanced.
+
+        Example:
+            >>> ledger = FrameLedger()
+            >>> ledger.end_short(200, "the next whole trajectory did not fit")
+            >>> ledger.balanced(), ledger.as_dict()["short"]
+            (True, 200)
+            >>> ledger.end_short(875, None)
+            >>> ledger.balanced(), ledger.as_dict()["short_reason"]
+            (False, None)
+        """
+        with self._lock:
+            self.short, self.short_reason = frames, reason
 
     def _imbalance(self, entry: _Open, frames: int, what: str) -> None:
         """Counts ``frames`` booked out of line; warns (the first ``_WARN_LIMIT`` times)."""
@@ -251,10 +278,12 @@ class FrameLedger:
 
     def _balanced(self) -> bool:
         resolved = sum(getattr(self, column) for column in _COLUMNS)
-        return self.unaccounted == 0 and self.asked - self._in_flight == resolved
+        early_stop = self.short > 0 and self.short_reason is None
+        return not early_stop and self.unaccounted == 0 and self.asked - self._in_flight == resolved
 
     def as_dict(self) -> dict[str, Any]:
-        """``asked``, ``in_flight``, ``collected``, the columns, ``unaccounted``, ``balanced``."""
+        """``asked``, ``in_flight``, ``collected``, the columns, ``unaccounted``, ``short``
+        (and ``short_reason``), ``balanced``."""
         with self._lock:
             out: dict[str, Any] = {
                 "asked": self.asked,
@@ -263,6 +292,7 @@ class FrameLedger:
             }
             out.update({column: getattr(self, column) for column in _COLUMNS})
             out["unaccounted"] = self.unaccounted
+            out["short"], out["short_reason"] = self.short, self.short_reason
             out["balanced"] = self._balanced()
         return out
 

@@ -174,8 +174,9 @@ class CollectorWorker(SchemeReceiverMixin):
             batch.payload = self._codec.encode(td)
         else:
             td, batch.frames_discarded = frames_to_write(
-                td, max_frames, whole_trajectories=self.spec.whole_trajectories
-            )
+                td, max_frames, whole_trajectories=self.spec.whole_trajectories,
+                storage_ndim=self._writer.storage_ndim() if max_frames is not None else 1,
+            )  # fmt: skip
             batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
             with self._write_lock:
                 if self._too_stale(version):

@@ -68,7 +68,7 @@ def trajectory_lengths(td: TensorDictBase) -> list[int]:
 
 
 def frames_to_write(
-    td: TensorDictBase, max_frames: int | None, *, whole_trajectories: bool
+    td: TensorDictBase, max_frames: int | None, *, whole_trajectories: bool, storage_ndim: int = 1
 ) -> tuple[TensorDictBase, int]:
     """The frames of a batch to write within ``max_frames``; and how many are discarded.
 
@@ -81,9 +81,12 @@ def frames_to_write(
         max_frames: the request's budget (``None``: no budget).
         whole_trajectories: ``td`` is a flat batch of whole trajectories
             (``trajs_per_batch``): keep the longest prefix of whole trajectories
-            that fits, never part of one. Otherwise the batch is cut along its
-            first dim (time for one env; the envs of a ``[num_envs, time]`` batch,
-            so that every row written keeps the shape the buffer's storage holds).
+            that fits, never part of one. Otherwise the batch is cut so that what
+            is written keeps the shape the buffer's storage holds: along its
+            first dim for a storage of ``ndim=1`` (time for one env; the env rows
+            of a ``[num_envs, time]`` batch), along time for ``ndim=2`` (torchrl's
+            ``LazyTensorStorage(size, ndim=2)`` keeps the env dim and extends along time).
+        storage_ndim: the ``ndim`` of the buffer's storage.
 
     Returns:
         ``(frames, discarded)``: the frames to write and the count left out.
@@ -99,6 +102,9 @@ def frames_to_write(
         >>> kept, discarded = frames_to_write(batched, 25, whole_trajectories=False)
         >>> kept.shape, discarded
         (torch.Size([2, 10]), 10)
+        >>> kept, discarded = frames_to_write(batched, 25, whole_trajectories=False, storage_ndim=2)
+        >>> kept.shape, discarded
+        (torch.Size([3, 8]), 6)
     """
     total = td.batch_size.numel()
     if max_frames is None or max_frames >= total:
@@ -111,8 +117,12 @@ def frames_to_write(
                 break
             kept += length
         return td[:kept], total - kept
-    per_row = total // td.shape[0]  # 1 for one env's [time]; time for [num_envs, time]
-    out = td[: keep // per_row]
+    if storage_ndim >= 2 and td.ndim >= 2:  # [num_envs, time] into [time, num_envs] rows
+        per_step = total // td.shape[-1]
+        out = td[..., : keep // per_step]
+    else:
+        per_row = total // td.shape[0]  # 1 for one env's [time]; time for [num_envs, time]
+        out = td[: keep // per_row]
     return out, total - out.batch_size.numel()
 
 
@@ -138,6 +148,17 @@ class BufferWriter:
         self.timeout_s = timeout_s
         self._actor = _plain_ray_actor(client)
         self._codec = TensorDictCodec()
+        self._storage_ndim: int | None = None
+
+    def storage_ndim(self) -> int:
+        """The ``ndim`` of the buffer's storage (asked of its actor once; 1 if it cannot tell)."""
+        if self._storage_ndim is None:
+            self._storage_ndim = 1
+            if self._actor is not None:
+                self._storage_ndim = ray.get(
+                    self._actor.__ray_call__.remote(_storage_ndim), timeout=self.timeout_s
+                )
+        return self._storage_ndim
 
     def extend(self, td: TensorDictBase, record: Any = None) -> None:
         """Writes ``td`` (all of it, in one call: a batch is never half-written).
@@ -187,6 +208,11 @@ def _extend_decoded(buffer: Any, payload: Payload, record: Any) -> None:
     buffer.extend(TensorDictCodec().decode(payload))
     if record is not None:
         buffer.__dict__.setdefault(_RECORDS, {})[record.worker_id] = record
+
+
+def _storage_ndim(buffer: Any) -> int:
+    """Runs inside the buffer's actor: its storage's ``ndim`` (1 where it has none)."""
+    return int(getattr(getattr(buffer, "_storage", None), "ndim", 1) or 1)
 
 
 def _last_record(buffer: Any, worker_id: int) -> Any:
