@@ -11,12 +11,12 @@ record. Beyond those, every test fails on an imbalance its collectors met (the
 
 from __future__ import annotations
 
+import random
+import types
+
 import pytest
 import torch
 from tensordict import TensorDict
-
-import random
-import types
 
 from tdscheme.collectors.driver.budget import FrameBudget, cut_to_fit
 from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds
@@ -128,7 +128,9 @@ def _whole_trajectory_run(total: int, lengths: list[int], workers: int = 2) -> F
         written = sum(collected) if sum(collected) <= bound else written
         if written < sum(collected):
             budget.reply_short(bound, 100, written=written)
-        ledger.resolve(key, asked=sum(collected), yielded=written, discarded=sum(collected) - written)
+        ledger.resolve(
+            key, asked=sum(collected), yielded=written, discarded=sum(collected) - written
+        )
     raise AssertionError("the run of whole trajectories never ended")
 
 
