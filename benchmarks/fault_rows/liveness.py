@@ -271,7 +271,7 @@ def placement_cli_too_many_collectors() -> dict[str, Any]:
 def _hang_env(tmp: str) -> Callable[[], Any]:
     from tdscheme.envs import make_faulty_env
 
-    return functools.partial(make_faulty_env, hang_at_step=45, hang_once_path=f"{tmp}/hung")
+    return functools.partial(make_faulty_env, hang_at_step=45, once_path=f"{tmp}/hung")
 
 
 def _hung_once(stats: dict[str, Any]) -> str:
@@ -505,7 +505,7 @@ def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
     fault = "a gradient worker's env hangs once (synchronous, timeout_s=5)"
     with tempfile.TemporaryDirectory() as tmp, _ray():
         hangs = functools.partial(
-            make_faulty_env, "CartPole-v1", hang_at_step=70, hang_once_path=f"{tmp}/hung"
+            make_faulty_env, "CartPole-v1", hang_at_step=70, once_path=f"{tmp}/hung"
         )
         with _grad_coordinator(hangs, timeout_s=5.0, max_restarts=2) as coordinator:
             start = time.perf_counter()

@@ -59,8 +59,9 @@ class FaultyEnv(gym.Wrapper):
         nonfinite_value: e.g. ``float("nan")`` or ``float("inf")``.
         nonfinite_every: every step from ``nonfinite_at_step`` on, not just that one.
         hang_at_step: sleep (nearly) forever at this step, like a hung simulator.
-        hang_once_path: with ``hang_at_step``, only the first env to create this
-            file hangs (so a rebuilt worker does not hang again).
+        once_path: with ``raise_at_step``, ``exit_at_step`` or ``hang_at_step``,
+            only the first env to create this file faults, once (a simulator
+            that fails now and then: a rebuilt worker does not fail again).
 
     Example:
         >>> env = FaultyEnv(gym.make("CartPole-v1"), raise_at_step=2)
@@ -84,7 +85,7 @@ class FaultyEnv(gym.Wrapper):
         nonfinite_value: float = float("nan"),
         nonfinite_every: bool = False,
         hang_at_step: int | None = None,
-        hang_once_path: str | None = None,
+        once_path: str | None = None,
     ) -> None:
         super().__init__(env)
         self.sleep_s = sleep_s
@@ -95,7 +96,7 @@ class FaultyEnv(gym.Wrapper):
         self.nonfinite_value = nonfinite_value
         self.nonfinite_every = nonfinite_every
         self.hang_at_step = hang_at_step
-        self.hang_once_path = hang_once_path
+        self.once_path = once_path
         self.steps = 0
 
     def step(self, action: Any) -> Any:
@@ -104,10 +105,12 @@ class FaultyEnv(gym.Wrapper):
         if self.sleep_s:
             time.sleep(self.sleep_s)
         if self.raise_at_step is not None and self.steps >= self.raise_at_step:
-            raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
+            if self._may_fault():
+                raise RuntimeError(f"FaultyEnv: injected failure at step {self.steps}")
         if self.exit_at_step is not None and self.steps >= self.exit_at_step:
-            os._exit(1)  # no cleanup, no exception: what a segfaulting simulator looks like
-        if self.hang_at_step is not None and self.steps == self.hang_at_step and self._may_hang():
+            if self._may_fault():
+                os._exit(1)  # no cleanup, no exception: what a segfaulting simulator looks like
+        if self.hang_at_step is not None and self.steps == self.hang_at_step and self._may_fault():
             time.sleep(HANG_S)
         obs, reward, terminated, truncated, info = self.env.step(action)
         at = self.nonfinite_at_step
@@ -119,11 +122,11 @@ class FaultyEnv(gym.Wrapper):
                 obs[0] = self.nonfinite_value
         return obs, reward, terminated, truncated, info
 
-    def _may_hang(self) -> bool:
-        if self.hang_once_path is None:
+    def _may_fault(self) -> bool:
+        if self.once_path is None:
             return True
         try:
-            with open(self.hang_once_path, "x"):  # exclusive create: one env of many wins
+            with open(self.once_path, "x"):  # exclusive create: one env of many wins
                 return True
         except FileExistsError:
             return False
@@ -162,7 +165,7 @@ def make_faulty_env(
     raise_at_step: int | None = None,
     exit_at_step: int | None = None,
     hang_at_step: int | None = None,
-    hang_once_path: str | None = None,
+    once_path: str | None = None,
     obs_shape: tuple[int, ...] | None = None,
     nonfinite_at_step: int | None = None,
     nonfinite_in: str = "reward",
@@ -179,7 +182,7 @@ def make_faulty_env(
         raise_at_step: raise ``RuntimeError`` from this step on.
         exit_at_step: kill the process (``os._exit(1)``) at this step.
         hang_at_step: hang at this step.
-        hang_once_path: with ``hang_at_step``, a file only the first env creates and hangs.
+        once_path: with a fault, a file only the first env creates: it faults once.
         obs_shape: replace observations with uint8 frames of this shape (e.g.
             ``(4, 84, 84)``), to drill large-observation transport (:class:`PixelsLikeObs`).
         nonfinite_at_step: give ``nonfinite_value`` at this step.
@@ -215,7 +218,7 @@ def make_faulty_env(
         env = PixelsLikeObs(env, obs_shape)
     env = FaultyEnv(
         env, sleep_s=sleep_s, raise_at_step=raise_at_step, exit_at_step=exit_at_step,
-        hang_at_step=hang_at_step, hang_once_path=hang_once_path,
+        hang_at_step=hang_at_step, once_path=once_path,
         nonfinite_at_step=nonfinite_at_step, nonfinite_in=nonfinite_in,
         nonfinite_value=nonfinite_value, nonfinite_every=nonfinite_every,
     )  # fmt: skip

@@ -278,8 +278,11 @@ class ActorPool:
         try:
             return ray.get(ref, timeout=FETCH_TIMEOUT_S)
         except RayTaskError as err:
-            message = f"{method} raised {type(err.cause).__name__}: {err.cause}"
-            raise self.error_class(worker_id, message, str(err)) from None
+            kind = type(err.cause).__name__
+            message = f"{method} raised {kind}: {err.cause}"
+            raise self.error_class(
+                worker_id, message, str(err), method=method, remote_type=kind
+            ) from None
         except RayActorError as err:
             if err.actor_init_failed:
                 text = str(err)

@@ -24,6 +24,10 @@ class WorkerError(RuntimeError):
         remote_traceback: the traceback text from the worker process.
         role: how the message names the worker (``"collector worker"`` here;
             subclasses for other actors change it).
+        method: the actor method that raised (``None``: not an exception raised
+            in a call, e.g. a death past ``max_restarts``).
+        remote_type: the class name of the exception raised in the actor (``None``
+            as for ``method``).
 
     Example:
         >>> str(WorkerError(1, "boom"))
@@ -32,8 +36,18 @@ class WorkerError(RuntimeError):
 
     role = "collector worker"
 
-    def __init__(self, worker_id: int, message: str, remote_traceback: str = "") -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        message: str,
+        remote_traceback: str = "",
+        *,
+        method: str | None = None,
+        remote_type: str | None = None,
+    ) -> None:
         self.worker_id = worker_id
+        self.method = method
+        self.remote_type = remote_type
         self.remote_traceback = _ANSI.sub("", remote_traceback)
         text = f"{self.role} {worker_id}: {message}"
         if remote_traceback:

@@ -267,16 +267,21 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
 
 
 def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):
+    """An env that raises in every incarnation: rebuilt max_restarts times, then a WorkerError."""
     failing = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
     collector = RayCollector(
         [cartpole, failing], mlp_policy(4, 2), frames_per_batch=50, total_frames=10_000,
-        num_collectors=2, remote_configs=SMALL,
+        num_collectors=2, remote_configs=SMALL, max_restarts=1,
     )  # fmt: skip
     with pytest.raises(WorkerError) as info:
         for _ in collector:
             pass
-    assert info.value.worker_id == 1
-    assert "collector worker 1" in str(info.value)
+    assert info.value.worker_id == 1 and info.value.method == "collect"
+    assert str(info.value).splitlines()[0] == (
+        "collector worker 1: collect raised RuntimeError: FaultyEnv: injected failure at step 30 "
+        "(failed 2 times, max_restarts=1)"
+    )
+    assert collector.stats()["restarts_per_worker"] == [0, 1]
     assert "injected failure at step 30" in info.value.remote_traceback
     assert "ray::CollectorWorker.collect()" in info.value.remote_traceback
     assert "faulty.py" in info.value.remote_traceback  # the remote frames are there (the env's)

@@ -35,7 +35,7 @@ def _assert_books_agree(collector) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("sync", [False, True])
 def test_a_hung_worker_is_killed_and_rebuilt(ray_clean, tmp_path, caplog, sync):
-    hang = functools.partial(make_env, hang_at_step=25, hang_once_path=str(tmp_path / "hung"))
+    hang = functools.partial(make_env, hang_at_step=25, once_path=str(tmp_path / "hung"))
     caplog.set_level(logging.WARNING, logger="tdscheme")
     ids_by_worker: dict[int, list] = {0: [], 1: []}
     with RayCollector(

@@ -4,8 +4,10 @@ With a replay buffer, workers write their frames into the buffer themselves;
 the thread only drives the requests (weight pushes, restarts, the frame budget)
 until ``total_frames`` or until it is stopped. :meth:`BackgroundCollection.pause`
 drains what is in flight and holds the workers, so the buffer's write count is
-frozen inside it (a quiescent point for a checkpoint). An error in the thread is
-kept and re-raised on the driver at the next call, never lost.
+frozen inside it (a quiescent point for a checkpoint). Workers that die, hang or
+raise are rebuilt as in iteration (``max_restarts``); an error that stops the
+thread (a worker past ``max_restarts``: its ``WorkerError``) is kept and
+re-raised on the driver at the next call, never lost.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from tdscheme.runtime.worker_error import WorkerError
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.parts import CollectorParts
@@ -84,14 +88,25 @@ class BackgroundCollection:
             for _ in self._batches():
                 pass
         except BaseException as err:  # noqa: BLE001 - kept for the driver, see raise_error
-            logger.error("background collection stopped: %s: %s", type(err).__name__, err)
+            first_line = str(err).split("\n", 1)[0]
+            logger.error("background collection stopped: %s: %s", type(err).__name__, first_line)
+            if isinstance(err, WorkerError):
+                err.add_note("raised in the collector's background collection (start())")
             self._error = err
 
     def raise_error(self) -> None:
-        """Re-raises (once) the error that stopped the thread, if any."""
+        """Re-raises (once) the error that stopped the thread, if any.
+
+        A worker's failure is its :class:`~tdscheme.WorkerError` (worker id, remote
+        traceback), as iteration raises it; any other error is a ``RuntimeError``
+        naming it, the error attached.
+        """
         error, self._error = self._error, None
-        if error is not None:
-            raise RuntimeError(f"background collection failed: {error}") from error
+        if error is None:
+            return
+        if isinstance(error, WorkerError):
+            raise error
+        raise RuntimeError(f"background collection failed: {error}") from error
 
     def stop(self, timeout_s: float) -> None:
         """Stops requesting, waits up to ``timeout_s`` for the requests in flight to drain.

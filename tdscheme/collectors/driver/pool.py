@@ -160,6 +160,20 @@ class WorkerPool(ActorPool):
         self.forget([self._rebuilt.pop(worker_id, None)])
         self._rebuilt[worker_id] = self.submit(worker_id, self.ready_method)  # it reports again
 
+    def _restart_after_error(self, worker_id: int, err: WorkerError) -> None:
+        """Rebuilds a worker whose env or policy raised; past ``max_restarts``, raises ``err``
+        (its message and remote traceback) with the count."""
+        first_line = str(err).split("\n", 1)[0].removeprefix(f"{err.role} {worker_id}: ")
+        try:
+            self.restart(worker_id, first_line)  # with min_workers, past max_restarts: retired
+        except WorkerError:
+            failures = self.restarts()[worker_id] + 1
+            raise WorkerError(
+                worker_id,
+                f"{first_line} (failed {failures} times, max_restarts={self.max_restarts})",
+                err.remote_traceback, method=err.method,
+            ) from None  # fmt: skip
+
     # -- collecting ----------------------------------------------------------------
 
     def collect(self, worker_id: int, batch_id: int, max_frames: int | None = None) -> Any:
@@ -168,17 +182,30 @@ class WorkerPool(ActorPool):
         return self.submit(worker_id, "collect", batch_id, pushed, max_frames)
 
     def result(self, ref: Any) -> WorkerBatch | None:
-        """The batch behind a finished future, or ``None`` when its worker died.
+        """The batch behind a finished future, or ``None`` when its worker died or raised.
 
         A dead worker is restarted (once per death, whichever of its futures
-        reports it first).
+        reports it first). So is one whose env or policy raised while collecting
+        (a simulator that crashes now and then, as RLlib's
+        ``restart_failed_env_runners``): the exception is logged and the worker
+        rebuilt with a fresh seed, within the same ``max_restarts``. A Ray-held
+        replay buffer found dead (``ReplayBufferDied``) raises at once.
 
         Raises:
-            WorkerError: the env or policy raised inside the worker, the worker
-                failed in its constructor, or it died more than ``max_restarts`` times.
+            WorkerError: the worker failed in its constructor, or it died (or its env
+                or policy raised) more than ``max_restarts`` times; for an exception,
+                with the last remote traceback.
         """
         worker_id, current = self.owner(ref), self.is_current(ref)
-        value = self.outcome(ref)
+        try:
+            value = self.outcome(ref)
+        except WorkerError as err:
+            # a dead replay buffer is not the worker's fault: a new one would meet it too
+            if err.method != "collect" or err.remote_type == "ReplayBufferDied":
+                raise
+            if current:
+                self._restart_after_error(worker_id, err)
+            return None
         if value is DIED:
             if current:
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
