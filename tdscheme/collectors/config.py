@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tdscheme.collectors.driver.setting_checks import check_scalar_settings
 from tdscheme.collectors.driver.specs import for_added_workers, worker_specs
 from tdscheme.collectors.torchrl_compat.args import (
     check_weight_args,
@@ -19,12 +20,10 @@ from tdscheme.collectors.torchrl_compat.args import (
 from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
 from tdscheme.collectors.worker.spec import WorkerSpec
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.ray_lease import check_init_keys
-from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.transport import TensorDictCodec
-from tdscheme.validation import check_bool, check_int, check_positive_number, invalid
+from tdscheme.validation import invalid
 
 #: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).
 DEFAULT_GPU_SHARE = 0.2
@@ -115,7 +114,8 @@ class RayCollectorConfig:
             holds a batch, so env stepping overlaps training (bounded, so the
             object store cannot fill up). Default 1, or 0 when ``max_policy_lag=0``
             or ``update_after_each_batch`` asks for on-policy data.
-        max_restarts: times a dead worker is rebuilt before a ``WorkerError``.
+        max_restarts: times a worker that died, hung, or whose env or policy raised
+            is rebuilt before a ``WorkerError``.
         seed: seeds worker ``i`` distinctly and reproducibly (also see :meth:`set_seed`).
         batch_timeout_s: raise ``TimeoutError`` if no batch arrives for this long
             while every worker still answers pings.
@@ -124,6 +124,10 @@ class RayCollectorConfig:
             :class:`~tdscheme.runtime.placement.PlacementError`; requests the
             cluster could never satisfy (``num_collectors`` x ``remote_configs`` past
             its total resources) are one at once (:mod:`tdscheme.runtime.placement`).
+        placement: ``"check"`` (default): a request beyond the cluster's resources
+            is refused at once; ``"wait"``: no such check, for an autoscaling
+            cluster that adds nodes for pending requests: the workers may take
+            ``actor_start_timeout_s`` (raise it) to be placed.
         worker_stall_timeout_s: a worker that makes no progress (env steps) for
             this long while it has a request is declared hung, killed and rebuilt
             like a dead one (its batch counted as lost); ``None``: no check. A new
@@ -144,6 +148,9 @@ class RayCollectorConfig:
             batched env a row is one env's steps of the batch, so ``total_frames``
             may end up to one row short). ``max_policy_lag`` is applied by each worker when it
             writes.
+        drop_nonfinite_frames: with ``replay_buffer``: a worker leaves out the
+            frames holding NaN or inf (any floating-point entry) when it writes,
+            counted as dropped (``frames_dropped``, the ledger's ``dropped``).
         trajs_per_batch: each worker's collector assembles whole trajectories
             (torchrl's argument); with a replay buffer each is written flat
             (``SliceSampler``-ready) and never cut: a trajectory that does not
@@ -198,9 +205,11 @@ class RayCollectorConfig:
     seed: int | None = None
     batch_timeout_s: float = 600.0
     actor_start_timeout_s: float = 120.0
+    placement: str = "check"
     worker_stall_timeout_s: float | None = 120.0
     min_workers: int | None = None
     replay_buffer: Any = None
+    drop_nonfinite_frames: bool = False
     trajs_per_batch: int | None = None
     # torchrl's arguments about each worker's collector and its weight path (torchrl_args.py)
     trust_policy: bool | None = None
@@ -215,7 +224,7 @@ class RayCollectorConfig:
     def __post_init__(self) -> None:
         if self.exploration_type is None:  # as not given: torchrl's default
             self.exploration_type = default_exploration_type()
-        self._check_ints()
+        check_scalar_settings(self)
         check_weight_args(
             weight_updater=self.weight_updater,
             weight_sync_schemes=self.weight_sync_schemes,
@@ -259,43 +268,6 @@ class RayCollectorConfig:
         if self.prefetch_batches is None:
             on_policy = self.max_policy_lag == 0 or self.update_after_each_batch
             self.prefetch_batches = 0 if on_policy else 1
-
-    def _check_ints(self) -> None:
-        check_int("frames_per_batch", self.frames_per_batch, minimum=1)
-        tf = self.total_frames
-        if isinstance(tf, bool) or not isinstance(tf, int) or not (tf > 0 or tf == -1):
-            raise invalid("total_frames", tf, "an int > 0, or -1 for no limit")
-        check_int("num_collectors", self.num_collectors, minimum=1, optional=True)
-        check_int("max_policy_lag", self.max_policy_lag, minimum=0, optional=True)
-        check_int("prefetch_batches", self.prefetch_batches, minimum=0, optional=True)
-        check_int("max_restarts", self.max_restarts, minimum=0)
-        check_int("trajs_per_batch", self.trajs_per_batch, minimum=1, optional=True)
-        check_int("num_workers_per_collector", self.num_workers_per_collector, minimum=1)
-        mw = self.max_weight_update_interval
-        if isinstance(mw, bool) or not isinstance(mw, int) or mw < -1:
-            raise invalid("max_weight_update_interval", mw, "-1 (never forced) or an int >= 0")
-        check_positive_number("batch_timeout_s", self.batch_timeout_s)
-        check_positive_number("actor_start_timeout_s", self.actor_start_timeout_s)
-        if self.worker_stall_timeout_s is not None:
-            check_positive_number("worker_stall_timeout_s", self.worker_stall_timeout_s)
-        check_int("min_workers", self.min_workers, minimum=1, optional=True)
-        check_int("seed", self.seed, minimum=0, optional=True)
-        for name in ("max_frames_per_traj", "init_random_frames"):
-            check_int(name, getattr(self, name), minimum=-1, optional=True)
-        for name in ("reset_at_each_iter", "split_trajs", "sync", "update_after_each_batch"):
-            check_bool(name, getattr(self, name))
-        if self.ray_init_config is not None:
-            if not isinstance(self.ray_init_config, Mapping):
-                raise invalid("ray_init_config", self.ray_init_config, "None or a dict")
-            check_init_keys(self.ray_init_config)
-        for name in ("remote_configs", "collector_kwargs"):
-            value = getattr(self, name)
-            for i, entry in enumerate(value if isinstance(value, (list, tuple)) else [value]):
-                where = f"{name}[{i}]" if isinstance(value, (list, tuple)) else name
-                if name == "remote_configs" and entry is not None:
-                    check_actor_options(where, entry)
-                elif entry is not None and not isinstance(entry, Mapping):
-                    raise invalid(where, entry, "None, a dict, or a list of dicts")
 
     def _env_fns(self) -> list[Any]:
         fns = self.create_env_fn

@@ -19,6 +19,7 @@ from tdscheme.collectors.driver.background import BackgroundCollection
 from tdscheme.collectors.driver.flow import BatchFlow
 from tdscheme.collectors.driver.parts import CollectorParts, documented_by
 from tdscheme.collectors.driver.pool import WorkerPool
+from tdscheme.collectors.driver.specs import resource_arguments
 from tdscheme.collectors.driver.stats import CollectorStats, StatsReport
 from tdscheme.collectors.driver.weights import WeightPusher
 from tdscheme.collectors.torchrl_compat.learner_sync import LearnerWeightSync
@@ -31,12 +32,6 @@ from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import check_frame_budget
 
 logger = logging.getLogger(__name__)
-
-#: The arguments that set a worker's Ray resources, as the user may have written them.
-_RESOURCE_ARGUMENTS = (
-    "num_collectors x remote_configs; Scheme: collector_resources; "
-    "command: --num-collectors x --collector-resources"
-)
 
 
 class RayCollector(TorchrlSurface, BaseCollector):
@@ -154,13 +149,14 @@ class RayCollector(TorchrlSurface, BaseCollector):
     def _add_workers(self, config: RayCollectorConfig) -> list[int]:
         """Starts one worker per spec of ``config``, once Ray can place them; returns their ids."""
         remotes = config.remote_config_list()
-        self._pool.check_fits(remotes, argument=_RESOURCE_ARGUMENTS)
+        if config.placement == "check":  # "wait": an autoscaler may add the nodes
+            self._pool.check_fits(remotes, argument=resource_arguments(config))
         ids = []
         for spec, remote in zip(config.worker_specs(), remotes, strict=True):
             ids.append(self._pool.add(spec, remote))
             self._weights.pusher.add_workers(1)
         self._pool.wait_started(
-            ids, timeout_s=self.config.actor_start_timeout_s, argument=_RESOURCE_ARGUMENTS
+            ids, timeout_s=self.config.actor_start_timeout_s, argument=resource_arguments(config)
         )
         return ids
 

@@ -61,6 +61,9 @@ class GradientWorkersConfig:
             naming the silent workers.
         actor_start_timeout_s: a worker Ray has not placed or built this long after
             it was asked for is an error (see :mod:`tdscheme.runtime.placement`).
+        placement: ``"check"``: requests beyond the cluster are refused at once;
+            ``"wait"``: no such check (an autoscaling cluster), the workers wait
+            ``actor_start_timeout_s`` to be placed.
         collector_kwargs: extra keyword arguments for every torchrl collector.
         collector_class: the collector class each worker steps: ``None`` (tdscheme's
             :class:`~tdscheme.rollout.lean.LeanCollector`, torchrl's ``Collector`` with a
@@ -99,6 +102,7 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
     max_restarts: int = 3
     timeout_s: float = 300.0
     actor_start_timeout_s: float = 120.0
+    placement: str = "check"
     collector_kwargs: Mapping[str, Any] | None = None
     collector_class: Any = None
 
@@ -119,6 +123,7 @@ decentralized=False, or communication='synchronous' (an all-reduce is a synchron
             )
         check_positive_number("timeout_s", self.timeout_s)
         check_positive_number("actor_start_timeout_s", self.actor_start_timeout_s)
+        check_choice("placement", self.placement, ("check", "wait"))
         self.preemption = PreemptionConfig.from_arg(self.preemption)
         for name in ("worker_resources", "collector_kwargs"):
             value = getattr(self, name)

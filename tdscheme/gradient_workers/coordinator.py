@@ -117,7 +117,8 @@ class GradientCoordinator:
         try:
             workers = range(len(specs))
             options = [config.remote_options() for _ in workers]
-            self.pool.check_fits(options, argument=_RESOURCE_ARGUMENTS)
+            if config.placement == "check":  # "wait": an autoscaler may add the nodes
+                self.pool.check_fits(options, argument=_RESOURCE_ARGUMENTS)
             self.pool.start_all(self._weights_ref(), learner.version)
             self.pool.wait_started(
                 workers, timeout_s=config.actor_start_timeout_s, argument=_RESOURCE_ARGUMENTS

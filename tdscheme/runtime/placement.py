@@ -11,9 +11,10 @@ by :func:`wait_started` after ``actor_start_timeout_s``.
 
 Autoscaling clusters: the check sees only the nodes the cluster has now. An
 autoscaler adds nodes for pending requests, but tdscheme cannot see how many it
-may add, so a request beyond today's cluster is reported as impossible; ask the
-autoscaler for the nodes first (``ray.autoscaler.sdk.request_resources``) and wait
-for them, or start the cluster at its size.
+may add, so by default a request beyond today's cluster is reported as
+impossible; ``RayCollector(placement="wait")`` skips the check and lets the
+workers wait ``actor_start_timeout_s`` to be placed (or ask the autoscaler for the
+nodes first, ``ray.autoscaler.sdk.request_resources``).
 
 Example:
     >>> total = {"CPU": 2.0, "memory": 8e9}
@@ -116,8 +117,8 @@ def check_fits(requests: Sequence[Mapping[str, Any]], *, what: str, argument: st
     raise PlacementError(
         f"Ray cannot place {what}: each asks {' or '.join(distinct)} ({argument}); {why}. "
         f"Cluster resources: {_summary(total)}. Use fewer workers or a smaller share per "
-        f"worker, e.g. {{'num_cpus': 0.5}} (an autoscaling cluster: request the nodes "
-        f"first, see tdscheme.runtime.placement)"
+        f"worker, e.g. {{'num_cpus': 0.5}} (an autoscaling cluster that will add the "
+        f"nodes: placement='wait')"
     )
 
 

@@ -89,6 +89,9 @@ class SchemeConfig:
             centralized worker silent this long is declared hung and rebuilt).
         actor_start_timeout_s: a worker Ray has not placed or built this long
             after it was asked for is an error (impossible requests are one at once).
+        placement: ``"check"`` (default): requests beyond the cluster's resources are
+            refused at once; ``"wait"``: no such check, for an autoscaling cluster (the
+            workers wait ``actor_start_timeout_s`` to be placed: raise it).
         worker_stall_timeout_s: a collector worker without progress (env steps)
             this long is declared hung, killed and rebuilt (``None``: no check).
         max_restarts: times each collector (or gradient) worker may be rebuilt after
@@ -164,6 +167,7 @@ synchronous step)
     seed: int | None = 0
     batch_timeout_s: float = 600.0
     actor_start_timeout_s: float = 120.0
+    placement: str = "check"
     worker_stall_timeout_s: float | None = 120.0
     max_restarts: int = 3
     min_workers: int | None = None
@@ -193,6 +197,7 @@ synchronous step)
         for name in ("sync", "compress", "decentralized", "grad_compress"):
             check_bool(name, getattr(self, name))
         check_choice("grad_communication", self.grad_communication, GRAD_COMMUNICATIONS)
+        check_choice("placement", self.placement, ("check", "wait"))
         check_positive_number("batch_timeout_s", self.batch_timeout_s)
         check_positive_number("utd_ratio", self.utd_ratio)
         check_int("init_random_frames", self.init_random_frames, minimum=0)
@@ -249,7 +254,13 @@ synchronous step)
     # -- the lower layers' configs ---------------------------------------------------------
 
     def collector_config(
-        self, env_factory: Any, policy: Any, *, replay_buffer: Any = None, offpolicy: bool = False
+        self,
+        env_factory: Any,
+        policy: Any,
+        *,
+        replay_buffer: Any = None,
+        offpolicy: bool = False,
+        drop_nonfinite_frames: bool = False,
     ) -> RayCollectorConfig:
         """The driver collector's settings (``num_grad_workers == 0``): the one conversion.
 
@@ -259,6 +270,8 @@ synchronous step)
             replay_buffer: a Ray-held buffer the workers write into
                 (``buffer_location="ray"``); ``None``: batches come to the driver.
             offpolicy: an off-policy run: ``init_random_frames`` applies.
+            drop_nonfinite_frames: the workers leave frames with NaN / inf out of
+                ``replay_buffer`` (the learner's ``drop_nonfinite_frames``).
 
         Example:
             >>> from tdscheme.testing import make_env
@@ -285,11 +298,13 @@ synchronous step)
             seed=self.seed,
             batch_timeout_s=self.batch_timeout_s,
             actor_start_timeout_s=self.actor_start_timeout_s,
+            placement=self.placement,
             worker_stall_timeout_s=self.worker_stall_timeout_s,
             max_restarts=self.max_restarts,
             min_workers=self.min_workers,
             init_random_frames=self.init_random_frames if offpolicy else -1,
             replay_buffer=replay_buffer,
+            drop_nonfinite_frames=drop_nonfinite_frames and replay_buffer is not None,
         )
 
     def grad_workers_config(self) -> GradientWorkersConfig:
@@ -336,6 +351,7 @@ synchronous step)
             seed=self.seed,
             timeout_s=float(self.batch_timeout_s),
             actor_start_timeout_s=float(self.actor_start_timeout_s),
+            placement=self.placement,
         )
 
     def _grad_staleness_bound(self) -> int | None:

@@ -51,12 +51,19 @@ class Driver(Protocol):
             workers).
         replay_buffer: the torchrl replay buffer the learner samples, or ``None``
             (on-policy).
+        frames_pending: frames the collector delivered that no step counted yet
+            (a Ray-held buffer's writes since the last step, up to ``frame_limit``;
+            0 for the others).
+        frame_limit: the Scheme's ``total_frames`` (``None``: none), set by
+            ``Scheme.set_total_frames``: no step counts frames past it.
     """
 
     state_key: str
     collector: RayCollector | None
     coordinator: GradientCoordinator | None
     replay_buffer: Any
+    frames_pending: int
+    frame_limit: int | None
 
     def step(self) -> tuple[int, dict[str, float]]:
         """One iteration: ``(frames trained on, metrics)``."""
@@ -117,6 +124,8 @@ class NoReplayBuffer:
     """
 
     replay_buffer: Any = None
+    frames_pending: int = 0  # each step counts the batches the collector yields
+    frame_limit: int | None = None  # the collector's own budget cuts its batches to fit
 
     def paused(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to hold: without a replay buffer nothing changes between steps."""

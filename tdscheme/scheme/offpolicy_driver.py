@@ -32,13 +32,14 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
-from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
+from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer, without_nonfinite
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.driver import PushInterval
 from tdscheme.scheme.metrics import episode_metrics, numeric_stats
+from tdscheme.scheme.ray_buffer import BoundedRayBuffer
 
 __all__ = ["OffPolicyDriver", "check_buffer"]
 
@@ -100,6 +101,7 @@ class OffPolicyDriver:
     collector: RayCollector
     coordinator: None = None
     replay_buffer: Any
+    frame_limit: int | None
 
     def __init__(
         self,
@@ -120,15 +122,20 @@ class OffPolicyDriver:
         self.replay_buffer = None
         self._lease = RayLease.acquire(config.ray_init_config) if self.ray_held else None
         try:
-            self.replay_buffer = storage_factory()
-            check_buffer(self.replay_buffer, config.buffer_location)
-            self.prioritized = is_prioritized(self.replay_buffer)
+            buffer = storage_factory()
+            check_buffer(buffer, config.buffer_location)
+            self.prioritized = is_prioritized(buffer)
+            # the learner's and the checkpoints' calls on a Ray-held buffer are bounded
+            self.replay_buffer = (
+                BoundedRayBuffer(buffer, config.batch_timeout_s) if self.ray_held else buffer
+            )
             self.collector = RayCollector.from_config(
                 config.collector_config(
                     env_factory,
                     learner.policy,
-                    replay_buffer=self.replay_buffer if self.ray_held else None,
+                    replay_buffer=buffer if self.ray_held else None,
                     offpolicy=True,
+                    drop_nonfinite_frames=learner.config.drop_nonfinite_frames,
                 )
             )
         except BaseException:
@@ -136,10 +143,27 @@ class OffPolicyDriver:
             raise
         self._batches: Iterator[TensorDictBase | None] | None = None
         self.frames_collected = 0  # frames in (or written to) the buffer by this run
+        self.frame_limit: int | None = None  # the Scheme's total_frames (set_total_frames)
+        self.nonfinite_frames_dropped = 0  # left out of a driver-held buffer for NaN / inf
         self.updates = 0
         self._update_credit = 0.0
         self._push = PushInterval(config.weight_push_interval)
         self._extend_s = 0.0
+
+    @property
+    def frames_pending(self) -> int:
+        """Frames the workers wrote into a Ray-held buffer that no step counted yet (else 0).
+
+        Up to ``frame_limit``: a run resumed with a smaller ``total_frames`` than its
+        buffer's writes (the workers run ahead of the learner) ends at it, the rest of
+        the frames staying in the buffer.
+        """
+        if not self.ray_held:
+            return 0
+        written = self.collector.collected_frames - self.frames_collected
+        if self.frame_limit is not None:
+            written = min(written, self.frame_limit - self.frames_collected)
+        return max(0, written)
 
     # -- one step ---------------------------------------------------------------------
 
@@ -205,6 +229,8 @@ class OffPolicyDriver:
             "replay/updates_per_step": float(num_updates),
             "replay/utd_ratio": self.updates / learning if learning else 0.0,
             "replay/extend_ms": 1e3 * self._extend_s,
+            # a Ray-held buffer's workers count theirs in collector/frames_dropped
+            "replay/nonfinite_frames_dropped": float(self.nonfinite_frames_dropped),
         }
 
     def _learning_frames(self, frames: int) -> int:
@@ -218,10 +244,16 @@ class OffPolicyDriver:
         return next(self._batches)
 
     def _extend(self, batch: TensorDictBase) -> int:
+        """Extends the buffer with a batch's valid frames (finite ones with ``drop_nonfinite_frames``)."""
         start = time.perf_counter()
         mask = batch.get(MASK_KEY, None)
         flat = batch[mask.bool()] if mask is not None else batch.reshape(-1)
-        self.replay_buffer.extend(flat)
+        kept = flat
+        if self.learner.config.drop_nonfinite_frames:
+            kept, dropped = without_nonfinite(flat, whole_trajectories=False)
+            self.nonfinite_frames_dropped += dropped
+        if kept.shape[0]:
+            self.replay_buffer.extend(kept)
         self._extend_s += time.perf_counter() - start
         return flat.shape[0]
 
@@ -230,7 +262,7 @@ class OffPolicyDriver:
             self.collector.start()
         deadline = time.monotonic() + self.config.batch_timeout_s
         while True:
-            written = self.collector.collected_frames - self.frames_collected
+            written = self.frames_pending
             if written > 0:
                 return written
             if not self.collector.is_running:

@@ -248,15 +248,16 @@ class Scheme:
             ValueError: ``total_frames`` is neither.
         """
         check_frame_budget("total_frames", total_frames)
+        self.driver.frame_limit = None if total_frames == -1 else total_frames
         collector = self.collector
         if collector is None:
             return
         if total_frames == -1:
             collector.set_total_frames(-1)
         else:
-            collector.set_total_frames(
-                collector.collected_frames + max(0, total_frames - self.frames)
-            )
+            # frames written into a Ray-held buffer that no step counted yet are part of it
+            done = collector.collected_frames - self.driver.frames_pending
+            collector.set_total_frames(done + max(0, total_frames - self.frames))
 
     @property
     def frames_left(self) -> int | None:
@@ -264,10 +265,12 @@ class Scheme:
 
         ``None`` without a budget (and with gradient workers); 0 once it is spent,
         also when the last batch was cut short of it (a batched env's batch is cut
-        at whole steps).
+        at whole steps). Frames written into a Ray-held buffer that no step counted
+        yet are still left: the run steps until it has trained on them.
         """
         collector = self.collector
-        return None if collector is None else collector.frames_left
+        left = None if collector is None else collector.frames_left
+        return None if left is None else left + self.driver.frames_pending
 
     def __iter__(self) -> Iterator[dict[str, float]]:
         """Yields :meth:`step` until :meth:`set_total_frames`'s budget is spent (forever without one)."""

@@ -303,8 +303,11 @@ def test_whole_trajectories_in_the_background_reach_total_frames_through_a_kill(
 
 def test_max_policy_lag_applies_to_background_writes(buffer):
     """Lag 0: once every worker acknowledged version 1, no frame of version 0 is written."""
+    # 2 ms per step: a worker is nearly always mid-batch, so the push meets batches in flight
+    # (with CartPole's ~20 us steps it could fall between two batches, and nothing be dropped)
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.002)
     with RayCollector(
-        env, mlp_policy(4, 2), frames_per_batch=200, total_frames=-1, num_collectors=2,
+        slow, mlp_policy(4, 2), frames_per_batch=200, total_frames=-1, num_collectors=2,
         replay_buffer=buffer, max_policy_lag=0, **SMALL,
     ) as collector:  # fmt: skip
         collector.start()

@@ -163,3 +163,70 @@ def test_inf_rewards_in_a_run_skip_updates_push_nothing_and_stop(ray_clean):
                 assert metrics["learner/nonfinite_skipped"] == 1
         assert scheme.collector.stats()["weight_pushes"] == pushes  # NaN weights never pushed
         assert scheme.learner.version == 1
+
+
+def test_workers_leave_nonfinite_frames_out_of_a_ray_held_buffer(ray_clean):
+    """drop_nonfinite_frames: NaN rewards from step 40 on never reach the buffer; counted, budget kept."""
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    from tdscheme import RayCollector
+    from tdscheme.testing import mlp_policy
+
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 5_000), batch_size=8,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    nan_rewards = functools.partial(
+        make_env, "CartPole-v1", nonfinite_at_step=40, nonfinite_every=True
+    )
+    clean = functools.partial(make_env, "CartPole-v1")
+    try:
+        with RayCollector(
+            [clean, nan_rewards], mlp_policy(4, 2), frames_per_batch=100, total_frames=600,
+            num_collectors=2, replay_buffer=rb, drop_nonfinite_frames=True,
+            remote_configs={"num_cpus": 0.5},
+        ) as collector:  # fmt: skip
+            for _ in collector:
+                pass
+            stats = collector.stats(timeout=10)
+        data = rb[:]
+        assert len(rb) == 600 == stats["frames"], str(
+            stats["ledger"]
+        )  # dropped: none of the budget
+        assert torch.isfinite(data["next", "reward"]).all()
+        assert stats["frames_dropped"] > 0 and stats["ledger"]["balanced"], stats["ledger"]
+    finally:
+        rb.shutdown()
+    with pytest.raises(
+        ValueError, match=r"drop_nonfinite_frames=True is invalid with replay_buffer=None"
+    ):
+        RayCollector(clean, frames_per_batch=20, drop_nonfinite_frames=True)
+
+
+def test_a_worker_whose_frames_are_all_nonfinite_stops_instead_of_writing_nothing_for_ever(
+    ray_clean,
+):
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    from tdscheme import RayCollector, WorkerError
+    from tdscheme.testing import mlp_policy
+
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 1_000), batch_size=8,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    all_nan = functools.partial(make_env, "CartPole-v1", nonfinite_at_step=1, nonfinite_every=True)
+    try:
+        with RayCollector(
+            all_nan, mlp_policy(4, 2), frames_per_batch=20, total_frames=1_000,
+            replay_buffer=rb, drop_nonfinite_frames=True, max_restarts=0,
+            remote_configs={"num_cpus": 0.5},
+        ) as collector:  # fmt: skip
+            with pytest.raises(WorkerError, match=r"10 batches in a row held only frames with NaN"):
+                for _ in collector:
+                    pass
+        assert len(rb) == 0
+    finally:
+        rb.shutdown()

@@ -80,6 +80,30 @@ def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
     assert all(math.isfinite(v) for _, v in metrics["learner/loss"])
 
 
+@pytest.mark.timeout(300)
+def test_a_ray_held_buffer_takes_no_cpu_and_keeps_its_repr_off_the_terminal(ray_clean, tmp_path):
+    """The README's ``--buffer-location ray`` with 2 collectors of 1 CPU each, on 2 CPUs.
+
+    Before, the buffer's actor took torchrl's default of 1 CPU, so one collector was never
+    placed and the run failed after actor_start_timeout_s; the buffer's ten-line repr (Ray's
+    prefix for an actor's output) reached the terminal; and the run stopped at 256 of its 384
+    frames (the last writes were never trained on).
+    """
+    address = ray_clean.get_runtime_context().gcs_address
+    settings = {**TINY, "num_collectors": 2, "collector_resources": {"num_cpus": 1},
+                "ray_init_config": {"address": address}}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tdscheme.cli", "train", "td3-pendulum", *cli_options(settings),
+         "--buffer-location", "ray", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed
+    assert "storage=LazyTensorStorage" not in printed and "[torchrl]" not in printed, printed
+    checkpoints = CheckpointManager(tmp_path / "run" / "checkpoints")
+    assert checkpoints.latest().name == f"ckpt_{384:012d}.pt", printed
+
+
 def wait_for_checkpoint(proc: subprocess.Popen, manager: CheckpointManager, timeout_s: float):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
@@ -90,13 +114,20 @@ def wait_for_checkpoint(proc: subprocess.Popen, manager: CheckpointManager, time
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("location", ["driver", "ray"])
 def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
-    ray_clean, tmp_path
+    ray_clean, tmp_path, location
 ):
+    """SIGKILL mid-run, then ``--resume``: the same learning goes on, buffer included.
+
+    A Ray-held buffer is dumped with the workers paused (its writes may run ahead of the
+    frames trained on: those are trained on after the resume, not lost or counted twice).
+    """
     run_dir = tmp_path / "run"
     address = ray_clean.get_runtime_context().gcs_address
     settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
-                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address}}  # fmt: skip
+                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address},
+                "buffer_location": location}  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "tdscheme.cli", "train", "dqn-cartpole", *cli_options(settings),
          "--run-dir", str(run_dir)],
@@ -141,9 +172,18 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
         assert scheme.driver.updates == state["replay"]["updates"] == (step - 128) // 4
         # the buffer: what the checkpoint's directory holds, frame for frame
         dumped = preset.storage_factory()()
-        dumped.loads(str(manager.directory / saved["replay_buffer"]))
-        assert len(scheme.replay_buffer) == len(dumped) == step
-        assert torch.equal(scheme.replay_buffer[:]["observation"], dumped[:]["observation"])
+        try:
+            dumped.loads(str(manager.directory / saved["replay_buffer"]))
+            held = len(dumped)
+            assert len(scheme.replay_buffer) == held
+            # driver-held: exactly the frames trained on; Ray-held: those and the writes
+            # that ran ahead of them (trained on after the resume)
+            assert held == step if location == "driver" else held >= step
+            assert held == step + scheme.driver.frames_pending
+            assert torch.equal(scheme.replay_buffer[:]["observation"], dumped[:]["observation"])
+        finally:
+            if location == "ray":
+                dumped.shutdown()
         summary = trainer.run()
     assert summary["frames"] == step + 128
     assert (

@@ -14,8 +14,9 @@ from torchrl.envs import GymEnv
 from torchrl.modules import MLP, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss
 
-from tdscheme import Learner, Scheme, SchemeConfig
+from tdscheme import Learner, LearnerConfig, Scheme, SchemeConfig
 from tdscheme.envs import make_env
+from tdscheme.envs.faulty import make_faulty_env
 from tdscheme.learner import OffPolicyLearner, make_target_updater
 
 ENV = functools.partial(make_env, "CartPole-v1")
@@ -168,3 +169,32 @@ def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean)
         assert s.learner.version == 0  # no step was taken with NaN
         with pytest.raises(NonFiniteUpdateError, match="reward"):
             s.step()  # the 40th skip in a row
+
+
+@pytest.mark.timeout(120)
+def test_drop_nonfinite_frames_keeps_nan_out_of_a_driver_held_buffer(ray_clean):
+    """The learner's drop_nonfinite_frames applies before the buffer: a sample never holds NaN."""
+
+    def dropping_learner(*, actor, qvalue) -> OffPolicyLearner:
+        loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
+        return OffPolicyLearner(
+            loss, policy=actor, config=LearnerConfig(drop_nonfinite_frames=True),
+            target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
+        )  # fmt: skip
+
+    nan_rewards = functools.partial(
+        make_faulty_env, "CartPole-v1", nonfinite_at_step=40, nonfinite_every=True
+    )
+    s = Scheme(
+        env_factory=nan_rewards, policy_factory=dqn_modules, learner_factory=dropping_learner,
+        storage_factory=local_buffer, config=SchemeConfig(
+            num_collectors=1, frames_per_batch=64, init_random_frames=64, utd_ratio=0.25,
+            collector_resources={"num_cpus": 0.5},
+        ),
+    )  # fmt: skip
+    with s:
+        metrics = [s.step() for _ in range(3)]
+        stored = s.replay_buffer[:]
+    assert metrics[-1]["replay/nonfinite_frames_dropped"] == 3 * 64 - len(stored) > 0
+    assert torch.isfinite(stored["next", "reward"]).all()
+    assert metrics[-1].get("learner/nonfinite_skipped_total", 0.0) == 0  # no NaN sampled

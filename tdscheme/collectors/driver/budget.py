@@ -136,16 +136,19 @@ class FrameBudget:
         return (None if sum(kept) == 0 else batch), kept
 
     def reply_short(self, budget: int, full: int, *, written: int) -> None:
-        """A reply wrote ``written`` frames and discarded the rest past its ``budget``.
+        """A reply fit ``written`` frames in its ``budget`` and discarded the rest.
 
-        A fixed-size request (``full`` frames) under a whole batch: nothing more fits
-        (whole env rows). Whole trajectories: a reply that wrote nothing though its
-        budget held all that is left closes the budget; any other starts the endgame
-        (one request at a time, with all that is left).
+        A request under a whole batch (``full`` frames) that could not fill its
+        budget: the rest fits no whole env row (rows are all one size), so nothing
+        more fits. Whole trajectories: a reply that wrote nothing though its
+        budget held all that is left closes the budget; any other starts the
+        endgame (one request at a time, with all that is left).
         """
         if self.config.trajs_per_batch is None:
-            if budget < full:
-                self.close(f"a request's budget of {budget} frames holds no more whole env rows")
+            if budget < full and written < budget:
+                self.close(
+                    f"a request's budget of {budget} frames holds no more whole env rows (or steps)"
+                )
             return
         left = self.config.total_frames - self.ledger.yielded
         if written == 0 and budget >= left:

@@ -153,6 +153,9 @@ class BatchFlow:
                 batch = self._account([(ref, result)], self._decode(result))
                 if batch is None and result.payload is not None:
                     continue  # cut to fit total_frames, nothing left
+                for other in pool.active_ids():  # what is left goes to an idle worker first:
+                    if other != worker_id and other not in owner.values():  # (one that wrote
+                        top_up(other, max(1, prefetch))  # nothing must not keep it for ever)
                 top_up(worker_id, prefetch)
                 yield batch
                 if not self._current(iteration):

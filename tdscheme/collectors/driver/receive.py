@@ -80,7 +80,10 @@ class Receiver:
         if result.frames_discarded:  # the budget bound
             # Near the end (a budget under a batch), what is left fits no row or trajectory.
             full = request.asked if request.fixed else self.config.frames_per_worker
-            self.budget.reply_short(request.frames, full, written=result.frames)
+            # what fit in the budget: written, or left out for NaN / inf (drop_nonfinite_frames)
+            self.budget.reply_short(
+                request.frames, full, written=result.frames + result.frames_dropped
+            )
         lag = self.pool.version - result.policy_version
         max_lag = self.config.max_policy_lag
         # written into the replay buffer (no payload): the worker applied the lag bound

@@ -12,14 +12,33 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.torchrl_compat.args import for_worker_collector, is_policy_service
+from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
 from tdscheme.collectors.worker.spec import WorkerSpec
 
 if TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
 
-__all__ = ["for_added_workers", "worker_specs"]
+__all__ = ["for_added_workers", "resource_arguments", "worker_specs"]
 
 _DEVICE_ARGS = ("device", "storing_device", "env_device", "policy_device")
+
+
+def resource_arguments(config: RayCollectorConfig) -> str:
+    """The arguments that set the workers' Ray resources, as a placement error names them.
+
+    With a Ray-held replay buffer, also its actor, which holds resources of its own
+    (torchrl's default: 1 CPU) that the workers then cannot have.
+    """
+    text = (
+        "num_collectors x remote_configs; Scheme: collector_resources; "
+        "command: --num-collectors x --collector-resources"
+    )
+    if is_ray_replay_buffer(config.replay_buffer):
+        text += (
+            ". The Ray-held replay_buffer's actor holds resources of its own (torchrl's "
+            "default: 1 CPU): build it with remote_config={'num_cpus': 0} if it only stores"
+        )
+    return text
 
 
 def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
@@ -69,6 +88,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 preemptible=config.preemption.enabled,
                 replay_buffer=clients[i],
                 max_policy_lag=config.max_policy_lag,
+                drop_nonfinite_frames=config.drop_nonfinite_frames,
             )
         )
     return specs

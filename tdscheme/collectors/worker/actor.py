@@ -17,9 +17,14 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.worker.buffer_writer import BufferWriter, frames_to_write
+from tdscheme.collectors.worker.buffer_writer import (
+    BufferWriter,
+    frames_to_write,
+    without_nonfinite,
+)
 from tdscheme.collectors.worker.build import build_collector, fast_path, writable_carrier
 from tdscheme.collectors.worker.checks import (
+    count_all_nonfinite,
     describe_nonfinite,
     env_output_error,
 )
@@ -109,6 +114,7 @@ class CollectorWorker(SchemeReceiverMixin):
         self._iterator = iter(self._collector)
         self._steps_per_batch: int | None = None
         self._frames_seen = 0  # frames collected over the worker's life (steps, for messages)
+        self._all_nonfinite = 0  # batches in a row whose frames were all dropped for NaN / inf
         self._env_keys = env_output_keys(self._collector)
         logger.info(
             "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
@@ -173,14 +179,26 @@ class CollectorWorker(SchemeReceiverMixin):
         if self.spec.replay_buffer is None:
             batch.payload = self._codec.encode(td)
         else:
+            whole, ndim = self.spec.whole_trajectories, self._writer.storage_ndim()
             td, batch.frames_discarded = frames_to_write(
-                td, max_frames, whole_trajectories=self.spec.whole_trajectories,
-                storage_ndim=self._writer.storage_ndim() if max_frames is not None else 1,
-            )  # fmt: skip
+                td, max_frames, whole_trajectories=whole, storage_ndim=ndim
+            )
+            if self.spec.drop_nonfinite_frames:
+                kept, batch.frames_dropped = without_nonfinite(
+                    td, whole_trajectories=whole, storage_ndim=ndim
+                )
+                self._all_nonfinite = count_all_nonfinite(
+                    self._all_nonfinite,
+                    td,
+                    kept,
+                    worker_id=self.worker_id,
+                    first_step=self._frames_seen,
+                )
+                td = kept
             batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
             with self._write_lock:
                 if self._too_stale(version):
-                    batch.frames, batch.frames_dropped = 0, batch.frames
+                    batch.frames, batch.frames_dropped = 0, batch.frames + batch.frames_dropped
                 elif batch.frames:
                     # the reply goes with the write: if this worker dies before replying,
                     # the driver finds it in the buffer (replay.last_write)

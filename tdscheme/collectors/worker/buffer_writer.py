@@ -23,16 +23,21 @@ from typing import Any
 
 import ray
 import torch
+from ray.exceptions import RayActorError
 from tensordict import TensorDictBase
 
+from tdscheme.finite import bad_frames
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = [
     "BufferWriter",
+    "ReplayBufferDied",
+    "buffer_died",
     "frames_to_write",
     "is_ray_replay_buffer",
     "last_write",
     "trajectory_lengths",
+    "without_nonfinite",
 ]
 
 #: the attribute of the buffer (in its actor) that holds each worker's last write record
@@ -40,6 +45,23 @@ _RECORDS = "_tdscheme_last_writes"
 
 #: seconds a write may take before the buffer is taken for dead
 WRITE_TIMEOUT_S = 120.0
+
+
+class ReplayBufferDied(RuntimeError):
+    """The actor of a Ray-held replay buffer died (its frames went with it).
+
+    A worker that meets it is not rebuilt (a new worker would write into the same
+    dead actor): the driver raises it at once, as a ``WorkerError`` naming it.
+    """
+
+
+def buffer_died(call: str, err: Exception) -> ReplayBufferDied:
+    """The error for a buffer actor found dead during ``call`` (``err``: Ray's)."""
+    return ReplayBufferDied(
+        f"the replay buffer's actor died (during {call}); its frames went with it. Resume "
+        f"from the last checkpoint (checkpoint_replay_buffer=True keeps the buffer in it). "
+        f"Ray: {str(err).splitlines()[0]}"
+    )
 
 
 def is_ray_replay_buffer(buffer: object) -> bool:
@@ -126,6 +148,45 @@ def frames_to_write(
     return out, total - out.batch_size.numel()
 
 
+def without_nonfinite(
+    td: TensorDictBase, *, whole_trajectories: bool, storage_ndim: int = 1
+) -> tuple[TensorDictBase, int]:
+    """``td`` without the frames holding NaN or inf, in the units the storage writes; and the count.
+
+    A flat batch loses the bad frames themselves; a flat batch of whole
+    trajectories loses each trajectory holding one (never a cut trajectory); a
+    ``[num_envs, time]`` batch loses the env rows holding one (``storage_ndim=1``)
+    or the env steps holding one (``storage_ndim=2``).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"r": torch.tensor([[1.0, float("nan"), 3.0], [4.0, 5.0, 6.0]])}, [2, 3])
+        >>> kept, dropped = without_nonfinite(td, whole_trajectories=False)
+        >>> kept["r"].tolist(), dropped
+        ([[4.0, 5.0, 6.0]], 3)
+        >>> kept, dropped = without_nonfinite(td, whole_trajectories=False, storage_ndim=2)
+        >>> kept["r"].tolist(), dropped
+        ([[1.0, 3.0], [4.0, 6.0]], 2)
+    """
+    bad = bad_frames(td)
+    if not bool(bad.any()):
+        return td, 0
+    total = td.batch_size.numel()
+    if td.ndim >= 2:
+        keep = ~bad.any(0) if storage_ndim >= 2 else ~bad.reshape(td.shape[0], -1).any(-1)
+        kept = td[..., keep] if storage_ndim >= 2 else td[keep]
+    elif whole_trajectories:
+        lengths = trajectory_lengths(td)
+        traj = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        bad_traj = torch.zeros(len(lengths), dtype=torch.bool).index_put_(
+            (traj,), bad, accumulate=True
+        )
+        kept = td[~bad_traj[traj]]
+    else:
+        kept = td[~bad]
+    return kept, total - kept.batch_size.numel()
+
+
 class BufferWriter:
     """Writes a worker's frames into a Ray-held torchrl buffer through its client.
 
@@ -155,9 +216,12 @@ class BufferWriter:
         if self._storage_ndim is None:
             self._storage_ndim = 1
             if self._actor is not None:
-                self._storage_ndim = ray.get(
-                    self._actor.__ray_call__.remote(_storage_ndim), timeout=self.timeout_s
-                )
+                try:
+                    self._storage_ndim = ray.get(
+                        self._actor.__ray_call__.remote(_storage_ndim), timeout=self.timeout_s
+                    )
+                except RayActorError as err:
+                    raise buffer_died("a worker's look at the storage", err) from None
         return self._storage_ndim
 
     def extend(self, td: TensorDictBase, record: Any = None) -> None:
@@ -172,10 +236,13 @@ class BufferWriter:
             self.client.extend(td)
             return
         payload = self._codec.encode(td)
-        ray.get(
-            self._actor.__ray_call__.remote(_extend_decoded, payload, record),
-            timeout=self.timeout_s,
-        )
+        try:
+            ray.get(
+                self._actor.__ray_call__.remote(_extend_decoded, payload, record),
+                timeout=self.timeout_s,
+            )
+        except RayActorError as err:
+            raise buffer_died("a worker's write", err) from None
 
 
 def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) -> Any:
@@ -185,11 +252,18 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         buffer: the Ray-held buffer (``RayReplayBuffer``) the workers write into.
         worker_id: the worker.
         timeout_s: the longest to wait for the buffer's answer.
+
+    Raises:
+        ReplayBufferDied: the buffer's actor is dead.
+        ray.exceptions.GetTimeoutError: it did not answer within ``timeout_s``.
     """
     actor = _plain_ray_actor(buffer.client())
     if actor is None:
         return None
-    return ray.get(actor.__ray_call__.remote(_last_record, worker_id), timeout=timeout_s)
+    try:
+        return ray.get(actor.__ray_call__.remote(_last_record, worker_id), timeout=timeout_s)
+    except RayActorError as err:
+        raise buffer_died("the driver's look for a dead worker's last write", err) from None
 
 
 def _plain_ray_actor(client: Any) -> Any:

@@ -27,7 +27,16 @@ from tensordict import TensorDictBase
 
 from tdscheme.finite import first_bad_frame, nonfinite_keys
 
-__all__ = ["NonFiniteInputError", "check_policy_keys", "describe_nonfinite", "env_output_error"]
+__all__ = [
+    "NonFiniteInputError",
+    "check_policy_keys",
+    "count_all_nonfinite",
+    "describe_nonfinite",
+    "env_output_error",
+]
+
+#: batches in a row that ``drop_nonfinite_frames`` drops whole before the worker is rebuilt
+ALL_NONFINITE_LIMIT = 10
 
 
 def _names(keys: Any) -> list[str]:
@@ -159,3 +168,24 @@ def _traceback_tensordicts(err: BaseException) -> list[tuple[TensorDictBase, int
                 found.append((value, step))
         tb = tb.tb_next
     return found
+
+
+def count_all_nonfinite(
+    count: int, td: TensorDictBase, kept: TensorDictBase, *, worker_id: int, first_step: int
+) -> int:
+    """Batches in a row whose frames were all dropped for NaN / inf (``kept`` is what was left).
+
+    Raises:
+        NonFiniteInputError: the count reached :data:`ALL_NONFINITE_LIMIT`: such frames
+            would be dropped for ever while the frame budget waits for them; the
+            error rebuilds the worker (a fresh env and seed), as any env error.
+    """
+    all_bad = td.batch_size.numel() > 0 and kept.batch_size.numel() == 0
+    count = count + 1 if all_bad else 0
+    if count >= ALL_NONFINITE_LIMIT:
+        described = describe_nonfinite(td, worker_id=worker_id, first_step=first_step)
+        raise NonFiniteInputError(
+            f"{ALL_NONFINITE_LIMIT} batches in a row held only frames with NaN or inf "
+            f"(drop_nonfinite_frames dropped them all); the last one has {described}"
+        )
+    return count

@@ -46,6 +46,8 @@ class WorkerSpec:
         max_policy_lag: with a replay buffer, frames collected with weights more
             than this many versions older than the newest the worker received
             are not written (they are dropped and counted).
+        drop_nonfinite_frames: with a replay buffer, frames holding NaN or inf are
+            not written (dropped and counted).
     """
 
     create_env_fn: Any
@@ -59,6 +61,7 @@ class WorkerSpec:
     preemptible: bool = False
     replay_buffer: Any = None
     max_policy_lag: int | None = None
+    drop_nonfinite_frames: bool = False
 
     @property
     def whole_trajectories(self) -> bool:

@@ -1,0 +1,108 @@
+"""A Ray-held replay buffer that hangs or dies: bounded calls, one clear error, no restarts.
+
+Real Ray actors (torchrl's RayReplayBuffer), real CartPole workers writing into it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import pytest
+import ray
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage
+from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+from tdscheme import RayCollector, WorkerError
+from tdscheme.scheme.ray_buffer import BoundedRayBuffer, ReplayBufferDied
+from tdscheme.testing import make_env, mlp_policy
+
+SMALL = {"remote_configs": {"num_cpus": 0.5}}
+
+
+@pytest.fixture
+def buffer(ray_clean):
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=8,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    yield rb
+    rb.shutdown()
+
+
+def _frames(n: int) -> TensorDict:
+    return TensorDict({"observation": torch.arange(n, dtype=torch.float32)}, [n])
+
+
+def test_bounded_calls_are_the_buffers_own_and_a_hung_buffer_times_out(buffer):
+    bounded = BoundedRayBuffer(buffer, timeout_s=60.0)  # the actor's process may be starting
+    bounded.extend(_frames(20))
+    assert len(bounded) == 20 == bounded.write_count
+    assert bounded.sample().batch_size == torch.Size([8])
+    assert torch.equal(bounded[:5]["observation"], torch.arange(5, dtype=torch.float32))
+    bounded.timeout_s = 1.0
+    pid = ray.get(buffer._rb.__ray_call__.remote(lambda _: os.getpid()), timeout=30)
+    os.kill(pid, signal.SIGSTOP)  # a hung buffer: its process does nothing (torchrl waits forever)
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"did not answer sample\(\) within 1 s"):
+            bounded.sample()
+        assert time.monotonic() - start < 10.0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert len(bounded) == 20  # answers again once the process runs
+
+
+def test_a_dead_buffer_is_named_not_an_actor_died_error(buffer):
+    bounded = BoundedRayBuffer(buffer, timeout_s=10.0)
+    bounded.extend(_frames(20))
+    ray.kill(buffer._rb, no_restart=True)
+    with pytest.raises(ReplayBufferDied, match=r"replay buffer's actor died \(during the learner"):
+        bounded.sample()
+
+
+def test_workers_writing_into_a_dead_buffer_stop_with_one_error_and_no_restarts(buffer):
+    """Before: each worker's write raised ActorDiedError and was rebuilt max_restarts times."""
+    cartpole = functools.partial(make_env, "CartPole-v1")
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=-1, num_collectors=2,
+        replay_buffer=buffer, max_restarts=3, **SMALL,
+    ) as collector:  # fmt: skip
+        collector.start()
+        deadline = time.monotonic() + 60
+        while buffer.write_count < 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ray.kill(buffer._rb, no_restart=True)
+        deadline = time.monotonic() + 60
+        while collector.is_running:
+            assert time.monotonic() < deadline, "background collection did not stop"
+            time.sleep(0.1)
+        with pytest.raises(WorkerError) as info:
+            collector.stats(timeout=10)
+        stats = collector.stats(timeout=10)
+    assert info.value.remote_type == "ReplayBufferDied", info.value
+    assert "the replay buffer's actor died (during a worker's write)" in str(info.value)
+    assert stats["restarts"] == 0, stats
+
+
+@pytest.mark.timeout(180)
+def test_an_off_policy_run_whose_buffer_actor_died_stops_naming_it(ray_clean):
+    """Scheme with buffer_location="ray": the buffer actor killed, the next step names it."""
+    from tests.scheme.test_offpolicy import ray_buffer, scheme
+
+    with scheme(
+        ray_buffer, num_collectors=1, frames_per_batch=64, init_random_frames=64,
+        utd_ratio=0.25, buffer_location="ray", collector_resources={"num_cpus": 0.5},
+    ) as s:  # fmt: skip
+        s.step()
+        ray.kill(s.replay_buffer.buffer._rb, no_restart=True)
+        start = time.monotonic()
+        with pytest.raises((ReplayBufferDied, WorkerError), match="replay buffer's actor died"):
+            for _ in range(20):
+                s.step()
+        assert time.monotonic() - start < 60
