@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     scheme = _build(preset)
     scheme.set_total_frames(args.total_frames)
+    scheme.step()  # torchrl cannot dump a storage that holds nothing yet
     state, last_eval = _checkpoint(scheme, directory), 0
     faults.scheme = scheme
     faults.start()

@@ -34,7 +34,14 @@ from tdscheme.log_levels import driver_log_level
 from tdscheme.runtime import placement
 from tdscheme.runtime.worker_error import WorkerError, last_exception_line
 
-__all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
+__all__ = [
+    "ACTOR_DIED",
+    "DIED",
+    "FETCH_TIMEOUT_S",
+    "ActorPool",
+    "WorkerError",
+    "incarnation_seed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,9 @@ FETCH_TIMEOUT_S = 60.0
 
 #: What :meth:`ActorPool.outcome` returns for a call whose actor died.
 DIED = object()
+
+#: ``WorkerError.remote_type`` of a call whose actor died during it (nothing was raised).
+ACTOR_DIED = "ActorDied"
 
 
 def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
@@ -339,7 +349,9 @@ class ActorPool:
             value = self.outcome(ref)
             if value is DIED:
                 self.forget(refs)
-                raise self.error_class(worker_id, f"died during {method}")
+                raise self.error_class(
+                    worker_id, f"died during {method}", method=method, remote_type=ACTOR_DIED
+                )
             values.append(value)
         return values
 

@@ -26,8 +26,8 @@ class WorkerError(RuntimeError):
             subclasses for other actors change it).
         method: the actor method that raised (``None``: not an exception raised
             in a call, e.g. a death past ``max_restarts``).
-        remote_type: the class name of the exception raised in the actor (``None``
-            as for ``method``).
+        remote_type: the class name of the exception raised in the actor
+            (``"ActorDied"``: the actor died during the call; ``None`` as for ``method``).
 
     Example:
         >>> str(WorkerError(1, "boom"))

@@ -26,6 +26,7 @@ from typing import Any
 
 from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
+from tdscheme.runtime.actor_pool import ACTOR_DIED, WorkerError
 
 __all__ = ["CollectorState", "driver_state", "worker_states"]
 
@@ -149,14 +150,26 @@ class CollectorState:
             version and the driver's frames, batches and policy version), see
             :mod:`tdscheme.collectors.torchrl_compat.state`.
 
+        A worker that died (killed while the checkpoint was taken) is rebuilt,
+        as any dead worker, and asked again: a checkpoint does not stop a run that
+        a restart would keep going.
+
         Raises:
-            WorkerError: a worker raised, died or did not answer in ``batch_timeout_s``.
+            WorkerError: a worker raised or did not answer in ``batch_timeout_s``,
+                or died past ``max_restarts``.
         """
         parts = self.parts
         parts.check_open()
-        workers = parts.pool.call_all(
-            "state_dict", [()] * parts.num_workers, timeout_s=parts.config.batch_timeout_s
-        )
+        while True:  # each death is a restart, and restarts end at max_restarts
+            try:
+                workers = parts.pool.call_all(
+                    "state_dict", [()] * parts.num_workers, timeout_s=parts.config.batch_timeout_s
+                )
+                break
+            except WorkerError as err:
+                if err.remote_type != ACTOR_DIED:
+                    raise
+                parts.pool.restart(err.worker_id, f"died during state_dict ({err})")
         return with_driver_state(
             workers,
             frames=parts.stats.frames,
