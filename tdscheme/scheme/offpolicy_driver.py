@@ -9,8 +9,9 @@ says:
   one batch, extends the buffer with its valid frames (flattened) and trains;
 * ``"ray"``: a Ray-held ``RayReplayBuffer``; the workers write into it
   themselves (``RayCollector(replay_buffer=...).start()``, collection in a
-  background thread), and each step trains on what was written since the last one
-  (it waits, up to ``batch_timeout_s``, until something was).
+  background thread), and each step trains on what was written since the last one,
+  up to ``frames_per_batch`` (it waits, up to ``batch_timeout_s``, until something
+  was; the rest waits for the next steps, ``replay/frames_pending``).
 
 Either way a step takes ``utd_ratio`` gradient steps per frame collected after the
 first ``init_random_frames`` (random actions, torchrl's collectors' rule; fractions
@@ -229,6 +230,7 @@ class OffPolicyDriver:
             "replay/updates_per_step": float(num_updates),
             "replay/utd_ratio": self.updates / learning if learning else 0.0,
             "replay/extend_ms": 1e3 * self._extend_s,
+            "replay/frames_pending": float(self.frames_pending),
             # a Ray-held buffer's workers count theirs in collector/frames_dropped
             "replay/nonfinite_frames_dropped": float(self.nonfinite_frames_dropped),
         }
@@ -263,8 +265,8 @@ class OffPolicyDriver:
         deadline = time.monotonic() + self.config.batch_timeout_s
         while True:
             written = self.frames_pending
-            if written > 0:
-                return written
+            if written > 0:  # a step's worth: the workers may run far ahead of the learner
+                return min(written, self.config.frames_per_batch)
             if not self.collector.is_running:
                 self.collector.start()  # re-raises the error that stopped it
             if time.monotonic() > deadline:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import pytest
@@ -103,6 +104,10 @@ def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
             assert last["collector/frames"] == s.frames
         else:
             assert last["collector/frames"] >= s.frames  # workers keep writing
+            # however far the workers run ahead, a step counts at most frames_per_batch
+            counted = [b["frames"] - a["frames"] for a, b in itertools.pairwise(history)]
+            assert max([history[0]["frames"], *counted]) <= 64, counted
+            assert last["replay/frames_pending"] >= 0  # the workers write on: not compared
 
 
 @pytest.mark.timeout(60)
