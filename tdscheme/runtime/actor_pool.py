@@ -55,6 +55,18 @@ DIED = object()
 ACTOR_DIED = "ActorDied"
 
 
+def one_line(reason: str) -> str:
+    r"""A death's reason in one line: Ray's first line and its "because" line, if any.
+
+    Example:
+        >>> one_line("ActorDiedError: The actor died.\n\tpid: 7\nThe actor is dead because it was killed.")
+        'ActorDiedError: The actor died. The actor is dead because it was killed.'
+    """
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    because = [line for line in lines[1:] if "because" in line]
+    return " ".join(lines[:1] + because[:1])
+
+
 def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
     """A distinct, reproducible seed per worker and per restart (``None`` when unseeded).
 
@@ -195,7 +207,7 @@ class ActorPool:
                 f"died {slot.restarts + 1} times (max_restarts={self.max_restarts}); "
                 f"last: {reason}",
             )
-        logger.warning("restarting %s %d: %s", self.error_class.role, worker_id, reason)
+        logger.warning("restarting %s %d: %s", self.error_class.role, worker_id, one_line(reason))
         self._kill(slot)
         slot.restarts += 1
         slot.generation += 1
