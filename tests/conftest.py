@@ -33,6 +33,22 @@ def ray_clean(ray_session):
     assert_no_actors_left(before)
 
 
+@pytest.fixture
+def ray_replay_buffer(ray_clean):
+    """torchrl's Ray-held buffer of 10,000 frames (its actor takes no CPU), shut down after."""
+    import functools
+
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=8,
+        remote_config={"num_cpus": 0},
+    )  # fmt: skip
+    yield rb
+    rb.shutdown()
+
+
 @pytest.fixture(scope="module")
 def ray_module_clean(ray_session):
     """Like ``ray_clean`` for a module's shared actors: fails the module if they outlive it."""

@@ -14,8 +14,6 @@ import pytest
 import ray
 import torch
 from tensordict import TensorDict
-from torchrl.data import LazyTensorStorage
-from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector, WorkerError
 from tdscheme.scheme.ray_buffer import BoundedRayBuffer, ReplayBufferDied
@@ -25,13 +23,8 @@ SMALL = {"remote_configs": {"num_cpus": 0.5}}
 
 
 @pytest.fixture
-def buffer(ray_clean):
-    rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=8,
-        remote_config={"num_cpus": 0},
-    )  # fmt: skip
-    yield rb
-    rb.shutdown()
+def buffer(ray_replay_buffer):
+    return ray_replay_buffer
 
 
 def _frames(n: int) -> TensorDict:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-from torchrl.data import LazyTensorStorage
-from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector, WorkerError
 from tdscheme.testing import make_env, mlp_policy
@@ -44,13 +42,8 @@ def test_an_env_that_raises_once_costs_a_batch_not_the_run(ray_clean, tmp_path):
 
 
 @pytest.fixture
-def buffer(ray_clean):
-    rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=32,
-        remote_config={"num_cpus": 0},
-    )  # fmt: skip
-    yield rb
-    rb.shutdown()
+def buffer(ray_replay_buffer):
+    return ray_replay_buffer
 
 
 def test_background_collection_rebuilds_a_worker_whose_env_raised(buffer, tmp_path):
