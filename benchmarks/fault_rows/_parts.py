@@ -9,7 +9,21 @@ then the workers cannot import ``fault_rows``. Heavy imports stay inside the fun
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
+
+
+@contextlib.contextmanager
+def ray_lease() -> Iterator[Any]:
+    """A Ray for the block, as tdscheme starts one (or the one it joins), released after."""
+    from tdscheme.runtime import RayLease
+
+    lease = RayLease.acquire(None)
+    try:
+        yield lease
+    finally:
+        lease.release()
 
 
 def cartpole_preset(algo: str = "ppo", *, hidden: int = 8) -> Any:

@@ -20,7 +20,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ if __package__ in (None, ""):  # run as a script: benchmarks/ holds faults.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faults import row as _row  # noqa: E402
+
+from fault_rows._parts import ray_lease as _ray  # noqa: E402
 
 #: the runner's hard limit per row: the bounds plus Ray's start on a loaded machine
 TIMEOUT_S = 420.0
@@ -49,17 +51,6 @@ def _ledger(stats: dict[str, Any], received: int) -> str:
 def _led_text(stats: dict[str, Any]) -> str:
     led = stats["ledger"]
     return " ".join(f"{k}={led[k]}" for k in ("asked", "collected", *_PARTS, "unaccounted"))
-
-
-@contextlib.contextmanager
-def _ray() -> Iterator[Any]:
-    from tdscheme.runtime import RayLease
-
-    lease = RayLease.acquire(None)
-    try:
-        yield lease
-    finally:
-        lease.release()
 
 
 def _valid_frames(batch: Any) -> int:

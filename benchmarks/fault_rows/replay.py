@@ -29,6 +29,8 @@ if __package__ in (None, ""):  # run as a script: benchmarks/ holds faults.py
 
 from faults import row  # noqa: E402
 
+from fault_rows._parts import ray_lease as _ray  # noqa: E402
+
 
 def env_fn(env_id: str, **faults: Any) -> Callable[[], Any]:
     """An env factory workers can unpickle: tdscheme's, with the fault-drill options."""
@@ -39,17 +41,6 @@ def env_fn(env_id: str, **faults: Any) -> Callable[[], Any]:
 
 #: the runner's hard limit per row: the bounds plus Ray's start on a loaded machine
 TIMEOUT_S = 420.0
-
-
-@contextlib.contextmanager
-def _ray() -> Iterator[None]:
-    from tdscheme.runtime import RayLease
-
-    lease = RayLease.acquire(None)
-    try:
-        yield
-    finally:
-        lease.release()
 
 
 @contextlib.contextmanager

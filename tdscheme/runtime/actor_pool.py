@@ -32,16 +32,9 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from tdscheme.log_levels import driver_log_level
 from tdscheme.runtime import placement
-from tdscheme.runtime.worker_error import WorkerError, last_exception_line
+from tdscheme.runtime.worker_error import ACTOR_DIED, WorkerError, last_exception_line, one_line
 
-__all__ = [
-    "ACTOR_DIED",
-    "DIED",
-    "FETCH_TIMEOUT_S",
-    "ActorPool",
-    "WorkerError",
-    "incarnation_seed",
-]
+__all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,21 +43,6 @@ FETCH_TIMEOUT_S = 60.0
 
 #: What :meth:`ActorPool.outcome` returns for a call whose actor died.
 DIED = object()
-
-#: ``WorkerError.remote_type`` of a call whose actor died during it (nothing was raised).
-ACTOR_DIED = "ActorDied"
-
-
-def one_line(reason: str) -> str:
-    r"""A death's reason in one line: Ray's first line and its "because" line, if any.
-
-    Example:
-        >>> one_line("ActorDiedError: The actor died.\n\tpid: 7\nThe actor is dead because it was killed.")
-        'ActorDiedError: The actor died. The actor is dead because it was killed.'
-    """
-    lines = [line.strip() for line in reason.splitlines() if line.strip()]
-    because = [line for line in lines[1:] if "because" in line]
-    return " ".join(lines[:1] + because[:1])
 
 
 def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
@@ -300,11 +278,7 @@ class ActorPool:
         try:
             return ray.get(ref, timeout=FETCH_TIMEOUT_S)
         except RayTaskError as err:
-            kind = type(err.cause).__name__
-            message = f"{method} raised {kind}: {err.cause}"
-            raise self.error_class(
-                worker_id, message, str(err), method=method, remote_type=kind
-            ) from None
+            raise self.error_class.raised_in(worker_id, method, err) from None
         except RayActorError as err:
             if err.actor_init_failed:
                 text = str(err)

@@ -10,10 +10,14 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["WorkerError", "last_exception_line"]
+__all__ = ["ACTOR_DIED", "WorkerError", "last_exception_line", "one_line"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: ``WorkerError.remote_type`` of a call whose actor died during it (nothing was raised).
+ACTOR_DIED = "ActorDied"
 
 
 class WorkerError(RuntimeError):
@@ -21,6 +25,7 @@ class WorkerError(RuntimeError):
 
     Attributes:
         worker_id: the worker that failed.
+        message: what failed, without the worker's name or the traceback.
         remote_traceback: the traceback text from the worker process.
         role: how the message names the worker (``"collector worker"`` here;
             subclasses for other actors change it).
@@ -46,6 +51,7 @@ class WorkerError(RuntimeError):
         remote_type: str | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.message = message
         self.method = method
         self.remote_type = remote_type
         self.remote_traceback = _ANSI.sub("", remote_traceback)
@@ -53,6 +59,15 @@ class WorkerError(RuntimeError):
         if remote_traceback:
             text += f"\n--- remote traceback ({self.role} {worker_id}) ---\n{self.remote_traceback}"
         super().__init__(text)
+
+    @classmethod
+    def raised_in(cls, worker_id: int, method: str, err: Any) -> WorkerError:
+        """The error for ``method`` having raised inside the actor (``err``: Ray's ``RayTaskError``)."""
+        kind = type(err.cause).__name__
+        return cls(
+            worker_id, f"{method} raised {kind}: {err.cause}", str(err),
+            method=method, remote_type=kind,
+        )  # fmt: skip
 
 
 def last_exception_line(text: str) -> str:
@@ -62,3 +77,15 @@ def last_exception_line(text: str) -> str:
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*:", line):
             return line
     return lines[0] if lines else "no message"
+
+
+def one_line(reason: str) -> str:
+    r"""A death's reason in one line: Ray's first line and its "because" line, if any.
+
+    Example:
+        >>> one_line("ActorDiedError: The actor died.\n\tpid: 7\nThe actor is dead because it was killed.")
+        'ActorDiedError: The actor died. The actor is dead because it was killed.'
+    """
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    because = [line for line in lines[1:] if "because" in line]
+    return " ".join(lines[:1] + because[:1])

@@ -68,6 +68,8 @@ class BoundedRayBuffer:
     @property
     def write_count(self) -> int:
         """Frames (rows) written so far, bounded."""
+        if self._actor is None:  # another transport: the buffer's own
+            return self.buffer.write_count
         return self._call("_getattr", "write_count")
 
     def __getitem__(self, index: Any) -> Any:

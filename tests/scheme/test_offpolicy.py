@@ -32,11 +32,11 @@ def dqn_modules() -> dict[str, torch.nn.Module]:
     return {"actor": actor, "qvalue": qvalue}
 
 
-def dqn_learner(*, actor, qvalue) -> OffPolicyLearner:
+def dqn_learner(*, actor, qvalue, config: LearnerConfig | None = None) -> OffPolicyLearner:
     loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
     return OffPolicyLearner(
         loss, target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
-        policy=actor,
+        policy=actor, config=config,
     )  # fmt: skip
 
 
@@ -148,16 +148,9 @@ def test_a_state_with_the_old_counter_inside_replay_loads(ray_clean):
 def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean):
     """A NaN loss is no raw SkippedStep out of Scheme.step: counted, then NonFiniteUpdateError."""
     from tdscheme.envs.faulty import make_faulty_env
-    from tdscheme.learner import LearnerConfig
     from tdscheme.learner.nonfinite import NonFiniteUpdateError
 
-    def learner(*, actor, qvalue) -> OffPolicyLearner:
-        loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
-        return OffPolicyLearner(
-            loss, config=LearnerConfig(max_nonfinite_updates=40), policy=actor,
-            target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
-        )  # fmt: skip
-
+    learner = functools.partial(dqn_learner, config=LearnerConfig(max_nonfinite_updates=40))
     env = functools.partial(
         make_faulty_env, "CartPole-v1", nonfinite_at_step=1, nonfinite_every=True
     )
@@ -180,13 +173,9 @@ def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean)
 def test_drop_nonfinite_frames_keeps_nan_out_of_a_driver_held_buffer(ray_clean):
     """The learner's drop_nonfinite_frames applies before the buffer: a sample never holds NaN."""
 
-    def dropping_learner(*, actor, qvalue) -> OffPolicyLearner:
-        loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True)
-        return OffPolicyLearner(
-            loss, policy=actor, config=LearnerConfig(drop_nonfinite_frames=True),
-            target_updater=make_target_updater(loss, kind="hard", hard_update_interval=20),
-        )  # fmt: skip
-
+    dropping_learner = functools.partial(
+        dqn_learner, config=LearnerConfig(drop_nonfinite_frames=True)
+    )
     nan_rewards = functools.partial(
         make_faulty_env, "CartPole-v1", nonfinite_at_step=40, nonfinite_every=True
     )

@@ -163,14 +163,13 @@ class WorkerPool(ActorPool):
     def _restart_after_error(self, worker_id: int, err: WorkerError) -> None:
         """Rebuilds a worker whose env or policy raised; past ``max_restarts``, raises ``err``
         (its message and remote traceback) with the count."""
-        first_line = str(err).split("\n", 1)[0].removeprefix(f"{err.role} {worker_id}: ")
         try:
-            self.restart(worker_id, first_line)  # with min_workers, past max_restarts: retired
+            self.restart(worker_id, err.message)  # with min_workers, past max_restarts: retired
         except WorkerError:
             failures = self.restarts()[worker_id] + 1
             raise WorkerError(
                 worker_id,
-                f"{first_line} (failed {failures} times, max_restarts={self.max_restarts})",
+                f"{err.message} (failed {failures} times, max_restarts={self.max_restarts})",
                 err.remote_traceback, method=err.method,
             ) from None  # fmt: skip
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
-from tdscheme.runtime.actor_pool import ACTOR_DIED, WorkerError
+from tdscheme.runtime.worker_error import ACTOR_DIED, WorkerError
 
 __all__ = ["CollectorState", "driver_state", "worker_states"]
 

@@ -183,17 +183,16 @@ class CollectorWorker(SchemeReceiverMixin):
             td, batch.frames_discarded = frames_to_write(
                 td, max_frames, whole_trajectories=whole, storage_ndim=ndim
             )
-            if self.spec.drop_nonfinite_frames:
-                kept, batch.frames_dropped = without_nonfinite(
-                    td, whole_trajectories=whole, storage_ndim=ndim
+            if self.spec.drop_nonfinite_frames:  # the batch was scanned once above
+                kept, batch.frames_dropped = (
+                    (td, 0)
+                    if nonfinite is None
+                    else without_nonfinite(td, whole_trajectories=whole, storage_ndim=ndim)
                 )
                 self._all_nonfinite = count_all_nonfinite(
-                    self._all_nonfinite,
-                    td,
-                    kept,
-                    worker_id=self.worker_id,
-                    first_step=self._frames_seen,
-                )
+                    self._all_nonfinite, td, kept,
+                    worker_id=self.worker_id, first_step=self._frames_seen - frames,
+                )  # fmt: skip
                 td = kept
             batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
             with self._write_lock:
