@@ -18,7 +18,7 @@ from tdscheme.cli.options import setting_error
 from tdscheme.cli.parser import train_overrides
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
-from tdscheme.engine.plot import plot_learning_curve
+from tdscheme.engine.plot import has_lag_histogram, plot_learning_curve, plot_policy_lag
 from tdscheme.presets import Preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
@@ -174,4 +174,6 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"tdscheme plot: error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {out}")
+    if has_lag_histogram(args.run_dir):  # an asynchronous learner's run: its lag too
+        print(f"wrote {plot_policy_lag(args.run_dir, Path(out).with_name('policy_lag.png'))}")
     return 0

@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
 
     plot = commands.add_parser(
-        "plot", help="plot a run's learning curve", description="Write a PNG."
+        "plot", help="plot a run's learning curve (and its policy lag)",
+        description="Write a PNG (and policy_lag.png for an async_learner run)."
     )
     plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")

@@ -1,4 +1,4 @@
-"""The learning curve of a run, drawn from its ``metrics.csv``.
+"""The learning curve (and an asynchronous run's policy lag) of a run, from its ``metrics.csv``.
 
 Needs matplotlib (``pip install tdscheme[plot]``); it is imported only when a plot
 is drawn, and drawn with the Agg canvas directly, so pyplot's global state and the
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tdscheme.engine.run_log import read_metrics
+from tdscheme.scheme.metrics import LAG_HISTOGRAM_PREFIX
 
 
 def plot_learning_curve(
@@ -56,28 +58,104 @@ def plot_learning_curve(
             f"run_dir {str(run_dir)!r} has no logged values of {wanted}; "
             f"logged metrics: {sorted(metrics) or 'none'}"
         )
+    figure = _figure("plot_learning_curve", (6.4, 4.0))
+    steps, values = _series(metrics[chosen])
+    axes = figure.add_subplot()
+    axes.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3)
+    axes.set_xlabel("frames")
+    axes.set_ylabel(chosen)
+    axes.set_title(Path(run_dir).resolve().name)
+    axes.grid(alpha=0.3)
+    return _save(figure, out_path, Path(run_dir) / "learning_curve.png")
+
+
+def has_lag_histogram(run_dir: str | os.PathLike) -> bool:
+    """Whether the run logged the policy lag as a histogram (an asynchronous learner's run)."""
+    return any(name.startswith(LAG_HISTOGRAM_PREFIX) for name in read_metrics(run_dir))
+
+
+def plot_policy_lag(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> Path:
+    """Plots the policy lag of the frames trained on against frames and writes a PNG.
+
+    The top panel stacks the histogram's fractions (``policy_lag/hist/<lag>``, logged
+    by the :class:`~tdscheme.scheme.async_driver.AsyncDriver`); the bottom one draws
+    ``policy_lag/min``, ``/mean`` and ``/max``.
+
+    Args:
+        run_dir: A run directory written by :class:`~tdscheme.engine.run_log.RunLogger`.
+        out_path: The PNG to write; defaults to ``run_dir/policy_lag.png``.
+
+    Returns:
+        The path of the PNG.
+
+    Raises:
+        FileNotFoundError: If ``run_dir`` has no ``metrics.csv``.
+        ValueError: If the run logged no lag histogram.
+        ImportError: If matplotlib is not installed.
+
+    Example:
+        >>> import tempfile
+        >>> from tdscheme.engine.run_log import RunLogger
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     with RunLogger(run_dir) as run_log:
+        ...         for step in (100, 200):
+        ...             run_log.log_scalars({"policy_lag/hist/0": 0.25, "policy_lag/hist/1+": 0.75,
+        ...                                  "policy_lag/mean": 0.75}, step=step)
+        ...     plot_policy_lag(run_dir).name
+        'policy_lag.png'
+    """
+    metrics = read_metrics(run_dir)
+    buckets = sorted(
+        (name for name in metrics if name.startswith(LAG_HISTOGRAM_PREFIX)),
+        key=lambda name: int(name[len(LAG_HISTOGRAM_PREFIX) :].rstrip("+")),
+    )
+    if not buckets:
+        raise ValueError(
+            f"run_dir {str(run_dir)!r} has no logged policy-lag histogram "
+            f"({LAG_HISTOGRAM_PREFIX}<lag>: runs with async_learner=True log it)"
+        )
+    figure = _figure("plot_policy_lag", (6.4, 6.0))
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    steps, _ = _series(metrics[buckets[0]])
+    fractions = [_series(metrics[name])[1] for name in buckets]
+    labels = [f"lag {name[len(LAG_HISTOGRAM_PREFIX) :]}" for name in buckets]
+    top.stackplot(steps, fractions, labels=labels)
+    top.set_ylabel("fraction of frames")
+    top.set_ylim(0, 1)
+    top.legend(loc="upper left", fontsize="small", ncol=4)
+    top.set_title(f"{Path(run_dir).resolve().name}: policy lag (weight pushes)")
+    for stat in ("max", "mean", "min"):
+        if metrics.get(f"policy_lag/{stat}"):
+            bottom.plot(*_series(metrics[f"policy_lag/{stat}"]), label=stat)
+    bottom.set_xlabel("frames")
+    bottom.set_ylabel("policy lag")
+    bottom.legend(loc="upper left", fontsize="small")
+    bottom.grid(alpha=0.3)
+    return _save(figure, out_path, Path(run_dir) / "policy_lag.png")
+
+
+def _figure(caller: str, size: tuple[float, float]) -> Any:
+    """A matplotlib Figure on the Agg canvas (pyplot's global state left alone)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
         raise ImportError(
-            "plot_learning_curve needs matplotlib; install it with `pip install matplotlib` "
+            f"{caller} needs matplotlib; install it with `pip install matplotlib` "
             "(or `pip install tdscheme[plot]`)"
         ) from err
-
-    points = sorted(metrics[chosen], key=lambda point: point[0])
-    steps = [step for step, _ in points]
-    values = [value for _, value in points]
-    out = Path(out_path) if out_path is not None else Path(run_dir) / "learning_curve.png"
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure = Figure(figsize=(6.4, 4.0), layout="constrained")
+    figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    axes.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3)
-    axes.set_xlabel("frames")
-    axes.set_ylabel(chosen)
-    axes.set_title(Path(run_dir).resolve().name)
-    axes.grid(alpha=0.3)
+    return figure
+
+
+def _series(points: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    ordered = sorted(points, key=lambda point: point[0])
+    return [step for step, _ in ordered], [value for _, value in ordered]
+
+
+def _save(figure: Any, out_path: str | os.PathLike | None, default: Path) -> Path:
+    out = Path(out_path) if out_path is not None else default
+    out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, format="png", dpi=100)
     return out

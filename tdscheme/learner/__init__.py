@@ -21,6 +21,7 @@ _EXPORTS = {
     "average_gradients": "tdscheme.learner.gradients",
     "is_prioritized": "tdscheme.learner.offpolicy",
     "make_target_updater": "tdscheme.learner.target_nets",
+    "vtrace_estimator": "tdscheme.learner.vtrace",
 }
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "average_gradients",
     "is_prioritized",
     "make_target_updater",
+    "vtrace_estimator",
 ]
 
 if typing.TYPE_CHECKING:

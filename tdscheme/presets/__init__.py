@@ -5,8 +5,9 @@ setting of the preset can be overridden (``Preset.override``).
 
 Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
-    ['a2c-cartpole', 'a3c-cartpole', 'dqn-cartpole', 'ppo-cartpole', 'ppo-cartpole-dd',
-     'ppo-pendulum', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
+    ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'dqn-cartpole', 'impala-cartpole',
+     'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum', 'sac-halfcheetah', 'sac-pendulum',
+     'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -19,6 +20,7 @@ from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
+from tdscheme.presets.impala import appo_cartpole, appo_learner, impala_cartpole, impala_learner
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
     dqn_cartpole,
@@ -38,7 +40,9 @@ __all__ = [
     "OffPolicyPreset",
     "Preset",
     "a2c_learner",
+    "appo_learner",
     "get_preset",
+    "impala_learner",
     "ppo_learner",
     "preset_from_dict",
 ]
@@ -54,6 +58,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "sac-pendulum": sac_pendulum,
     "td3-pendulum": td3_pendulum,
     "sac-halfcheetah": sac_halfcheetah,
+    "impala-cartpole": impala_cartpole,
+    "appo-cartpole": appo_cartpole,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

@@ -34,10 +34,11 @@ from torchrl.envs import (
 )
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import LossModule
-from torchrl.objectives.value import GAE
+from torchrl.objectives.value import GAE, VTrace
 
 from tdscheme.envs import make_env
 from tdscheme.learner import Learner, LearnerConfig
+from tdscheme.learner.vtrace import vtrace_estimator
 from tdscheme.presets.settings import ActorCriticConfig
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "ActorCriticConfig",
     "actor_critic_learner",
     "actor_critic_modules",
+    "advantage_estimator",
     "eval_env",
     "linear_lr_schedule",
     "actor_critic_loss_learner",
@@ -225,12 +227,12 @@ def actor_critic_learner(
     config: ActorCriticConfig,
     total_updates: int | None = None,
 ) -> Learner:
-    """Wraps an actor-critic loss in a Learner with GAE and the configured optimizer.
+    """Wraps an actor-critic loss in a Learner with its advantage estimator and optimizer.
 
     Args:
         loss: e.g. ``ClipPPOLoss`` or ``A2CLoss``, built over ``critic``.
-        critic: the value network GAE uses (the one the loss trains).
-        config: GAE, optimizer and minibatch hyperparameters.
+        critic: the value network the estimator uses (the one the loss trains).
+        config: advantage (GAE or V-trace), optimizer and minibatch hyperparameters.
         total_updates: learner updates of the whole run; with ``config.anneal_lr``
             the learning rate decays linearly over them.
 
@@ -251,9 +253,36 @@ def actor_critic_learner(
             lr=config.lr,
             device=config.device,
         ),
-        value_estimator=GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic),
+        value_estimator=advantage_estimator(loss, critic, config=config),
         lr_scheduler=scheduler,
     )
+
+
+def advantage_estimator(
+    loss: LossModule, critic: nn.Module, *, config: ActorCriticConfig
+) -> GAE | VTrace:
+    """``config.advantage``'s estimator: torchrl's ``GAE`` or ``VTrace`` over ``critic``.
+
+    V-trace compares the policy the loss trains (``loss.actor_network``) with the
+    behaviour log-probs each frame carries (the actor's ``action_log_prob``, recorded
+    by the worker that collected it), both on the action the frame took
+    (:func:`~tdscheme.learner.vtrace.vtrace_estimator`).
+
+    Example:
+        >>> from torchrl.objectives import A2CLoss
+        >>> modules = actor_critic_modules("CartPole-v1", hidden_sizes=(8,))
+        >>> loss = A2CLoss(modules["actor"], modules["critic"])
+        >>> config = ActorCriticConfig(advantage="vtrace", vtrace_rho_clip=2.0)
+        >>> estimator = advantage_estimator(loss, modules["critic"], config=config)
+        >>> type(estimator).__name__, estimator.rho_thresh.item()
+        ('VTrace', 2.0)
+    """
+    if config.advantage == "vtrace":
+        return vtrace_estimator(
+            gamma=config.gamma, actor=loss.actor_network, critic=critic,
+            rho_clip=config.vtrace_rho_clip, c_clip=config.vtrace_c_clip,
+        )  # fmt: skip
+    return GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic)
 
 
 def actor_critic_loss_learner(

@@ -21,6 +21,7 @@ from tdscheme.validation import check_bool, check_choice, check_int, invalid
 
 __all__ = [
     "ACTIVATION_NAMES",
+    "ADVANTAGES",
     "OFFPOLICY_ALGOS",
     "ActorCriticConfig",
     "AlgoConfig",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: The hidden-layer activations a preset's networks accept, by name.
 ACTIVATION_NAMES = ("elu", "relu", "tanh")
+
+#: The advantage estimators of the actor-critic presets (``ActorCriticConfig.advantage``).
+ADVANTAGES = ("gae", "vtrace")
 
 #: The off-policy algorithms the presets build (torchrl's losses of the same names).
 OFFPOLICY_ALGOS = ("dqn", "sac", "td3", "ddpg")
@@ -132,7 +136,7 @@ class AlgoConfig:
 
 @dataclasses.dataclass
 class ActorCriticConfig(AlgoConfig):
-    """Env, network and loss hyperparameters of an actor-critic preset (PPO or A2C).
+    """Env, network and loss hyperparameters of an actor-critic preset (PPO, A2C, IMPALA, APPO).
 
     Besides :class:`AlgoConfig`'s settings (with ``num_envs=16``,
     ``activation="tanh"`` and ``max_grad_norm=0.5`` by default):
@@ -154,6 +158,11 @@ class ActorCriticConfig(AlgoConfig):
         critic_coef: weight of the value loss.
         loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
         normalize_advantage: standardize advantages per minibatch (PPO).
+        advantage: the advantage estimator: ``"gae"`` (on-policy, GAE with
+            ``gae_lambda``) or ``"vtrace"`` (IMPALA / APPO: V-trace over the behaviour
+            log-probs the workers record, for batches collected by older weights).
+        vtrace_rho_clip: V-trace's importance-weight clip of the value target (rho-bar).
+        vtrace_c_clip: V-trace's trace-cutting clip (c-bar).
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -177,6 +186,9 @@ class ActorCriticConfig(AlgoConfig):
     critic_coef: float = 0.5
     loss_critic_type: str = "l2"
     normalize_advantage: bool = True
+    advantage: str = dataclasses.field(default="gae", metadata={"choices": ADVANTAGES})
+    vtrace_rho_clip: float = 1.0
+    vtrace_c_clip: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -191,6 +203,9 @@ class ActorCriticConfig(AlgoConfig):
         _check_number("entropy_coef", self.entropy_coef, 0)
         _check_number("critic_coef", self.critic_coef, 0)
         check_choice("loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
+        check_choice("advantage", self.advantage, ADVANTAGES)
+        for name in ("vtrace_rho_clip", "vtrace_c_clip"):
+            _check_number(name, getattr(self, name), 0, low_open=True)
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@
 * :mod:`~tdscheme.scheme.collector_driver`: collect on Ray workers, learn on the driver;
 * :mod:`~tdscheme.scheme.grad_worker_driver`: gradient workers;
 * :mod:`~tdscheme.scheme.offpolicy_driver`: a replay buffer between collectors and learner;
+* :mod:`~tdscheme.scheme.async_driver`: IMPALA / APPO, first-ready batches paced by the learner;
 * :mod:`~tdscheme.scheme.metrics`: the metric names every driver reports.
 """
 

@@ -72,10 +72,13 @@ class CollectorDriver(NoReplayBuffer):
         metrics.update(episode_metrics(batch))
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         # The push that followed this update does not count: the batch was used before it.
-        metrics.update(lag_metrics(batch, self.collector.policy_version - int(pushed)))
+        metrics.update(self._lag_metrics(batch, self.collector.policy_version - int(pushed)))
         # the driver's own counters: a step never waits on a ping of every worker
         metrics.update(numeric_stats(self.collector.counters(), "collector"))
         return int(learner_metrics["num_frames"].item()), metrics
+
+    def _lag_metrics(self, batch: TensorDictBase, newest_version: int) -> dict[str, float]:
+        return lag_metrics(batch, newest_version)
 
     def push_weights(self) -> None:
         """Sends the learner's policy weights to every collector worker."""

@@ -129,6 +129,11 @@ class SchemeConfig:
             collectors send) or ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
             workers write into while they collect in the background); the
             ``storage_factory`` must build that kind of buffer.
+        async_learner: IMPALA / APPO (:class:`~tdscheme.scheme.async_driver.AsyncDriver`): the
+            learner takes each worker's batch as soon as it is ready (``sync=False``) from
+            a queue the learner paces: each worker works ``prefetch_batches`` requests
+            ahead (default 2) and then waits for the learner; frames over
+            ``max_policy_lag`` are dropped and counted; the lag is logged as a histogram.
         checkpoint_replay_buffer: off-policy: checkpoints also hold the replay buffer
             (torchrl's ``dumps``/``loads``, a directory beside each checkpoint file),
             so a resumed run samples from the same frames.
@@ -186,6 +191,7 @@ synchronous step)
         default="driver", metadata={"choices": BUFFER_LOCATIONS}
     )
     checkpoint_replay_buffer: bool = False
+    async_learner: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_collectors", "frames_per_batch", "weight_push_interval"):
@@ -203,6 +209,9 @@ synchronous step)
         check_int("init_random_frames", self.init_random_frames, minimum=0)
         check_choice("buffer_location", self.buffer_location, BUFFER_LOCATIONS)
         check_bool("checkpoint_replay_buffer", self.checkpoint_replay_buffer)
+        check_bool("async_learner", self.async_learner)
+        if self.async_learner:
+            self._check_async_learner()
         for name in ("collector_resources", "ray_init_config", "grad_worker_resources"):
             value = getattr(self, name)
             kinds = (Mapping, list, tuple) if name == "collector_resources" else Mapping
@@ -234,6 +243,16 @@ synchronous step)
             )
         else:
             self._check_gradient_worker_batches()
+
+    def _check_async_learner(self) -> None:
+        why = "async_learner=True (the learner takes first-ready batches, never fresh weights)"
+        if self.sync or self.num_grad_workers:
+            name = "sync" if self.sync else "num_grad_workers"
+            accepted = "False" if name == "sync" else "0"
+            raise invalid(name, getattr(self, name), accepted, context=why)
+        for name in ("max_policy_lag", "prefetch_batches"):
+            if getattr(self, name) == 0:
+                raise invalid(name, 0, "None or an int >= 1", context=why)
 
     def _check_gradient_worker_batches(self) -> None:
         if self.frames_per_batch % self._workers_per_update():
@@ -291,7 +310,8 @@ synchronous step)
             sync=self.sync,
             preemption=self.preemption,
             max_policy_lag=self.max_policy_lag,
-            prefetch_batches=self.prefetch_batches,
+            prefetch_batches=2 if self.async_learner and not self.prefetch_batches
+            else self.prefetch_batches,
             compress=self.compress,
             remote_configs=self.collector_resources,
             ray_init_config=self.ray_init_config,

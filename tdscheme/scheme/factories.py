@@ -4,7 +4,7 @@
 built; :func:`build_learner` calls the policy and learner factories on the
 driver; :func:`make_driver` picks the way of training from the config and the
 factories (a ``storage_factory``: off-policy; ``num_grad_workers > 0``: gradient
-workers; else collectors) and builds its :class:`~tdscheme.scheme.driver.Driver`.
+workers; ``async_learner``: IMPALA / APPO; else collectors) and builds its :class:`~tdscheme.scheme.driver.Driver`.
 
 Example:
     >>> check_factories(SchemeConfig(), env_factory=3, policy_factory=dict,
@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from tdscheme.learner import Learner
+from tdscheme.scheme.async_driver import AsyncDriver
 from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.driver import Driver
@@ -57,7 +58,8 @@ def check_factories(
 
     Raises:
         TypeError: a factory is not callable.
-        ValueError: ``storage_factory`` is given with ``num_grad_workers > 0``.
+        ValueError: ``storage_factory`` is given with ``num_grad_workers > 0`` or
+            ``async_learner``.
     """
     if storage_factory is not None and not callable(storage_factory):
         raise TypeError(
@@ -70,6 +72,12 @@ def check_factories(
             f"{config.num_grad_workers}; accepted: num_grad_workers=0 with a "
             f"storage_factory (gradient workers train on-policy only), or "
             f"storage_factory=None"
+        )
+    if storage_factory is not None and config.async_learner:
+        raise ValueError(
+            f"storage_factory={storage_factory!r} is invalid with async_learner=True; "
+            f"accepted: storage_factory=None (IMPALA / APPO train on the batches as they "
+            f"come; an off-policy run samples a replay buffer instead)"
         )
     for name, factory in (
         ("env_factory", env_factory),
@@ -127,8 +135,8 @@ def make_driver(
 
     Returns:
         An :class:`OffPolicyDriver` with a ``storage_factory``, else a
-        :class:`GradWorkerDriver` with ``num_grad_workers > 0``, else a
-        :class:`CollectorDriver`.
+        :class:`GradWorkerDriver` with ``num_grad_workers > 0``, else an
+        :class:`AsyncDriver` with ``async_learner``, else a :class:`CollectorDriver`.
     """
     if storage_factory is not None:
         return OffPolicyDriver(
@@ -142,6 +150,8 @@ def make_driver(
             learner_factory=learner_factory,
             learner=learner,
         )
+    if config.async_learner:
+        return AsyncDriver(config, env_factory=env_factory, learner=learner)
     return CollectorDriver(config, env_factory=env_factory, learner=learner)
 
 

@@ -13,7 +13,17 @@ from tensordict import TensorDictBase
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY
 
-__all__ = ["episode_metrics", "episode_return_metrics", "lag_metrics", "numeric_stats"]
+__all__ = [
+    "LAG_HISTOGRAM_PREFIX",
+    "episode_metrics",
+    "episode_return_metrics",
+    "lag_distribution",
+    "lag_metrics",
+    "numeric_stats",
+]
+
+#: The prefix of the policy-lag histogram's metrics (``policy_lag/hist/<lag>``, fractions of frames).
+LAG_HISTOGRAM_PREFIX = "policy_lag/hist/"
 
 
 def episode_return_metrics(returns: list[float], lengths: list[float] | None = None) -> dict:
@@ -71,14 +81,59 @@ def lag_metrics(batch: TensorDictBase, newest_version: int) -> dict[str, float]:
         >>> lag_metrics(batch, 3)
         {'policy_lag/mean': 1.0, 'policy_lag/max': 2.0}
     """
+    lag = _frame_lags(batch, newest_version)
+    if lag is None:
+        return {}
+    return {"policy_lag/mean": lag.mean().item(), "policy_lag/max": lag.max().item()}
+
+
+def lag_distribution(batch: TensorDictBase, newest_version: int, *, buckets: int) -> dict:
+    """The policy lag of ``batch``'s frames as a distribution: min, mean, max and a histogram.
+
+    Args:
+        batch: frames stamped with ``("collector", "policy_version")``.
+        newest_version: the version the learner's weights are at (in weight pushes).
+        buckets: lags ``0 .. buckets - 2`` get a bucket each, and ``buckets - 1`` holds
+            that lag and every larger one (its name ends with ``+``), so a run logs the
+            same names at every step.
+
+    Returns:
+        ``policy_lag/min``, ``policy_lag/mean``, ``policy_lag/max`` and
+        ``policy_lag/hist/<lag>``: the fraction of the (valid) frames with that lag;
+        empty for a batch without versions.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"collector": {"policy_version": torch.tensor([3, 3, 2, 0])}}, [4])
+        >>> lag_distribution(batch, 3, buckets=3)  # doctest: +NORMALIZE_WHITESPACE
+        {'policy_lag/min': 0.0, 'policy_lag/mean': 1.0, 'policy_lag/max': 3.0,
+         'policy_lag/hist/0': 0.5, 'policy_lag/hist/1': 0.25, 'policy_lag/hist/2+': 0.25}
+    """
+    lag = _frame_lags(batch, newest_version)
+    if lag is None or lag.numel() == 0:
+        return {}
+    out = {
+        "policy_lag/min": lag.min().item(),
+        "policy_lag/mean": lag.mean().item(),
+        "policy_lag/max": lag.max().item(),
+    }
+    counts = lag.long().flatten().clamp_max(buckets - 1).bincount(minlength=buckets)
+    for value, count in enumerate(counts.tolist()):
+        name = f"{value}+" if value == buckets - 1 else str(value)
+        out[f"{LAG_HISTOGRAM_PREFIX}{name}"] = count / lag.numel()
+    return out
+
+
+def _frame_lags(batch: TensorDictBase, newest_version: int) -> Any:
+    """Each valid frame's lag (``newest_version`` minus its policy version, >= 0), or ``None``."""
     versions = batch.get(POLICY_VERSION_KEY, None)
     if versions is None:
-        return {}
+        return None
     mask = batch.get(MASK_KEY, None)
     if mask is not None:
         versions = versions[mask.bool()]
-    lag = (newest_version - versions).clamp_min(0).float()
-    return {"policy_lag/mean": lag.mean().item(), "policy_lag/max": lag.max().item()}
+    return (newest_version - versions).clamp_min(0).float()
 
 
 def numeric_stats(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:

@@ -183,6 +183,26 @@ def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
     assert all(v == v for _, v in read_metrics(run_dir)["learner/loss"])  # no nan
 
 
+def test_train_appo_cartpole_resume_and_plot_its_policy_lag(ray_clean, tmp_path, capsys):
+    # impala-cartpole runs through the API (tests/presets); APPO's CLI run resumes too.
+    run_dir = tmp_path / "run"
+    common = [*TINY, "--target-return", "none", "--max-policy-lag", "3", "--run-dir", str(run_dir)]
+    assert main(["train", "appo-cartpole", *common, "--total-frames", "1024"]) == 0
+    assert summary_of(capsys.readouterr().out)["frames"] == 1024
+    assert main(["train", "--resume", str(run_dir), "--total-frames", "2048"]) == 0
+    summary = summary_of(capsys.readouterr().out)
+    assert summary["frames"] == 2048 and summary["checkpoint"].endswith("2048.pt")
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["scheme"]["async_learner"] and config["scheme"]["max_policy_lag"] == 3
+    metrics = read_metrics(run_dir)
+    hist = [name for name in metrics if name.startswith("policy_lag/hist/")]
+    assert sorted(hist) == [f"policy_lag/hist/{lag}" for lag in ("0", "1", "2", "3+")]
+    assert [step for step, _ in metrics["policy_lag/mean"]] == [512, 1024, 1536, 2048]
+    assert main(["plot", str(run_dir)]) == 0
+    assert "policy_lag.png" in capsys.readouterr().out
+    assert (run_dir / "policy_lag.png").stat().st_size > 1000
+
+
 def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "a2c-cartpole", *TINY, *join_session(ray_clean), "--total-frames", "1000000",

@@ -21,7 +21,7 @@ from tdscheme.presets import (
 def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
                             "ppo-cartpole-dd", "dqn-cartpole", "sac-pendulum", "td3-pendulum",
-                            "sac-halfcheetah"}  # fmt: skip
+                            "sac-halfcheetah", "impala-cartpole", "appo-cartpole"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
     assert a == b and a.scheme is not b.scheme
@@ -73,7 +73,7 @@ TINY = {"num_collectors": 1, "num_envs": 4, "frames_per_batch": 512, "minibatch_
 
 
 # ppo-cartpole runs through the API in tests/engine/test_trainer.py.
-@pytest.mark.parametrize("name", ["a2c-cartpole", "ppo-pendulum"])
+@pytest.mark.parametrize("name", ["a2c-cartpole", "ppo-pendulum", "impala-cartpole", "appo-cartpole"])
 def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
     # a2c-cartpole also checks the early stop: any CartPole return reaches a target of 1.
     target = 1.0 if name == "a2c-cartpole" else None

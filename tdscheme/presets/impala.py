@@ -1,0 +1,135 @@
+"""IMPALA and APPO presets: the asynchronous actor-learner with V-trace.
+
+Both train on first-ready batches through the
+:class:`~tdscheme.scheme.async_driver.AsyncDriver` (``async_learner=True``): the
+workers never wait for fresh weights, and the learner corrects for the policy
+that collected each batch with torchrl's ``VTrace`` estimator over the behaviour
+log-probs the workers record. IMPALA (Espeholt et al. 2018) trains torchrl's
+``A2CLoss`` on V-trace's targets, one gradient step per batch; APPO trains
+``ClipPPOLoss`` (its ratio taken against the behaviour policy) on them, a few
+epochs of minibatches per batch.
+
+Example:
+    >>> preset = impala_cartpole()
+    >>> preset.scheme.async_learner, preset.algo.advantage
+    (True, 'vtrace')
+    >>> learner = preset.learner_factory()(**preset.policy_factory()())
+    >>> type(learner.loss_module).__name__, type(learner.value_estimator).__name__
+    ('A2CLoss', 'VTrace')
+    >>> type(appo_learner(**preset.policy_factory()(), config=preset.algo).loss_module).__name__
+    'ClipPPOLoss'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets.preset import Preset
+from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.scheme.config import SchemeConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tdscheme.learner import Learner
+
+__all__ = ["appo_cartpole", "appo_learner", "impala_cartpole", "impala_learner"]
+
+
+def impala_learner(
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """A Learner over torchrl's ``A2CLoss`` on ``config.advantage``'s targets (V-trace for IMPALA).
+
+    The arguments are those of
+    :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner` (the actor built
+    with ``return_log_prob=True``, so the workers record the behaviour log-probs).
+
+    Returns:
+        The Learner.
+    """
+    from torchrl.objectives import A2CLoss
+
+    from tdscheme.presets.actor_critic import actor_critic_loss_learner
+
+    return actor_critic_loss_learner(
+        A2CLoss, actor=actor, critic=critic, config=config, total_updates=total_updates
+    )
+
+
+def appo_learner(
+    *,
+    actor: nn.Module,
+    critic: nn.Module,
+    config: ActorCriticConfig,
+    total_updates: int | None = None,
+) -> Learner:
+    """A Learner over torchrl's ``ClipPPOLoss`` on ``config.advantage``'s targets (APPO: V-trace).
+
+    PPO's ratio is taken against the log-probs of the policy that collected each
+    frame (the behaviour policy), clipped at ``config.clip_epsilon``.
+
+    Returns:
+        The Learner.
+    """
+    from tdscheme.presets.ppo import ppo_learner
+
+    return ppo_learner(actor=actor, critic=critic, config=config, total_updates=total_updates)
+
+
+def impala_cartpole() -> Preset:
+    """IMPALA on CartPole-v1: 2 workers of 16 envs, one A2C step on V-trace per 512 frames.
+
+    The learner takes each worker's 16 x 32-step batch as it comes; each worker
+    collects up to 2 batches ahead of it, and weights are pushed after every update,
+    so a batch is typically 1-2 updates old. Stops at the first evaluation whose mean
+    return over 10 episodes reaches 475.
+    """
+    return Preset(
+        name="impala-cartpole",
+        learner_builder=impala_learner,
+        algo=ActorCriticConfig(
+            env_id="CartPole-v1",
+            num_envs=16,
+            lr=1e-3,
+            anneal_frames=400_000,
+            lr_end_factor=0.1,
+            num_epochs=1,
+            minibatch_size=None,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+            advantage="vtrace",
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=512, async_learner=True),
+        trainer=TrainerConfig(
+            total_frames=400_000,
+            eval_every_frames=20_480,
+            eval_episodes=10,
+            target_return=475.0,
+        ),
+    )
+
+
+def appo_cartpole() -> Preset:
+    """APPO on CartPole-v1: IMPALA's workers and queue, PPO's clipped loss on V-trace.
+
+    Each 1024-frame batch (16 envs x 64 steps) gets 4 epochs of 256-frame minibatches.
+    """
+    impala = impala_cartpole()
+    return dataclasses.replace(
+        impala,
+        name="appo-cartpole",
+        learner_builder=appo_learner,
+        algo=dataclasses.replace(
+            impala.algo, lr=1e-3, num_epochs=4, minibatch_size=256, entropy_coef=0.0,
+            normalize_advantage=True, anneal_frames=200_000,
+        ),  # fmt: skip
+        scheme=dataclasses.replace(impala.scheme, frames_per_batch=1024),
+        trainer=dataclasses.replace(impala.trainer, total_frames=200_000, eval_every_frames=16_384),
+    )
