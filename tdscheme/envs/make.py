@@ -102,7 +102,7 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
 def make_envpool_env(
     env_id: str, *, num_envs: int = 1, create_env_kwargs: dict[str, Any] | None = None
 ) -> EnvPoolEnv:
-    """EnvPool's ``num_envs`` copies of ``env_id`` as an :class:`EnvPoolEnv` (batch size ``[num_envs]``).
+    """EnvPool's ``num_envs`` copies of ``env_id`` as an :class:`EnvPoolEnv` (batch ``[num_envs]``).
 
     ``make_env(..., backend="envpool")`` is this with EnvPool's defaults;
     :func:`tdscheme.envs.atari.make_atari_env` passes Atari options.
@@ -151,7 +151,7 @@ _ENDS = ("done", "terminated", "truncated")
 
 
 class EnvPoolEnv(MultiThreadedEnv):
-    """torchrl's ``MultiThreadedEnv`` for EnvPool 1.x, with reward and done entries shaped ``[num_envs, 1]``.
+    """torchrl's ``MultiThreadedEnv`` for EnvPool 1.x; reward and done shaped ``[num_envs, 1]``.
 
     Two changes to torchrl 0.14.1's EnvPool wrapper, which was written for EnvPool 0.8:
 

@@ -1,4 +1,4 @@
-"""The episode transforms the lean rollout runs itself: ``RewardSum``, ``StepCounter``, reward scaling and clipping.
+"""The episode transforms the lean rollout runs itself: reward sums, step counts, scaling, clipping.
 
 tdscheme's presets (and most torchrl training scripts) wrap their env in
 ``TransformedEnv(env, Compose(RewardSum(), StepCounter(), ...))`` to record
@@ -45,7 +45,7 @@ __all__ = ["EpisodeTransforms", "episode_transforms"]
 
 
 class EpisodeTransforms:
-    """The per-step work of an env's ``RewardSum`` / ``StepCounter`` / ``RewardScaling`` / ``RewardClipping``.
+    """The per-step work of ``RewardSum``, ``StepCounter``, ``RewardScaling``, ``RewardClipping``.
 
     Built by :func:`episode_transforms`.
 
