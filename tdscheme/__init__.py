@@ -42,10 +42,10 @@ __all__ = [
 def _silence_gym_notice() -> None:
     """Keeps gym's import banner out of every tdscheme process's stderr.
 
-    EnvPool (the ``envpool`` extra) depends on the old ``gym`` 0.26, and torchrl
-    imports ``gym`` whenever it is installed, so each process that imports torchrl
-    (the driver and every worker) would print gym's four-line deprecation notice;
-    tdscheme uses gymnasium, never gym. The notice lives in ``gym_notices``, read once
+    No tdscheme extra installs the old ``gym`` any more (EnvPool 0.8 needed it,
+    1.2 does not), but where it is installed torchrl imports it, so each process
+    that imports torchrl (the driver and every worker) would print gym's four-line
+    deprecation notice; tdscheme uses gymnasium, never gym. The notice lives in ``gym_notices``, read once
     by ``gym``'s ``__init__``; emptying it before that import silences it.
     """
     if "gym" in sys.modules:

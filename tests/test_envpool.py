@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
-from tdscheme.envs import make_env
+from tdscheme.envs import make_env, make_envpool_env
 from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_modules
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
@@ -20,9 +21,8 @@ from tests.rollout.test_lean import assert_same_frames
 
 pytest.importorskip(
     "envpool",
-    reason="EnvPool is not installed (pip install 'tdscheme[envpool]'; wheels for Python <= 3.11)",
+    reason="EnvPool is not installed (pip install 'tdscheme[envpool]'; wheels for Python >= 3.11)",
 )
-pytest.importorskip("treevalue", reason="treevalue (torchrl's EnvPool wrapper needs it) is missing")
 
 
 def test_an_unknown_backend_is_named():
@@ -58,13 +58,38 @@ def test_worker_batches_have_the_keys_and_shapes(env_id, obs_shape, obs_dtype):
 
 
 def test_observations_are_each_envs_own():
-    """EnvPool 0.8.4 under NumPy 2 returned arrays of strides (0, 0): one value everywhere."""
+    """EnvPool 0.8.4 under NumPy 2 returned arrays of strides (0, 0): one value everywhere (1.2
+    does not; tests/envs/test_atari.py checks Pong's frames)."""
     env = make_env("CartPole-v1", num_envs=3, backend="envpool")
     try:
         obs = env.reset()["observation"]
     finally:
         env.close()
     assert obs.shape == (3, 4) and obs.unique().numel() == obs.numel(), obs
+
+
+def test_a_partial_reset_resets_only_those_envs():
+    env = make_env("CartPole-v1", num_envs=3, backend="envpool")
+    try:
+        td = env.reset()
+        before = td["observation"].clone()
+        after = env.reset(td.set("_reset", torch.tensor([[True], [False], [True]])))
+    finally:
+        env.close()
+    assert torch.equal(after["observation"][1], before[1])
+    assert not torch.equal(after["observation"][0], before[0])
+
+
+def test_several_observations_are_entries_without_treevalue():
+    """EnvPool 1.x gives a dict of observations (0.8.4 a treevalue tree): one entry each."""
+    env = make_envpool_env("CheetahRun-v1", num_envs=2)
+    try:
+        td = env.rollout(3)
+    finally:
+        env.close()
+    assert td["next", "position"].shape == (2, 3, 8) and td["next", "velocity"].shape == (2, 3, 9)
+    assert td["next", "reward"].shape == (2, 3, 1)
+    assert "treevalue" not in sys.modules and "gym" not in sys.modules
 
 
 def test_a_seeded_worker_collects_the_same_frames_twice():

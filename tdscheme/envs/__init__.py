@@ -1,7 +1,10 @@
-"""Envs: gymnasium or EnvPool ids as torchrl envs, id checks, and envs that fail on purpose.
+"""Envs: gymnasium or EnvPool ids as torchrl envs, Atari pixels, id checks, envs that fail.
 
 * :mod:`tdscheme.envs.make`: :func:`make_env`, the env factory of the presets and
-  the command line (gymnasium or EnvPool, one env or a batch), and :class:`EnvPoolEnv`.
+  the command line (gymnasium or EnvPool, one env or a batch), :func:`make_envpool_env`
+  (EnvPool with ``envpool.make``'s options) and :class:`EnvPoolEnv`.
+* :mod:`tdscheme.envs.atari`: :func:`make_atari_env`, Atari games as 4x84x84 uint8
+  frame stacks with the usual preprocessing (EnvPool, or ale-py through gymnasium).
 * :mod:`tdscheme.envs.ids`: :func:`check_env_id` and :func:`close_env_ids`, which
   check an id against gymnasium's registry without importing torch or torchrl.
 * :mod:`tdscheme.envs.faulty`: :func:`make_faulty_env` and :class:`FaultyEnv`,
@@ -30,6 +33,9 @@ _EXPORTS = {
     "BACKENDS": "tdscheme.envs.make",
     "EnvPoolEnv": "tdscheme.envs.make",
     "make_env": "tdscheme.envs.make",
+    "make_envpool_env": "tdscheme.envs.make",
+    "ATARI_BACKENDS": "tdscheme.envs.atari",
+    "make_atari_env": "tdscheme.envs.atari",
     "ENV_BACKENDS": "tdscheme.envs.ids",
     "check_env_id": "tdscheme.envs.ids",
     "close_env_ids": "tdscheme.envs.ids",
@@ -38,19 +44,23 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ATARI_BACKENDS",
     "BACKENDS",
     "ENV_BACKENDS",
     "EnvPoolEnv",
     "FaultyEnv",
     "check_env_id",
     "close_env_ids",
+    "make_atari_env",
     "make_env",
+    "make_envpool_env",
     "make_faulty_env",
 ]
 
 if TYPE_CHECKING:
+    from tdscheme.envs.atari import ATARI_BACKENDS, make_atari_env
     from tdscheme.envs.faulty import FaultyEnv, make_faulty_env
     from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, close_env_ids
-    from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env
+    from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env, make_envpool_env
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

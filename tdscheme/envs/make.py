@@ -30,15 +30,14 @@ import warnings
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, GymEnv, GymWrapper, MultiThreadedEnv
 
 from tdscheme.envs.ids import ENV_BACKENDS
 
-__all__ = ["BACKENDS", "EnvPoolEnv", "make_env"]
+__all__ = ["BACKENDS", "EnvPoolEnv", "make_env", "make_envpool_env"]
 
 #: The env backends :func:`make_env` accepts.
 BACKENDS = ENV_BACKENDS
@@ -88,7 +87,7 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is invalid; accepted: {', '.join(BACKENDS)}")
     if backend == "envpool":
-        return _envpool_env(env_id, num_envs)
+        return make_envpool_env(env_id, num_envs=num_envs)
     if num_envs == 1:
         return GymEnv(env_id)
     vector_env = gym.make_vec(
@@ -100,43 +99,86 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
     return GymWrapper(vector_env)
 
 
-def _envpool_env(env_id: str, num_envs: int) -> EnvBase:
-    """torchrl's ``MultiThreadedEnv`` over EnvPool (imported here: an optional extra)."""
+def make_envpool_env(
+    env_id: str, *, num_envs: int = 1, create_env_kwargs: dict[str, Any] | None = None
+) -> EnvPoolEnv:
+    """EnvPool's ``num_envs`` copies of ``env_id`` as an :class:`EnvPoolEnv` (batch ``[num_envs]``).
+
+    ``make_env(..., backend="envpool")`` is this with EnvPool's defaults;
+    :func:`tdscheme.envs.atari.make_atari_env` passes Atari options.
+
+    Args:
+        env_id: an EnvPool id (``"CartPole-v1"``, ``"Pong-v5"``; ``"ALE/Pong-v5"`` is accepted).
+        num_envs: copies EnvPool steps in its C++ threads, an int ``>= 1``.
+        create_env_kwargs: keyword arguments of ``envpool.make`` (e.g. ``{"reward_clip": True}``
+            for Atari); ``env.set_seed(seed)`` rebuilds the pool with ``seed``.
+
+    Returns:
+        An :class:`EnvPoolEnv`.
+
+    Raises:
+        ImportError: EnvPool is not installed, or older than 1.2.
+
+    Example:
+        >>> env = make_envpool_env("CartPole-v1", num_envs=2)  # doctest: +SKIP
+        >>> env.rollout(3)["next", "reward"].shape  # doctest: +SKIP
+        torch.Size([2, 3, 1])
+    """
     try:
-        with warnings.catch_warnings():  # treevalue's FutureWarning about torch's pytree API
-            warnings.filterwarnings("ignore", category=FutureWarning, module="treevalue")
-            import envpool  # noqa: F401
-            import treevalue  # noqa: F401  (torchrl's EnvPool wrapper needs it)
+        import envpool
     except ImportError as err:
         raise ImportError(
-            f"backend='envpool' needs EnvPool and treevalue ({err}); install them with "
-            "pip install 'tdscheme[envpool]' (EnvPool has wheels for Linux and macOS, "
-            "Python <= 3.11)"
+            f"backend='envpool' needs EnvPool ({err}); install it with "
+            "pip install 'tdscheme[envpool]' (EnvPool 1.2 has wheels for CPython 3.11 to 3.13)"
         ) from err
-    if int(np.__version__.split(".")[0]) >= 2:
+    version = tuple(int(part) for part in envpool.__version__.split(".")[:2] if part.isdigit())
+    if version < (1, 2):
+        # EnvPool 0.x gives gym (not gymnasium) spaces, and under NumPy 2 broken observations
         raise ImportError(
-            f"backend='envpool' needs NumPy 1, found NumPy {np.__version__}: EnvPool 0.8.4 "
-            "returns broken observations under NumPy 2 (every entry a copy of one value); "
-            "pip install 'numpy<2' (the envpool extra asks for it)"
+            f"backend='envpool' needs EnvPool >= 1.2, found EnvPool {envpool.__version__}; "
+            "pip install 'tdscheme[envpool]' installs it"
         )
-    # gym 0.26's Box warns of EnvPool's float64 CartPole bounds whenever torchrl reads the
-    # env's spaces (at construction, at each reseeding): in this process, not at all
-    warnings.filterwarnings("ignore", message=".*Box bound precision lowered.*")
-    return EnvPoolEnv(num_envs, env_id.removeprefix("ALE/"))
+    # gymnasium's Box warns of EnvPool's float64 bounds (CartPole's, dm_control's) whenever
+    # EnvPool builds the env's spaces (at construction, at each reseeding): in this process,
+    # not at all
+    warnings.filterwarnings("ignore", message=".*precision lowered.*")
+    return EnvPoolEnv(
+        num_envs, env_id.removeprefix("ALE/"), create_env_kwargs=dict(create_env_kwargs or {})
+    )
 
 
 _ENDS = ("done", "terminated", "truncated")
 
 
 class EnvPoolEnv(MultiThreadedEnv):
-    """torchrl's ``MultiThreadedEnv`` with its reward and done entries shaped ``[num_envs, 1]``.
+    """torchrl's ``MultiThreadedEnv`` for EnvPool 1.x; reward and done shaped ``[num_envs, 1]``.
 
-    torchrl's EnvPool wrapper gives them the env's batch shape ``[num_envs]``;
-    its gymnasium wrapper (the default backend) ``[num_envs, 1]``, the shape
-    torchrl's losses and value estimators expect next to a value of
-    ``[..., 1]`` (GAE fails with "All input tensors (value, reward and done
-    states) must share a unique shape" otherwise). Everything else is torchrl's.
+    Two changes to torchrl 0.14.1's EnvPool wrapper, which was written for EnvPool 0.8:
+
+    * EnvPool 1.x speaks gymnasium (its ``env_type="gym"`` is gymnasium's API and
+      spaces, and several observations come back as a ``dict``, not a treevalue
+      tree): the specs are read with torchrl's gymnasium backend (torchrl's
+      wrapper forces the ``gym`` backend, which has no converter for gymnasium's
+      spaces), and neither ``gym`` nor ``treevalue`` is needed.
+    * torchrl's wrapper gives reward and done entries the env's batch shape
+      ``[num_envs]``; its gymnasium wrapper (the default backend) ``[num_envs, 1]``,
+      the shape torchrl's losses and value estimators expect next to a value of
+      ``[..., 1]`` (GAE fails with "All input tensors (value, reward and done
+      states) must share a unique shape" otherwise).
+
+    Everything else (EnvPool's own auto-reset at the step after an episode ends,
+    reseeding by rebuilding the pool) is torchrl's.
     """
+
+    def _make_specs(self, env: Any) -> None:
+        from torchrl.envs.libs.gym import set_gym_backend
+
+        with set_gym_backend("gymnasium"):
+            self.action_spec = self._get_action_spec()
+            output_spec = self._get_output_spec()
+        self.observation_spec = output_spec["full_observation_spec"]
+        self.reward_spec = output_spec["full_reward_spec"]
+        self.done_spec = output_spec["full_done_spec"]
 
     def _get_reward_spec(self) -> Unbounded:
         return Unbounded(device=self.device, shape=(*self.batch_size, 1))
@@ -151,6 +193,30 @@ class EnvPoolEnv(MultiThreadedEnv):
             tensordict = tensordict.clone(False)
             tensordict.set("_reset", tensordict.get("_reset").reshape(self.batch_size))
         return super()._reset(tensordict)
+
+    def _transform_reset_output(
+        self, envpool_output: tuple[Any, Any], reset_workers: torch.Tensor | None
+    ) -> TensorDictBase:
+        observation, _ = envpool_output
+        fresh = self._numpy_to_tensors(observation)
+        if reset_workers is None:
+            self.obs = TensorDict(fresh, self.batch_size, device=self.device)
+        else:  # EnvPool returned the reset envs' observations only
+            self.obs[reset_workers] = TensorDict(fresh, [len(next(iter(fresh.values())))])
+        out = self.obs.clone(False)
+        out.update(self.full_done_spec.zero())
+        return out
+
+    def _treevalue_or_numpy_to_tensor_or_dict(self, x: Any) -> dict[str, Any]:
+        # torchrl's step output calls this; its own imports treevalue (EnvPool 0.x's trees)
+        return self._numpy_to_tensors(x)
+
+    @staticmethod
+    def _numpy_to_tensors(observation: Any) -> dict[str, Any]:
+        """``{"observation": array}``, or EnvPool 1.x's dict of observations, as tensors."""
+        if isinstance(observation, dict):
+            return {key: torch.as_tensor(value) for key, value in observation.items()}
+        return {"observation": torch.as_tensor(observation)}
 
     def _transform_step_output(self, envpool_output: tuple[Any, ...]) -> TensorDictBase:
         out = super()._transform_step_output(envpool_output)

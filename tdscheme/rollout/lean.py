@@ -9,7 +9,7 @@ torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
-``RewardScaling``, as the presets use:
+``RewardScaling``, ``RewardClipping``, as the presets and Atari's envs use:
 :mod:`~tdscheme.rollout.transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, replay buffer, device
 casts, random frames, trajectory batches, ...). Then each step:

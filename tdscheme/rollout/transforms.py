@@ -1,12 +1,13 @@
-"""The episode transforms the lean rollout runs itself: ``RewardSum``, ``StepCounter``, ``RewardScaling``.
+"""The episode transforms the lean rollout runs itself: reward sums, step counts, scaling, clipping.
 
 tdscheme's presets (and most torchrl training scripts) wrap their env in
 ``TransformedEnv(env, Compose(RewardSum(), StepCounter(), ...))`` to record
-episode returns and lengths. These transforms keep a small state per env copy
+episode returns and lengths (and ``RewardScaling`` or, for Atari,
+``RewardClipping`` after them). These transforms keep a small state per env copy
 and touch only the reward, so :class:`~tdscheme.rollout.lean.LeanCollector`
 can run them per step on plain tensors, in the order of the ``Compose``, with
 torchrl's arithmetic (``prev + reward``, ``count + 1``, ``reward * scale +
-loc``, zeroed where an episode ends). Any other transform, or these with
+loc``, ``reward.clamp(min, max)``, zeroed where an episode ends). Any other transform, or these with
 non-default keys or options, makes :func:`episode_transforms` give a reason,
 and the collector runs torchrl's own rollout.
 
@@ -31,13 +32,20 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torchrl.envs import Compose, RewardScaling, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import (
+    Compose,
+    RewardClipping,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
 
 __all__ = ["EpisodeTransforms", "episode_transforms"]
 
 
 class EpisodeTransforms:
-    """The per-step work of an env's ``RewardSum`` / ``StepCounter`` / ``RewardScaling``.
+    """The per-step work of ``RewardSum``, ``StepCounter``, ``RewardScaling``, ``RewardClipping``.
 
     Built by :func:`episode_transforms`.
 
@@ -63,9 +71,11 @@ class EpisodeTransforms:
                 nxt[arg] = state[arg] + reward
             elif kind == "count":
                 nxt[arg] = state[arg] + 1
-            else:  # "scale": (scale, loc), as RewardScaling without standard_normal
+            elif kind == "scale":  # (scale, loc), as RewardScaling without standard_normal
                 scale, loc = arg
                 reward = reward * scale + loc
+            else:  # "clip": (min, max), as RewardClipping (whose bounds are always tensors)
+                reward = reward.clamp(*arg)
         return nxt, reward
 
     def reset(self, nxt: dict[str, torch.Tensor], done: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -116,4 +126,9 @@ def _lean_step(transform: Any) -> tuple[str, Any] | str:
         if keys != (["reward"], ["reward"]) or bool(transform.standard_normal):
             return "the env's RewardScaling has keys or options other than the defaults"
         return ("scale", (transform.scale, transform.loc))
+    if kind is RewardClipping:
+        keys = (list(transform.in_keys), list(transform.out_keys))
+        if keys != (["reward"], ["reward"]):
+            return "the env's RewardClipping has keys other than the defaults"
+        return ("clip", (transform.clamp_min, transform.clamp_max))
     return f"the env has a {name} transform"

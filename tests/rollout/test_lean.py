@@ -10,6 +10,7 @@ import torch
 from torchrl.envs import (
     Compose,
     GymWrapper,
+    ObservationNorm,
     RewardClipping,
     RewardScaling,
     RewardSum,
@@ -143,8 +144,9 @@ def episode_env(env_id: str, num_envs: int, *transforms) -> TransformedEnv:
 @pytest.mark.parametrize("num_envs", [1, 8])
 @pytest.mark.parametrize("actor", ["mlp", "probabilistic"])
 def test_episode_transforms_match_torchrls(num_envs, actor):
-    """The presets' RewardSum / StepCounter / RewardScaling envs run the lean loop, same frames."""
-    # (env, the reward RewardSum adds per CartPole step: 1, or 1 * 0.5 + 1 once scaled first)
+    """The presets' RewardSum / StepCounter / RewardScaling / RewardClipping envs: the lean loop."""
+    # (env, the reward RewardSum adds per CartPole step: 1, or 1 * 0.5 + 1 once scaled first,
+    # or 0.25 once clipped first)
     cases = {
         "presets": (lambda: train_env("CartPole-v1", num_envs=num_envs, reward_scale=0.1), 1.0),
         "scaled first": (
@@ -156,6 +158,12 @@ def test_episode_transforms_match_torchrls(num_envs, actor):
                 StepCounter(),
             ),
             1.5,
+        ),
+        "clipped first": (
+            lambda: episode_env(
+                "CartPole-v1", num_envs, RewardClipping(-0.25, 0.25), RewardSum(), StepCounter()
+            ),
+            0.25,
         ),
     }
     for name, (env_fn, per_step) in cases.items():
@@ -176,7 +184,7 @@ def test_other_envs_and_options_run_torchrls_rollout():
     policy = mlp_policy(3, 1, discrete=False)
     for transform, why in [
         (StepCounter(max_steps=5), "StepCounter truncates"),
-        (RewardClipping(-0.5, 0.5), "RewardClipping transform"),
+        (ObservationNorm(loc=0.0, scale=2.0, in_keys=["observation"]), "ObservationNorm transform"),
     ]:
         transformed = functools.partial(
             lambda t=transform: TransformedEnv(make_env("Pendulum-v1"), t.clone())
