@@ -35,6 +35,7 @@ _EXPORTS = {
     "make_env": "tdscheme.envs.make",
     "make_envpool_env": "tdscheme.envs.make",
     "ATARI_BACKENDS": "tdscheme.envs.atari",
+    "is_atari_id": "tdscheme.envs.atari",
     "make_atari_env": "tdscheme.envs.atari",
     "ENV_BACKENDS": "tdscheme.envs.ids",
     "check_env_id": "tdscheme.envs.ids",
@@ -51,6 +52,7 @@ __all__ = [
     "FaultyEnv",
     "check_env_id",
     "close_env_ids",
+    "is_atari_id",
     "make_atari_env",
     "make_env",
     "make_envpool_env",
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from tdscheme.envs.atari import ATARI_BACKENDS, make_atari_env
+    from tdscheme.envs.atari import ATARI_BACKENDS, is_atari_id, make_atari_env
     from tdscheme.envs.faulty import FaultyEnv, make_faulty_env
     from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, close_env_ids
     from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env, make_envpool_env

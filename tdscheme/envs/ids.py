@@ -47,6 +47,15 @@ def check_env_id(env_id: object, *, name: str = "env_id") -> None:
         raise invalid(name, env_id, "a registered gymnasium env id such as 'CartPole-v1'")
     import gymnasium
 
+    if env_id.startswith("ALE/"):  # Atari ids exist once ale-py registered them
+        try:
+            import ale_py
+        except ImportError:
+            raise invalid(
+                name, env_id, "an Atari id with ale-py installed (pip install 'tdscheme[atari]'), "
+                "or EnvPool's backend (env_backend='envpool')",
+            ) from None  # fmt: skip
+        gymnasium.register_envs(ale_py)
     try:
         gymnasium.spec(env_id)
     except gymnasium.error.Error as err:

@@ -5,9 +5,9 @@ setting of the preset can be overridden (``Preset.override``).
 
 Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
-    ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'dqn-cartpole', 'impala-cartpole',
-     'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum', 'sac-halfcheetah', 'sac-pendulum',
-     'td3-pendulum']
+    ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'appo-pong', 'dqn-cartpole',
+     'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum',
+     'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -20,7 +20,14 @@ from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
-from tdscheme.presets.impala import appo_cartpole, appo_learner, impala_cartpole, impala_learner
+from tdscheme.presets.impala import (
+    appo_cartpole,
+    appo_learner,
+    appo_pong,
+    impala_cartpole,
+    impala_learner,
+    impala_pong,
+)
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
     dqn_cartpole,
@@ -60,6 +67,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "sac-halfcheetah": sac_halfcheetah,
     "impala-cartpole": impala_cartpole,
     "appo-cartpole": appo_cartpole,
+    "impala-pong": impala_pong,
+    "appo-pong": appo_pong,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

@@ -36,10 +36,12 @@ from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNorm
 from torchrl.objectives import LossModule
 from torchrl.objectives.value import GAE, VTrace
 
-from tdscheme.envs import make_env
+from tdscheme.envs import is_atari_id, make_atari_env, make_env
 from tdscheme.learner import Learner, LearnerConfig
 from tdscheme.learner.vtrace import vtrace_estimator
+from tdscheme.presets.pixel_networks import pixel_actor_critic
 from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.validation import invalid
 
 __all__ = [
     "ACTIVATIONS",
@@ -70,8 +72,20 @@ def train_env(
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
 
     Returns:
-        A torchrl env with ``RewardSum`` and ``StepCounter`` transforms.
+        A torchrl env with ``RewardSum`` and ``StepCounter`` transforms; an Atari id
+        (``"ALE/Pong-v5"``) is :func:`~tdscheme.envs.make_atari_env`'s pixels with
+        rewards clipped to [-1, 1] (its reward scaling).
+
+    Raises:
+        ValueError: ``reward_scale`` is not 1 with an Atari id.
     """
+    if is_atari_id(env_id):
+        if reward_scale != 1.0:
+            raise invalid(
+                "reward_scale", reward_scale, "1.0 (Atari rewards are clipped to [-1, 1])",
+                context=f"env_id={env_id!r}",
+            )  # fmt: skip
+        return make_atari_env(env_id, num_envs=num_envs, backend=backend)
     env = make_env(env_id, num_envs=num_envs, backend=backend)
     transforms = [*_float32(env), RewardSum(), StepCounter()]
     if reward_scale != 1.0:
@@ -88,8 +102,11 @@ def eval_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
 
     Returns:
-        A torchrl env (float64 observations as float32, as in training).
+        A torchrl env (float64 observations as float32, as in training); an Atari id's
+        rewards are the game's own (not clipped).
     """
+    if is_atari_id(env_id):
+        return make_atari_env(env_id, num_envs=num_envs, backend=backend, clip_rewards=False)
     env = make_env(env_id, num_envs=num_envs, backend=backend)
     transforms = _float32(env)
     return TransformedEnv(env, Compose(*transforms)) if transforms else env
@@ -111,11 +128,15 @@ def actor_critic_modules(
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
     backend: str = "gymnasium",
+    pixel_network: str = "shallow",
 ) -> dict[str, nn.Module]:
     """A stochastic actor and a separate critic for ``env_id``'s spaces.
 
     Discrete actions get a one-hot categorical policy over logits; box actions a
     tanh-squashed normal bounded by the action space, with a state-dependent scale.
+    Stacked frames (an Atari id) get a CNN (``pixel_network``), one trunk shared by the
+    actor and the critic (:func:`~tdscheme.presets.pixel_networks.pixel_actor_critic`;
+    ``hidden_sizes`` and ``activation`` are the MLP's and not used).
 
     Args:
         env_id: a gymnasium env id (one env is built to read its specs).
@@ -123,6 +144,7 @@ def actor_critic_modules(
         activation: ``"tanh"``, ``"relu"`` or ``"elu"``.
         backend: :func:`tdscheme.envs.make_env`'s ``backend`` (EnvPool's discrete
             actions are indices: a categorical policy).
+        pixel_network: the CNN for stacked frames, ``"shallow"`` or ``"nature"``.
 
     Returns:
         ``{"actor": ProbabilisticActor, "critic": ValueOperator}``.
@@ -131,15 +153,20 @@ def actor_critic_modules(
         ValueError: the observation is not flat or the action space is neither
             discrete nor a box.
     """
-    probe = make_env(env_id, backend=backend)
+    probe = eval_env(env_id, backend=backend)
     try:
         obs_shape = probe.observation_spec_unbatched["observation"].shape
         action_spec = probe.action_spec_unbatched
     finally:
         probe.close()
+    if len(obs_shape) == 3 and isinstance(action_spec, Categorical):  # stacked frames
+        return pixel_actor_critic(
+            action_spec.space.n, frame_shape=tuple(obs_shape), network=pixel_network
+        )
     if len(obs_shape) != 1:
         raise ValueError(
-            f"env_id={env_id!r} has observations of shape {tuple(obs_shape)}; accepted: flat"
+            f"env_id={env_id!r} has observations of shape {tuple(obs_shape)}; accepted: flat, "
+            f"or stacked frames [C, H, W] with discrete actions"
         )
     act = ACTIVATIONS[activation]
     obs_dim = obs_shape[0]

@@ -35,7 +35,14 @@ if TYPE_CHECKING:
 
     from tdscheme.learner import Learner
 
-__all__ = ["appo_cartpole", "appo_learner", "impala_cartpole", "impala_learner"]
+__all__ = [
+    "appo_cartpole",
+    "appo_learner",
+    "appo_pong",
+    "impala_cartpole",
+    "impala_learner",
+    "impala_pong",
+]
 
 
 def impala_learner(
@@ -127,9 +134,77 @@ def appo_cartpole() -> Preset:
         name="appo-cartpole",
         learner_builder=appo_learner,
         algo=dataclasses.replace(
-            impala.algo, lr=1e-3, num_epochs=4, minibatch_size=256, entropy_coef=0.0,
-            normalize_advantage=True, anneal_frames=200_000,
+            impala.algo,
+            lr=1e-3,
+            num_epochs=4,
+            minibatch_size=256,
+            entropy_coef=0.0,
+            normalize_advantage=True,
+            anneal_frames=200_000,
         ),  # fmt: skip
         scheme=dataclasses.replace(impala.scheme, frames_per_batch=1024),
         trainer=dataclasses.replace(impala.trainer, total_frames=200_000, eval_every_frames=16_384),
+    )
+
+
+def impala_pong() -> Preset:
+    """IMPALA on Pong from pixels (``ALE/Pong-v5`` in EnvPool): the paper's shallow CNN.
+
+    4 stacked 84x84 grey uint8 frames, 4 frames skipped per step, rewards clipped
+    to [-1, 1] for training (:func:`~tdscheme.envs.make_atari_env`); 2 workers of 16
+    envs, each batch 16 envs x 20 steps (IMPALA's unroll length), one A2C step on
+    V-trace per batch; the IMPALA paper's coefficients (entropy 0.01, value 0.5,
+    gradient clip 40, lr 6e-4 decayed to 0 over the run), with Adam. ``frames`` count
+    agent steps (x4 for emulator frames). ``--env-backend gymnasium`` runs ale-py
+    instead of EnvPool (the same preprocessing).
+    """
+    return Preset(
+        name="impala-pong",
+        learner_builder=impala_learner,
+        algo=ActorCriticConfig(
+            env_id="ALE/Pong-v5",
+            env_backend="envpool",
+            num_envs=16,
+            eval_num_envs=4,
+            lr=6e-4,
+            max_grad_norm=40.0,
+            num_epochs=1,
+            minibatch_size=None,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+            advantage="vtrace",
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=320, async_learner=True),
+        trainer=TrainerConfig(
+            total_frames=10_000_000,
+            eval_every_frames=200_000,
+            eval_episodes=4,
+            target_return=18.0,
+            checkpoint_every_frames=200_000,
+        ),
+    )
+
+
+def appo_pong() -> Preset:
+    """APPO on Pong: IMPALA's envs, workers and network, PPO's clipped loss on V-trace.
+
+    Batches of 16 envs x 32 steps, 2 epochs of 256-frame minibatches each, CleanRL's
+    Atari PPO coefficients (clip 0.1, lr 2.5e-4 decayed, gradient clip 0.5,
+    normalized advantages).
+    """
+    impala = impala_pong()
+    return dataclasses.replace(
+        impala,
+        name="appo-pong",
+        learner_builder=appo_learner,
+        algo=dataclasses.replace(
+            impala.algo,
+            lr=2.5e-4,
+            max_grad_norm=0.5,
+            num_epochs=2,
+            minibatch_size=256,
+            clip_epsilon=0.1,
+            normalize_advantage=True,
+        ),  # fmt: skip
+        scheme=dataclasses.replace(impala.scheme, frames_per_batch=512),
     )

@@ -88,7 +88,7 @@ class Preset:
         a = self.algo
         return partial(
             actor_critic_modules, a.env_id, hidden_sizes=a.hidden_sizes, activation=a.activation,
-            backend=a.env_backend,
+            backend=a.env_backend, pixel_network=a.pixel_network,
         )  # fmt: skip
 
     def learner_factory(self) -> Callable[..., Learner]:

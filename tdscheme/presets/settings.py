@@ -22,6 +22,7 @@ from tdscheme.validation import check_bool, check_choice, check_int, invalid
 __all__ = [
     "ACTIVATION_NAMES",
     "ADVANTAGES",
+    "PIXEL_NETWORKS",
     "OFFPOLICY_ALGOS",
     "ActorCriticConfig",
     "AlgoConfig",
@@ -33,6 +34,9 @@ ACTIVATION_NAMES = ("elu", "relu", "tanh")
 
 #: The advantage estimators of the actor-critic presets (``ActorCriticConfig.advantage``).
 ADVANTAGES = ("gae", "vtrace")
+
+#: The CNNs of the pixel presets (``ActorCriticConfig.pixel_network``).
+PIXEL_NETWORKS = ("shallow", "nature")
 
 #: The off-policy algorithms the presets build (torchrl's losses of the same names).
 OFFPOLICY_ALGOS = ("dqn", "sac", "td3", "ddpg")
@@ -163,6 +167,8 @@ class ActorCriticConfig(AlgoConfig):
             log-probs the workers record, for batches collected by older weights).
         vtrace_rho_clip: V-trace's importance-weight clip of the value target (rho-bar).
         vtrace_c_clip: V-trace's trace-cutting clip (c-bar).
+        pixel_network: the CNN of a pixel env (an Atari id): ``"shallow"`` (the IMPALA
+            paper's) or ``"nature"`` (Mnih et al.'s, torchrl's IMPALA example's).
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -189,6 +195,7 @@ class ActorCriticConfig(AlgoConfig):
     advantage: str = dataclasses.field(default="gae", metadata={"choices": ADVANTAGES})
     vtrace_rho_clip: float = 1.0
     vtrace_c_clip: float = 1.0
+    pixel_network: str = dataclasses.field(default="shallow", metadata={"choices": PIXEL_NETWORKS})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -204,6 +211,7 @@ class ActorCriticConfig(AlgoConfig):
         _check_number("critic_coef", self.critic_coef, 0)
         check_choice("loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
         check_choice("advantage", self.advantage, ADVANTAGES)
+        check_choice("pixel_network", self.pixel_network, PIXEL_NETWORKS)
         for name in ("vtrace_rho_clip", "vtrace_c_clip"):
             _check_number(name, getattr(self, name), 0, low_open=True)
 

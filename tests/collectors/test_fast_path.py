@@ -8,7 +8,7 @@ import time
 
 import ray
 from torchrl.collectors import Collector
-from torchrl.envs import RewardClipping, TransformedEnv
+from torchrl.envs import ObservationNorm, TransformedEnv
 
 from tdscheme import RayCollector
 from tdscheme.envs import make_env
@@ -47,11 +47,12 @@ def test_a_users_collector_class_is_named(ray_clean, caplog):
 
 
 def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
-    def clipped_cartpole():  # local: Ray ships it by value (tests/ is no package)
-        return TransformedEnv(make_env("CartPole-v1"), RewardClipping(-0.5, 0.5))
+    def normalized_cartpole():  # local: Ray ships it by value (tests/ is no package)
+        norm = ObservationNorm(loc=0.0, scale=2.0, in_keys=["observation"])
+        return TransformedEnv(make_env("CartPole-v1"), norm)
 
-    statuses, logged = fast_path(caplog, clipped_cartpole)
-    reason = "torchrl's rollout: the env has a RewardClipping transform"
+    statuses, logged = fast_path(caplog, normalized_cartpole)
+    reason = "torchrl's rollout: the env has a ObservationNorm transform"
     assert statuses == [reason, reason]
     assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
 

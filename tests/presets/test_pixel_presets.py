@@ -1,0 +1,79 @@
+"""The Atari presets (impala-pong, appo-pong): pixels through the whole run, API and CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdscheme.cli import main
+from tdscheme.engine.run_log import read_metrics
+from tdscheme.presets import get_preset
+from tdscheme.presets.pixel_networks import pixel_actor_critic
+
+pytest.importorskip("envpool", reason="EnvPool is not installed (pip install 'tdscheme[envpool]')")
+
+#: A few hundred frames: 2 envs x 20 steps per batch, one short evaluation.
+TINY = {"num_collectors": 1, "num_envs": 2, "frames_per_batch": 40, "minibatch_size": 20,
+        "collector_resources": {"num_cpus": 0.5}, "eval_num_envs": 1, "eval_episodes": 1,
+        "eval_max_steps": 200, "total_frames": 160, "eval_every_frames": 0,
+        "checkpoint_every_frames": 0, "target_return": None, "progress": False}  # fmt: skip
+
+
+def test_impala_pong_trains_on_uint8_frames_through_the_api(ray_clean, tmp_path):
+    preset = get_preset("impala-pong").override({**TINY, "run_dir": str(tmp_path)})
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    assert summary["frames"] == 160
+    metrics = read_metrics(tmp_path)
+    for key in ("learner/loss", "learner/grad_norm", "policy_lag/mean", "collector/fps"):
+        assert metrics[key] and all(math.isfinite(v) for _, v in metrics[key]), key
+    assert -21 <= summary["eval_return"] <= 21  # the game's own score, not clipped
+
+
+def test_appo_pong_through_the_cli(ray_clean, tmp_path, capsys):
+    options = []
+    for key, value in {**TINY, "run_dir": str(tmp_path)}.items():
+        flag = "--" + key.replace("_", "-")
+        options += [flag, json.dumps(value) if isinstance(value, dict) else str(value).lower()
+                    if isinstance(value, bool) or value is None else str(value)]  # fmt: skip
+    assert main(["train", "appo-pong", *options]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(next(x for x in out.splitlines() if x.startswith("summary: "))[9:])
+    assert summary["frames"] == 160 and summary["checkpoint"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["algo"]["env_id"] == "ALE/Pong-v5" and config["scheme"]["async_learner"]
+
+
+def test_the_shared_trunk_is_trained_once_by_both_heads():
+    modules = pixel_actor_critic(num_actions=6)
+    preset = get_preset("impala-pong")
+    learner = preset.learner_factory()(**modules)
+    names = [name for name, _ in learner.loss_module.named_parameters()]
+    trunk = list(modules["actor"].parameters())
+    # one copy of each parameter in the optimizer: the trunk is not trained twice
+    params = [p for group in learner.optimizer.param_groups for p in group["params"]]
+    assert len({id(p) for p in params}) == len(params), names
+    assert all(any(p is q for p in params) for q in trunk)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU learner)")
+def test_cuda_learner_trains_on_cpu_uint8_batches_and_hands_out_cpu_weights():
+    preset = get_preset("impala-pong").override({"device": "cuda"})
+    learner = preset.learner_factory()(**pixel_actor_critic(num_actions=6))
+    n, t = 4, 20
+    frames = torch.randint(0, 255, (n, t, 4, 84, 84), dtype=torch.uint8)
+    batch = TensorDict(observation=frames, batch_size=[n, t])
+    batch["action"] = torch.randint(0, 6, (n, t))
+    batch["action_log_prob"] = torch.full((n, t), -math.log(6))
+    batch["next"] = TensorDict(
+        observation=frames, reward=torch.zeros(n, t, 1), done=torch.zeros(n, t, 1, dtype=bool),
+        terminated=torch.zeros(n, t, 1, dtype=bool), batch_size=[n, t],
+    )  # fmt: skip
+    metrics = learner.update(batch)  # the batch is on the CPU, as the workers send it
+    assert math.isfinite(float(metrics["loss"]))
+    assert all(p.is_cuda for p in learner.loss_module.parameters())
+    assert all(not w.is_cuda for w in learner.policy_weights().values(True, True))
