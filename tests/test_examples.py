@@ -29,6 +29,7 @@ TINY_ARGS = {
         "1",
     ],
     "train_ppo_cartpole.py": ["--total-frames", "4096", "--num-collectors", "1"],
+    "impala_cartpole.py": ["--total-frames", "8192", "--num-collectors", "1"],
 }
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("envpool", reason="EnvPool is not installed (pip install 'td
 #: A few hundred frames: 2 envs x 20 steps per batch, one short evaluation.
 TINY = {"num_collectors": 1, "num_envs": 2, "frames_per_batch": 40, "minibatch_size": 20,
         "collector_resources": {"num_cpus": 0.5}, "eval_num_envs": 1, "eval_episodes": 1,
-        "eval_max_steps": 200, "total_frames": 160, "eval_every_frames": 0,
+        "eval_max_steps": 5000, "total_frames": 160, "eval_every_frames": 0,
         "checkpoint_every_frames": 0, "target_return": None, "progress": False}  # fmt: skip
 
 

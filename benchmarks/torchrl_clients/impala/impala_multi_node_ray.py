@@ -292,6 +292,8 @@ def main(cfg: DictConfig):  # noqa: F821
     end_time = time.time()
     execution_time = end_time - start_time
     torchrl_logger.info(f"Training took {execution_time:.2f} seconds to finish")
+    # tdscheme: one JSON line for benchmarks/impala.py (agent steps collected, updates, seconds)
+    print("impala-report: " + __import__("json").dumps({"frames": collected_frames // frame_skip, "updates": num_network_updates, "seconds": execution_time}))  # tdscheme
 
 
 if __name__ == "__main__":
