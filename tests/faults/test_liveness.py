@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import signal
+import time
 
 import pytest
 import ray
@@ -92,6 +93,27 @@ def test_a_frozen_worker_process_is_declared_hung_after_the_stall_timeout(ray_cl
     assert seen == 200
     assert stats["workers_hung"] == 1 and stats["restarts"] == 1
     _assert_balanced(stats["ledger"], 200)
+
+
+@pytest.mark.timeout(120)
+def test_a_learner_slower_than_the_stall_timeout_does_not_make_its_workers_hung(ray_clean):
+    """Learner-paced: workers done with their requests wait for the consumer; not a stall.
+
+    Found in a Pong soak: an inline evaluation longer than ``worker_stall_timeout_s``
+    had both workers killed as hung when the driver came back for the next batch.
+    """
+    with RayCollector(
+        make_env, frames_per_batch=20, total_frames=120, num_collectors=2, sync=False, seed=0,
+        worker_stall_timeout_s=1.0, prefetch_batches=2,
+    ) as collector:  # fmt: skip
+        seen = 0
+        for batch in collector:
+            seen += batch.numel()
+            time.sleep(2.5)  # the learner (or an evaluation) takes longer than the timeout
+        stats = collector.stats(timeout=5)
+    assert seen == 120
+    assert stats["workers_hung"] == 0 and stats["restarts"] == 0, stats
+    _assert_balanced(stats["ledger"], 120)
 
 
 @pytest.mark.timeout(120)

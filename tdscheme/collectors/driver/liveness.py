@@ -55,10 +55,20 @@ class StallMonitor:
         #: worker id -> the generation that replied (to a probe or with a batch): that
         #: actor is placed and built, so its silence is a stall in whichever request
         self._built: dict[int, int] = {}
+        self._last_check = time.monotonic()
 
     def check(self, busy: Iterable[int]) -> list[int]:
-        """Reads the answered probes, sends new ones; returns the busy workers that stalled."""
+        """Reads the answered probes, sends new ones; returns the busy workers that stalled.
+
+        Only silence the monitor watched counts: after a gap between two checks (the
+        driver trained, evaluated or checkpointed instead of waiting for batches; a
+        learner-paced worker may have waited for it all along), every watch restarts.
+        """
         now = time.monotonic()
+        if now - self._last_check > 2 * self.interval_s:
+            for watch in self._watches.values():
+                watch.since = now
+        self._last_check = now
         self._read_probes(now)
         busy = set(busy)
         for worker_id in list(self._watches):
