@@ -19,8 +19,8 @@ Three sections (``--sections``), run from the repository root::
   loop, learner updates per second, frames trained on, and the policy lag the learner
   saw (torchrl records no policy version: it cannot say).
 * ``soak``: ``impala-pong`` (or ``--preset``) for ``--minutes``, evaluated every
-  ``--eval-every-frames``, sampling every 30 s the driver's RSS and the pages in use
-  under ``/dev/shm`` (Ray's object store); the learning curve is
+  ``--eval-every-frames``, sampling every 30 s the driver's RSS and the pages allocated
+  in this Ray's object store (its /dev/shm file); the learning curve is
   ``tdscheme plot --metric eval/return RUN_DIR``.
 
 Output: one JSON line per run (with the machine), then tables; ``--out`` writes them as
@@ -30,6 +30,7 @@ a markdown section.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -201,10 +202,21 @@ def rss_mb() -> float:
     return kb / 1024
 
 
-def shm_used_mb() -> float:
-    """Pages in use under /dev/shm, where Ray's object store maps its memory."""
-    stat = os.statvfs("/dev/shm")
-    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize / 2**20
+def plasma_allocated_mb() -> float:
+    """Pages allocated in this Ray's object store (its /dev/shm file, held open by the raylet).
+
+    Per cluster (another Ray on the machine is not counted); a high-water mark: pages
+    the store touched once stay allocated.
+    """
+    import ray
+
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+    for fd in os.listdir(f"/proc/{raylet}/fd"):
+        path = f"/proc/{raylet}/fd/{fd}"
+        with contextlib.suppress(OSError):
+            if "plasma" in os.readlink(path):
+                return os.stat(path).st_blocks * 512 / 2**20
+    return float("nan")
 
 
 def soak(preset: str, minutes: float, eval_every: int, run_dir: str) -> list[dict[str, Any]]:
@@ -215,7 +227,8 @@ def soak(preset: str, minutes: float, eval_every: int, run_dir: str) -> list[dic
     def sample() -> None:
         while not stop.wait(30.0):
             samples.append({"section": "soak", "t_s": round(time.monotonic() - start),
-                            "driver_rss_mb": round(rss_mb()), "shm_used_mb": round(shm_used_mb())})  # fmt: skip
+                            "driver_rss_mb": round(rss_mb()),
+                            "plasma_allocated_mb": round(plasma_allocated_mb())})  # fmt: skip
             print(json.dumps(samples[-1]), flush=True)
 
     overrides = {**QUIET, "run_dir": run_dir, "total_frames": 100_000_000,
@@ -241,8 +254,8 @@ def soak(preset: str, minutes: float, eval_every: int, run_dir: str) -> list[dic
 def soak_table(rows: list[dict[str, Any]]) -> list[list[str]]:
     mem = [r for r in rows if r["section"] == "soak"]
     evals = [r for r in rows if r["section"] == "soak-eval"]
-    table = [["t s", "driver RSS MB", "/dev/shm used MB"]]
-    table += [[str(r["t_s"]), str(r["driver_rss_mb"]), str(r["shm_used_mb"])] for r in mem]
+    table = [["t s", "driver RSS MB", "object store pages MB"]]
+    table += [[str(r["t_s"]), str(r["driver_rss_mb"]), str(r["plasma_allocated_mb"])] for r in mem]
     table += [["frames", "eval return", ""]]
     table += [[str(r["frames"]), f"{r['eval_return']:.1f}", ""] for r in evals]
     return table

@@ -16,10 +16,15 @@ from typing import Any
 
 from tdscheme.cli.options import setting_error
 from tdscheme.cli.parser import train_overrides
-from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
-from tdscheme.engine.checkpoint import load_checkpoint
-from tdscheme.engine.plot import has_lag_histogram, plot_learning_curve, plot_policy_lag
-from tdscheme.presets import Preset, preset_from_dict
+from tdscheme.engine import CheckpointError, CheckpointManager
+from tdscheme.engine.checkpoint_eval import evaluate_checkpoints, write_scores
+from tdscheme.engine.plot import (
+    has_lag_histogram,
+    plot_checkpoint_scores,
+    plot_learning_curve,
+    plot_policy_lag,
+)
+from tdscheme.presets import Preset
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
 
@@ -134,37 +139,46 @@ def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) ->
 
 
 def _eval(args: argparse.Namespace) -> int:
-    path = Path(args.checkpoint)
-    if path.is_dir():  # the newest readable checkpoint: a damaged newer one is skipped, warned
-        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        path, state = CheckpointManager(directory, keep_last=None).load_newest()
-    else:
-        state = load_checkpoint(path)
-    config = state.get("config") if isinstance(state, dict) else None
-    if not config:
-        raise CheckpointError(
-            f"checkpoint file {path} has no preset config; accepted: a checkpoint written by "
-            f"`tdscheme train` (or a Trainer given run_config=preset.to_dict())"
+    paths = _checkpoints_to_evaluate(Path(args.checkpoint), args.pick)
+    scores = evaluate_checkpoints(
+        paths, episodes=args.episodes, seed=args.seed, eval_workers=args.eval_workers,
+        deterministic=not args.stochastic,
+    )  # fmt: skip
+    for score in scores:
+        result = score.result
+        print(
+            f"at {score.frames} frames ({score.path}): mean return {result.mean_return:.2f}, "
+            f"std {result.std_return:.2f} over {len(result.returns)} episodes"
         )
-    preset = preset_from_dict(config)
-    learner = preset.learner_factory()(**preset.policy_factory()())
-    learner.load_state_dict(state["scheme"]["learner"])
-    env = preset.eval_env_factory()()
-    try:
-        env.set_seed(args.seed)
-        result = evaluate(
-            env, learner.policy, episodes=args.episodes, deterministic=not args.stochastic,
-            max_steps=preset.trainer.eval_max_steps,
-        )  # fmt: skip
-    finally:
-        env.close()
-    frames = state["scheme"].get("frames")
-    print(
-        f"{preset.name} at {frames} frames ({path}): mean return {result.mean_return:.2f}, "
-        f"std {result.std_return:.2f} over {len(result.returns)} episodes"
-    )
-    print("eval: " + json.dumps({"checkpoint": str(path), "frames": frames, **result.metrics("")}))
+        print("eval: " + json.dumps({"checkpoint": str(score.path), "frames": score.frames,
+                                     **result.metrics("")}))  # fmt: skip
+    run_dir = _run_dir_of(Path(args.checkpoint))
+    if len(scores) > 1 and run_dir is not None:  # test mode over the run: a table and a plot
+        print(f"wrote {write_scores(run_dir, scores)}")
+        print(f"wrote {plot_checkpoint_scores(run_dir)}")
     return 0
+
+
+def _checkpoints_to_evaluate(path: Path, pick: str | None) -> list[Path]:
+    """A file: itself; a run directory: every checkpoint, or the one ``--checkpoint`` picks."""
+    if not path.is_dir():
+        return [path]
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    manager = CheckpointManager(directory, keep_last=None)
+    if pick is None:
+        found = manager.list()
+        if not found:
+            raise CheckpointError(f"run directory {path} has no checkpoint")
+        return found
+    if pick == "latest":  # the newest readable one: a damaged newer one is skipped, warned
+        return [manager.load_newest()[0]]
+    return [directory / pick if not Path(pick).is_absolute() else Path(pick)]
+
+
+def _run_dir_of(path: Path) -> Path | None:
+    if not path.is_dir():
+        return None
+    return path.parent if path.name == "checkpoints" else path
 
 
 def _plot(args: argparse.Namespace) -> int:

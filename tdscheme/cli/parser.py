@@ -60,9 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(command_parser=train)
 
     ev = commands.add_parser(
-        "eval", help="evaluate a checkpoint", description="Evaluate a checkpoint."
+        "eval", help="evaluate a run's checkpoints (test mode) or one checkpoint",
+        description="Evaluate every checkpoint of a run (eval.csv and a plot in the run "
+        "directory), or one checkpoint file.",
+    )  # fmt: skip
+    ev.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help="a run directory (every checkpoint) or a file"
     )
-    ev.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint file or a run directory")
+    ev.add_argument("--checkpoint", dest="pick", default=None,
+                    help="one checkpoint of the run: 'latest' or a file name")  # fmt: skip
+    ev.add_argument("--eval-workers", type=_nonnegative_int, default=0,
+                    help="Ray actors evaluating checkpoints in parallel (default 0: here)")  # fmt: skip
     ev.add_argument("--episodes", type=_positive_int, default=10, help="episodes (default 10)")
     ev.add_argument("--seed", type=int, default=0, help="eval env seed (default 0)")
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
@@ -81,6 +89,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not an int >= 1")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not an int >= 0")
     return value
 
 

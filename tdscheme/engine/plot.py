@@ -134,6 +134,43 @@ def plot_policy_lag(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
     return _save(figure, out_path, Path(run_dir) / "policy_lag.png")
 
 
+def plot_checkpoint_scores(
+    run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None
+) -> Path:
+    """Plots ``run_dir/eval.csv`` (test mode: each checkpoint's mean return and std) as a PNG.
+
+    Args:
+        run_dir: A run directory holding ``eval.csv`` (``tdscheme eval RUN_DIR``).
+        out_path: The PNG; defaults to ``run_dir/eval_checkpoints.png``.
+
+    Returns:
+        The path of the PNG.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     _ = (Path(run_dir) / "eval.csv").write_text(
+        ...         "frames,checkpoint,mean_return,std_return,episodes\\n1,a.pt,2.0,1.0,2\\n")
+        ...     plot_checkpoint_scores(run_dir).name
+        'eval_checkpoints.png'
+    """
+    import csv
+
+    with open(Path(run_dir) / "eval.csv", newline="") as f:
+        rows = [(int(r["frames"]), float(r["mean_return"]), float(r["std_return"]))
+                for r in csv.DictReader(f)]  # fmt: skip
+    rows.sort()
+    figure = _figure("plot_checkpoint_scores", (6.4, 4.0))
+    axes = figure.add_subplot()
+    frames = [r[0] for r in rows]
+    axes.errorbar(frames, [r[1] for r in rows], yerr=[r[2] for r in rows], marker="o", capsize=3)
+    axes.set_xlabel("frames")
+    axes.set_ylabel("mean return (± std) per checkpoint")
+    axes.set_title(f"{Path(run_dir).resolve().name}: checkpoints")
+    axes.grid(alpha=0.3)
+    return _save(figure, out_path, Path(run_dir) / "eval_checkpoints.png")
+
+
 def _figure(caller: str, size: tuple[float, float]) -> Any:
     """A matplotlib Figure on the Agg canvas (pyplot's global state left alone)."""
     try:

@@ -14,7 +14,8 @@ import torch
 
 from tdscheme.engine.atomic import write_text_atomic
 from tdscheme.engine.checkpoint import CheckpointManager
-from tdscheme.engine.evaluation import EvalResult, evaluate
+from tdscheme.engine.evaluation import EvalResult
+from tdscheme.engine.evaluations import Evaluations
 from tdscheme.engine.progress import Progress
 from tdscheme.engine.replay_checkpoint import (
     load_replay_buffer,
@@ -90,7 +91,7 @@ class Trainer:
         self.run_dir = None if self.config.run_dir is None else Path(self.config.run_dir)
         self._closed = False
         self._run_log: RunLogger | None = None
-        self._eval_env: Any = None
+        self._evals: Evaluations | None = None
         self.scheme: Scheme | None = None
         self._counters: dict[str, Any] = {
             "elapsed_s": 0.0, "last_eval_frames": -1, "last_checkpoint_frames": -1,
@@ -126,6 +127,9 @@ class Trainer:
             raise TypeError(
                 f"scheme={scheme!r} is invalid; accepted: a Scheme or a function returning one"
             )
+        self._evals = Evaluations(
+            cfg, self.scheme, self._counters, log=self._log_at, elapsed_s=lambda: self.elapsed_s
+        )
         if resume_state is not None:
             self._restore(resume_state)
         elif self.seed is not None:
@@ -194,8 +198,12 @@ class Trainer:
                 metrics["time/elapsed_s"] = self.elapsed_s
                 self._log(metrics)
                 postfix = {"return": metrics.get("train/episode_return", math.nan)}
-                if _due(self.frames, self._counters["last_eval_frames"], cfg.eval_every_frames):
-                    postfix["eval"] = self._evaluate_and_log().mean_return
+                # eval workers' results (logged at their weights' frames), or an inline one
+                evaluated = self._evals.collect()
+                if self._evals.due(self.frames):
+                    evaluated = self._evals.start(self.frames) or evaluated
+                if evaluated is not None:
+                    postfix["eval"] = evaluated
                 progress.update(
                     max(0, min(self.frames, cfg.total_frames) - max(before, 0)), **postfix
                 )
@@ -208,8 +216,8 @@ class Trainer:
             stopped = interrupts.stop_requested()
             if stopped:
                 logger.warning("%s: stopped at %d frames", stopped, self.frames)
-            elif cfg.eval_at_end and self._counters["last_eval_frames"] != self.frames:
-                self._evaluate_and_log()
+            else:  # the final evaluation, and the eval workers' results still in flight
+                self._evals.finish(self.frames, final=cfg.eval_at_end, timeout_s=cfg.eval_timeout_s)
             if (
                 (cfg.checkpoint_at_end or stopped)
                 and self.checkpoints is not None
@@ -247,13 +255,16 @@ class Trainer:
         }
 
     def _log(self, metrics: Mapping[str, float]) -> None:
+        self._log_at(metrics, self.frames)
+
+    def _log_at(self, metrics: Mapping[str, float], frames: int) -> None:
         if self._run_log is not None:
-            self._run_log.log_scalars(metrics, step=self.frames)
+            self._run_log.log_scalars(metrics, step=frames)
 
     # -- evaluation --------------------------------------------------------------------
 
     def evaluate(self, episodes: int | None = None) -> EvalResult:
-        """Runs the deterministic policy on the eval env for ``episodes`` episodes.
+        """Runs the deterministic policy on the eval env for ``episodes`` episodes, here and now.
 
         Args:
             episodes: defaults to ``config.eval_episodes``.
@@ -262,37 +273,7 @@ class Trainer:
             The episodes' returns and lengths.
         """
         self._check_open()
-        if self._eval_env is None:
-            factory = self.scheme.eval_env_factory or self.scheme.env_factory
-            self._eval_env = factory()
-        if self.seed is not None:
-            index = self._counters["evaluations"]
-            self._eval_env.set_seed(worker_seeds(self.seed, index + 1)[index])
-        self._counters["evaluations"] += 1
-        return evaluate(
-            self._eval_env, self.scheme.policy,
-            episodes=episodes or self.config.eval_episodes, max_steps=self.config.eval_max_steps,
-        )  # fmt: skip
-
-    def _evaluate_and_log(self) -> EvalResult:
-        start = time.perf_counter()
-        result = self.evaluate()
-        c = self._counters
-        c["last_eval_frames"] = self.frames
-        c["eval_return"], c["eval_return_std"] = result.mean_return, result.std_return
-        metrics = result.metrics()
-        metrics["time/eval_s"] = time.perf_counter() - start
-        target = self.config.target_return
-        if target is not None and result.mean_return >= target and not self.target_reached:
-            c["target_frames"], c["target_elapsed_s"] = self.frames, self.elapsed_s
-            metrics["eval/target_reached"] = 1.0
-            metrics["eval/target_elapsed_s"] = c["target_elapsed_s"]
-            logger.info(
-                "eval return %.1f >= target %.1f at %d frames, %.1f s",
-                result.mean_return, target, self.frames, c["target_elapsed_s"],
-            )  # fmt: skip
-        self._log(metrics)
-        return result
+        return self._evals.evaluate(episodes)
 
     # -- checkpoints -------------------------------------------------------------------
 
@@ -341,15 +322,15 @@ class Trainer:
     # -- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the logs and the eval env and shuts the scheme down. Idempotent."""
+        """Closes the logs, the eval env and eval workers, and shuts the scheme down. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._run_log is not None:
                 self._run_log.close()
-            if self._eval_env is not None:
-                self._eval_env.close()
+            if self._evals is not None:
+                self._evals.close()
         finally:
             torch.set_num_threads(self._threads_before)
             if self.scheme is not None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
+from typing import Any
+
+from tdscheme.runtime.ray_options import check_actor_options
 
 __all__ = ["BACKENDS", "CONFIG_FILE", "TrainerConfig"]
 
@@ -42,6 +46,16 @@ class TrainerConfig:
         progress: a progress bar (``True``), plain lines (``False``) or a bar only on
             a terminal (``None``).
         progress_every_s: seconds between plain progress lines.
+        eval_workers: evaluate on this many Ray actors beside training (AllenAct's
+            validation, RLlib's ``evaluation_parallel_to_training``): training never
+            waits, each result is logged at the frames of the weights it evaluated and
+            ``target_return`` stops the run from it; a due evaluation that finds every
+            worker busy is skipped (``eval/skipped``). 0: the driver evaluates inline.
+        eval_worker_resources: Ray actor options of each eval worker; ``None``:
+            ``{"num_cpus": 0}`` (it shares the collectors' CPUs; give it its own on a
+            bigger machine).
+        eval_timeout_s: an eval worker silent this long is hung (killed and rebuilt);
+            also the longest wait for the results in flight when the run ends.
         num_threads: torch's intra-op threads in this process (learner and
             evaluation) while the Trainer is open; 1 is fastest for small networks,
             most of all on a busy machine. ``None`` leaves torch's setting.
@@ -74,6 +88,9 @@ class TrainerConfig:
     progress: bool | None = None
     progress_every_s: float = 10.0
     num_threads: int | None = 1
+    eval_workers: int = 0
+    eval_worker_resources: Mapping[str, Any] | None = None
+    eval_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -114,6 +131,19 @@ class TrainerConfig:
         nt = self.num_threads
         if nt is not None and (isinstance(nt, bool) or not isinstance(nt, int) or nt < 1):
             raise ValueError(f"num_threads={nt!r} is invalid; accepted: None or an int >= 1")
+        ew = self.eval_workers
+        if isinstance(ew, bool) or not isinstance(ew, int) or ew < 0:
+            raise ValueError(f"eval_workers={ew!r} is invalid; accepted: an int >= 0")
+        res = self.eval_worker_resources
+        if res is not None and not isinstance(res, Mapping):
+            raise ValueError(
+                f"eval_worker_resources={res!r} is invalid; accepted: None or a dict of Ray options"
+            )
+        if res is not None:
+            check_actor_options("eval_worker_resources", res)
+        timeout = self.eval_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"eval_timeout_s={timeout!r} is invalid; accepted: a number > 0")
         every = self.progress_every_s
         if isinstance(every, bool) or not isinstance(every, (int, float)) or not every >= 0:
             raise ValueError(f"progress_every_s={every!r} is invalid; accepted: a number >= 0")

@@ -1,0 +1,129 @@
+"""EvalWorker: evaluation in a Ray actor of its own, on the weights it is sent.
+
+Runs inside the actor (the driver's side is :mod:`tdscheme.engine.eval_pool`): it
+builds the evaluation env once and keeps a copy of the policy module; each
+:meth:`EvalWorker.evaluate` loads the weights it is given, seeds the env and plays
+whole episodes with :func:`~tdscheme.engine.evaluation.evaluate`, as the Trainer does
+inline. The class is plain Python (the pool wraps it with ``ray.remote``), so it runs
+in-process too.
+
+Example:
+    >>> from tdscheme.testing import bias_policy, make_env
+    >>> from tensordict import TensorDict
+    >>> policy = bias_policy(3, 1)
+    >>> worker = EvalWorker(0, EvalWorkerSpec(lambda: make_env("Pendulum-v1"), policy, 2, 500))
+    >>> reply = worker.evaluate(TensorDict.from_module(policy).data, frames=100, seed=1)
+    >>> reply.frames, len(reply.returns), reply.lengths
+    (100, 2, (200, 200))
+    >>> worker.shutdown()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tensordict import TensorDictBase
+from torch import nn
+
+from tdscheme.engine.evaluation import EvalResult, evaluate
+from tdscheme.log_levels import configure_worker_logging
+
+__all__ = ["EvalReply", "EvalWorker", "EvalWorkerSpec"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalWorkerSpec:
+    """What an eval worker is built from; small, so a dead one is rebuilt from it.
+
+    Attributes:
+        env_factory: builds the evaluation env.
+        policy: the policy module (a copy travels to the actor); the weights sent
+            to :meth:`EvalWorker.evaluate` are loaded into it.
+        episodes: episodes per evaluation.
+        max_steps: env steps after which an evaluation gives up.
+        deterministic: act with the policy's mode (else sample).
+    """
+
+    env_factory: Callable[[], Any]
+    policy: nn.Module
+    episodes: int
+    max_steps: int
+    deterministic: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalReply:
+    """One evaluation: the frames the weights were trained on, the episodes, the seconds."""
+
+    frames: int
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    seconds: float
+
+    @property
+    def result(self) -> EvalResult:
+        """The episodes as the Trainer's inline evaluation reports them."""
+        return EvalResult(returns=self.returns, lengths=self.lengths)
+
+
+class EvalWorker:
+    """An evaluation env and a policy copy inside an actor (see the module).
+
+    Args:
+        worker_id: the worker's position in its pool.
+        spec: the env factory, the policy, episodes and step limit.
+        seed: unused (each evaluation brings its own seed, so a rebuilt worker
+            plays the same episodes); kept for the pool's constructor signature.
+        log_level: the driver's log level, applied in the worker's process.
+    """
+
+    def __init__(
+        self,
+        worker_id: int,
+        spec: EvalWorkerSpec,
+        *,
+        seed: int | None = None,
+        log_level: int | None = None,
+    ) -> None:
+        if log_level is not None:
+            configure_worker_logging(log_level)
+        self.worker_id = worker_id
+        self.spec = spec
+        self.env = spec.env_factory()
+        self.policy = spec.policy
+        logger.info("eval worker %d ready: %d episodes per evaluation", worker_id, spec.episodes)
+
+    def ping(self) -> int:
+        """Answered once the worker is built; returns its id."""
+        return self.worker_id
+
+    def evaluate(self, weights: TensorDictBase, frames: int, seed: int | None) -> EvalReply:
+        """Loads ``weights``, seeds the env with ``seed`` and plays ``spec.episodes`` episodes.
+
+        Args:
+            weights: the policy's weights (``Learner.policy_weights()``).
+            frames: the frames those weights were trained on (returned as is).
+            seed: the env's seed for this evaluation (``None``: not reseeded).
+        """
+        start = time.perf_counter()
+        weights.to_module(self.policy)
+        if seed is not None:
+            self.env.set_seed(seed)
+        spec = self.spec
+        result = evaluate(
+            self.env, self.policy, episodes=spec.episodes, max_steps=spec.max_steps,
+            deterministic=spec.deterministic,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+        return EvalReply(frames, result.returns, result.lengths, seconds)
+
+    def shutdown(self) -> None:
+        """Closes the env. Idempotent."""
+        if not self.env.is_closed:
+            self.env.close()
