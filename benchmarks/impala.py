@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(
             args.out, title="IMPALA / APPO", script="impala.py", argv=sys.argv[1:],
             seconds=time.monotonic() - started, machine=machine_info(),
-            intro=__doc__.split("\n\n")[2], tables=tables,
+            intro=__doc__.split("\n\n")[3], tables=tables,
         )  # fmt: skip
     return 0
 

@@ -23,7 +23,9 @@ from tdscheme.engine.plot import (
     plot_checkpoint_scores,
     plot_learning_curve,
     plot_policy_lag,
+    plot_throughput,
 )
+from tdscheme.engine.run_log import read_metrics
 from tdscheme.presets import Preset
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
@@ -188,6 +190,8 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"tdscheme plot: error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {out}")
+    if read_metrics(args.run_dir).get("fps"):
+        print(f"wrote {plot_throughput(args.run_dir, Path(out).with_name('throughput.png'))}")
     if has_lag_histogram(args.run_dir):  # an asynchronous learner's run: its lag too
         print(f"wrote {plot_policy_lag(args.run_dir, Path(out).with_name('policy_lag.png'))}")
     return 0

@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
 
     plot = commands.add_parser(
-        "plot", help="plot a run's learning curve (and its policy lag)",
-        description="Write a PNG (and policy_lag.png for an async_learner run)."
+        "plot", help="plot a run's learning curve, throughput (and policy lag)",
+        description="Write learning_curve.png and throughput.png (and policy_lag.png for an "
+        "async_learner run)."
     )
     plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")

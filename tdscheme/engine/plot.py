@@ -69,6 +69,48 @@ def plot_learning_curve(
     return _save(figure, out_path, Path(run_dir) / "learning_curve.png")
 
 
+def plot_throughput(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> Path:
+    """Plots the run's frames per second against frames and writes a PNG.
+
+    Draws ``fps`` (frames trained on per second since the run started) and, when
+    logged, ``collector/fps`` (the collectors' own rate).
+
+    Args:
+        run_dir: A run directory written by :class:`~tdscheme.engine.run_log.RunLogger`.
+        out_path: The PNG to write; defaults to ``run_dir/throughput.png``.
+
+    Returns:
+        The path of the PNG.
+
+    Raises:
+        ValueError: If the run logged no ``fps``.
+
+    Example:
+        >>> import tempfile
+        >>> from tdscheme.engine.run_log import RunLogger
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     with RunLogger(run_dir) as run_log:
+        ...         for step in (100, 200):
+        ...             run_log.log_scalars({"fps": step / 10}, step=step)
+        ...     plot_throughput(run_dir).name
+        'throughput.png'
+    """
+    metrics = read_metrics(run_dir)
+    if not metrics.get("fps"):
+        raise ValueError(f"run_dir {str(run_dir)!r} has no logged fps")
+    figure = _figure("plot_throughput", (6.4, 4.0))
+    axes = figure.add_subplot()
+    for name, label in (("fps", "trained (fps)"), ("collector/fps", "collected (collector/fps)")):
+        if metrics.get(name):
+            axes.plot(*_series(metrics[name]), label=label)
+    axes.set_xlabel("frames")
+    axes.set_ylabel("frames per second")
+    axes.set_title(f"{Path(run_dir).resolve().name}: throughput")
+    axes.legend(loc="lower right", fontsize="small")
+    axes.grid(alpha=0.3)
+    return _save(figure, out_path, Path(run_dir) / "throughput.png")
+
+
 def has_lag_histogram(run_dir: str | os.PathLike) -> bool:
     """Whether the run logged the policy lag as a histogram (an asynchronous learner's run)."""
     return any(name.startswith(LAG_HISTOGRAM_PREFIX) for name in read_metrics(run_dir))

@@ -150,6 +150,7 @@ def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, cap
 
     assert main(["plot", str(run_dir)]) == 0
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    assert (run_dir / "throughput.png").stat().st_size > 1000  # fps beside the return
     assert (
         main(["plot", str(run_dir), "--metric", "nothing", "--out", str(tmp_path / "x.png")]) == 0
     )
