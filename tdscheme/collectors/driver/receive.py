@@ -107,7 +107,12 @@ class Receiver:
         return record
 
     def wait_one(self, refs: list[Any]) -> Any:
-        """The first of ``refs`` to be ready; hung workers are killed meanwhile.
+        """The oldest ready one of ``refs`` (they come oldest first); hung workers are killed meanwhile.
+
+        ``ray.wait`` returns any of the ready futures, not the first in the list: when
+        the consumer is slower than the workers, several are ready at each call, and a
+        batch could wait behind dozens of newer ones (seen as policy lags of 20-60
+        pushes in a Pong run). Of those ready, the one asked first is returned.
 
         Raises:
             TimeoutError: none was ready within ``batch_timeout_s`` though the
@@ -121,6 +126,10 @@ class Receiver:
                 self._kill_stalled()
                 ready = self.pool.wait(refs, timeout_s=min(poll_s, deadline - time.perf_counter()))
                 if ready:
+                    if len(refs) > 1:  # every ready one, then the oldest of them
+                        ready = self.pool.wait(refs, num_returns=len(refs), timeout_s=0) or ready
+                        position = {ref: i for i, ref in enumerate(refs)}
+                        return min(ready, key=position.__getitem__)
                     return ready[0]
                 if time.perf_counter() >= deadline:
                     self.pool.check_alive()
