@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,9 @@ class LeanCollector(Collector):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: called with the env batch's size after each env step of the lean loop (torchrl's
+        #: rollout steps through ``env.step_and_maybe_reset``, which a caller can wrap)
+        self.step_hook: Callable[[int], None] | None = None
         self.lean_reason = self._why_not_lean()
         if self.lean_reason is not None:
             logger.debug("LeanCollector runs torchrl's rollout: %s", self.lean_reason)
@@ -229,6 +233,7 @@ class LeanCollector(Collector):
         }
         call_policy = self._policy_call()
         to_gym, read_obs = self._action_to_gym(), self._obs_from_gym()
+        hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         for t in range(self.frames_per_batch):
             inputs = {
@@ -245,6 +250,8 @@ class LeanCollector(Collector):
             for key in policy_keys:
                 rows[key][t].copy_(outputs[key])
             next_obs, reward, terminated, truncated = steps.step(to_gym(outputs["action"]))
+            if hook is not None:
+                hook(env_frames)
             done = torch.as_tensor(terminated | truncated)
             next_obs = read_obs(next_obs)
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)

@@ -117,6 +117,27 @@ def test_a_learner_slower_than_the_stall_timeout_does_not_make_its_workers_hung(
 
 
 @pytest.mark.timeout(120)
+def test_workers_busy_for_longer_than_the_stall_timeout_are_not_hung(ray_clean):
+    """Two requests ahead, a consumer a little slower: the workers never idle.
+
+    Found in a Pong soak: the lean rollout's env steps were not counted (progress
+    stayed 0), so a worker kept busy longer than the timeout was killed as hung
+    while its batches kept arriving. Both count now: env steps, and each batch.
+    """
+    with RayCollector(
+        make_env, frames_per_batch=200, total_frames=200 * 30, num_collectors=2, sync=False,
+        seed=0, worker_stall_timeout_s=1.0, prefetch_batches=2,
+    ) as collector:  # fmt: skip
+        seen = 0
+        for batch in collector:
+            seen += batch.numel()
+            time.sleep(0.2)  # under the monitor's 2-interval gap: it keeps watching
+        stats = collector.stats(timeout=5)
+    assert seen == 6000
+    assert stats["workers_hung"] == 0 and stats["restarts"] == 0, stats
+
+
+@pytest.mark.timeout(120)
 def test_elastic_min_workers_goes_on_without_a_failed_worker(ray_clean):
     crashing = functools.partial(make_env, exit_at_step=5)
     with RayCollector(

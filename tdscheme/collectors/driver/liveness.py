@@ -89,6 +89,13 @@ class StallMonitor:
             self._probe(worker_id, generation, now)
         return stalled
 
+    def delivered(self, worker_id: int, generation: int) -> None:
+        """A batch of the worker's ``generation`` arrived: it is built, and that is progress."""
+        self.built(worker_id, generation)
+        watch = self._watches.get(worker_id)
+        if watch is not None and watch.generation == generation:
+            watch.since = time.monotonic()
+
     def built(self, worker_id: int, generation: int) -> None:
         """Records that ``generation`` of the worker replied: from now its silence is a stall."""
         self._built[worker_id] = generation

@@ -75,8 +75,8 @@ class Receiver:
             self.requests.resolve(ref, request, None, lost=request.asked)
             return None
         result.incarnation = request.incarnation
-        if self._monitor is not None:  # a worker that replied is placed and built
-            self._monitor.built(request.worker_id, request.incarnation)
+        if self._monitor is not None:  # a worker that replied is built, and progressed
+            self._monitor.delivered(request.worker_id, request.incarnation)
         if result.frames_discarded:  # the budget bound
             # Near the end (a budget under a batch), what is left fits no row or trajectory.
             full = request.asked if request.fixed else self.config.frames_per_worker

@@ -17,9 +17,11 @@ __all__ = ["count_env_steps"]
 def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
     """Calls ``on_steps(n)`` after each env step of a torchrl collector (``n``: env batch size).
 
-    Wraps the collector's env's ``step_and_maybe_reset`` (the call its rollout
-    makes once per step). Collectors without an env in this process (multi-process
-    ones) are left alone: their progress is counted per batch by the worker.
+    Wraps the collector's env's ``step_and_maybe_reset`` (the call torchrl's rollout
+    makes once per step) and sets a :class:`~tdscheme.rollout.lean.LeanCollector`'s
+    ``step_hook`` (its lean loop steps the gymnasium or EnvPool env directly).
+    Collectors without an env in this process (multi-process ones) are left alone:
+    their progress is counted per batch by the worker.
 
     Returns:
         Whether the steps are counted.
@@ -35,6 +37,8 @@ def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
         5
         >>> collector.shutdown()
     """
+    if hasattr(collector, "step_hook"):  # LeanCollector: its lean loop calls the hook
+        collector.step_hook = on_steps
     env = getattr(collector, "env", None)
     step = getattr(env, "step_and_maybe_reset", None)
     if step is None:

@@ -133,3 +133,21 @@ def test_state_round_trips_with_an_env_that_has_buffers():
     finally:
         worker.shutdown()
         other.shutdown()
+
+
+def test_progress_counts_the_env_steps_of_the_lean_loop_and_of_torchrls():
+    """The stall monitor reads progress(); the lean loop steps the env without torchrl's call."""
+    from tdscheme.envs import make_env as make_batched
+
+    env_fn = functools.partial(make_batched, "CartPole-v1", num_envs=4)
+    for collector_class in (None, Collector):
+        chosen = {} if collector_class is None else {"collector_class": collector_class}
+        spec = WorkerSpec(env_fn, None, frames_per_batch=40, **chosen)
+        worker = CollectorWorker(0, spec)
+        try:
+            assert (worker.started()["fast_path"] is True) is (collector_class is None)
+            worker.collect(0)
+            worker.collect(1)
+            assert worker.progress() == 80, collector_class
+        finally:
+            worker.shutdown()
