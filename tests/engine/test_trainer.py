@@ -27,7 +27,7 @@ def tiny_ppo(run_dir, **overrides):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("total_frames", 0), ("logger", "wandb"), ("eval_episodes", 0), ("keep_checkpoints", 0),
+    [("total_frames", 0), ("logger", "neptune"), ("eval_episodes", 0), ("keep_checkpoints", 0),
      ("checkpoint_every_frames", -1), ("num_threads", 0), ("target_return", "high")],
 )  # fmt: skip
 def test_config_rejects_bad_values_naming_the_field(field, value):
