@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from tdscheme.cli.parser import train_overrides
 from tdscheme.engine import CheckpointError, CheckpointManager, evaluate
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.plot import has_lag_histogram, plot_learning_curve, plot_policy_lag
+from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets import Preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
@@ -51,7 +53,7 @@ def run(
             assert preset is not None, "train needs its preset"
             return _train(args, preset, started, ray_lease)
         return {"eval": _eval, "plot": _plot}[args.command](args)
-    except (CheckpointError, FileNotFoundError, PlacementError) as err:
+    except (CheckpointError, FileNotFoundError, PlacementError, ImportError) as err:
         print(f"tdscheme {args.command}: error: {err}", file=sys.stderr)
         return 1
 
@@ -80,7 +82,7 @@ def _train(
             ray_lease.release()  # the run's own leases went with the trainer
         print(_stopped_line(summary), file=sys.stderr, flush=True)
         return interrupts.exit_status() or 130
-    _print_summary(summary, setup_s, resumed=preset.trainer.resume)
+    _print_summary(summary, setup_s, resumed=preset.trainer.resume, trainer=preset.trainer)
     return 0
 
 
@@ -106,7 +108,9 @@ def _process_start(fallback: float) -> float:
         return fallback
 
 
-def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) -> None:
+def _print_summary(
+    summary: dict[str, Any], setup_s: float, *, resumed: bool, trainer: TrainerConfig
+) -> None:
     line = f"done: {summary['frames']} frames in {summary['elapsed_s']:.1f} s"
     if summary["eval_return"] is not None:
         line += f"; eval return {summary['eval_return']:.1f} +/- {summary['eval_return_std']:.1f}"
@@ -126,7 +130,18 @@ def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) ->
             print(f"target return {summary['target_return']:g} not reached")
     if summary["checkpoint"]:
         print(f"checkpoint: {summary['checkpoint']}")
-    print(f"logs: {summary['run_dir']}/metrics.csv (plot with: tdscheme plot {summary['run_dir']})")
+    run_dir = summary["run_dir"]
+    print(f"logs: {run_dir}/metrics.csv (plot with: tdscheme plot {run_dir})")
+    if trainer.logger == "wandb" and os.environ.get("WANDB_MODE", "offline") == "offline":
+        print(
+            f"W&B offline run in {run_dir}/wandb (upload: wandb sync {run_dir}/wandb/offline-run-*)"
+        )
+    elif trainer.logger == "mlflow" and not os.environ.get("MLFLOW_TRACKING_URI"):
+        print(
+            f"MLflow file store {run_dir}/mlruns (mlflow ui --backend-store-uri {run_dir}/mlruns)"
+        )
+    if trainer.video:
+        print(f"videos: {run_dir}/videos")
     print("summary: " + json.dumps(summary), flush=True)
 
 
@@ -163,8 +178,33 @@ def _eval(args: argparse.Namespace) -> int:
         f"{preset.name} at {frames} frames ({path}): mean return {result.mean_return:.2f}, "
         f"std {result.std_return:.2f} over {len(result.returns)} episodes"
     )
-    print("eval: " + json.dumps({"checkpoint": str(path), "frames": frames, **result.metrics("")}))
+    report = {"checkpoint": str(path), "frames": frames, **result.metrics("")}
+    if args.video:
+        report["video"] = _record_video(args, preset, learner.policy, path, frames)
+    print("eval: " + json.dumps(report))
     return 0
+
+
+def _record_video(
+    args: argparse.Namespace, preset: Preset, policy: Any, checkpoint: Path, frames: Any
+) -> str:
+    """Records one episode on seed ``--seed`` in the run's ``videos/``; returns the mp4's path."""
+    from tdscheme.engine.video import EpisodeRecorder
+
+    folder = checkpoint.parent
+    run_dir = folder.parent if folder.name == "checkpoints" else folder
+    with EpisodeRecorder(
+        preset.video_env_factory(), run_dir / "videos", max_frames=preset.trainer.video_max_frames
+    ) as recorder:
+        recording = recorder.record(
+            policy, name=f"eval_{frames}_seed{args.seed}", seed=args.seed,
+            deterministic=not args.stochastic,
+        )  # fmt: skip
+    print(
+        f"video: {recording.path} ({len(recording.frames)} frames at {recording.fps:g} fps, "
+        f"return {recording.episode_return:.2f}{'' if recording.complete else ', cut short'})"
+    )
+    return str(recording.path)
 
 
 def _plot(args: argparse.Namespace) -> int:
