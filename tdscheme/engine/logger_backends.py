@@ -39,6 +39,9 @@ __all__ = ["close_torchrl_logger", "log_video_file", "make_torchrl_logger", "mis
 
 logger = logging.getLogger(__name__)
 
+#: The most frames of the animated GIF that TensorBoard gets (see :func:`log_video_file`).
+GIF_MAX_FRAMES = 200
+
 #: Each backend's Python package, the extra that installs it, and its own pip name.
 _PACKAGES = {
     "tensorboard": ("tensorboard", "tensorboard", "tensorboard"),
@@ -183,7 +186,9 @@ def log_video_file(
 
     W&B gets the mp4 itself (``wandb.Video``), MLflow gets it as an artifact under
     ``videos/``, TensorBoard an animated GIF of ``frames`` (what torch's ``add_video``
-    writes; torchrl's ``log_video`` needs moviepy 1, which our other pins rule out).
+    writes; torchrl's ``log_video`` needs moviepy 1, which our other pins rule out), of
+    every k-th frame when there are more than :data:`GIF_MAX_FRAMES` (a GIF is slow to
+    encode and large: 450 CartPole frames take about 7 s).
     The CSV logger takes none: the mp4 in the run directory is the record.
 
     Args:
@@ -220,7 +225,10 @@ def _log_tensorboard_gif(
     import imageio.v3 as iio
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    gif = iio.imwrite("<bytes>", frames, extension=".gif", duration=1000.0 / fps, loop=0)
+    stride = -(-len(frames) // GIF_MAX_FRAMES)  # still real time: each frame shown longer
+    gif = iio.imwrite(
+        "<bytes>", frames[::stride], extension=".gif", duration=1000.0 * stride / fps, loop=0
+    )
     _, height, width, channels = frames.shape
     image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=gif)
     writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)

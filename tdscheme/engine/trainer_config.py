@@ -105,9 +105,6 @@ class TrainerConfig:
             )
         if self.run_dir is not None:
             self.run_dir = os.fspath(self.run_dir)
-        for name in ("resume", "video"):
-            if getattr(self, name) and self.run_dir is None:
-                raise ValueError(f"{name}=True is invalid without a run_dir; accepted: set run_dir")
         tr = self.target_return
         if tr is not None and (
             isinstance(tr, bool) or not isinstance(tr, (int, float)) or not math.isfinite(tr)
@@ -120,6 +117,9 @@ class TrainerConfig:
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is invalid; accepted: True or False"
                 )
+        for name in ("resume", "video"):
+            if getattr(self, name) and self.run_dir is None:
+                raise ValueError(f"{name}=True is invalid without a run_dir; accepted: set run_dir")
         if self.progress not in (None, True, False):
             raise ValueError(
                 f"progress={self.progress!r} is invalid; accepted: True, False or None"

@@ -206,9 +206,11 @@ def test_videos_reach_wandb_and_mlflow(tmp_path, offline):
     importlib.util.find_spec("tensorboard") is None,
     reason="tensorboard is not installed (pip install 'tdscheme[tensorboard]')",
 )
-def test_videos_reach_tensorboard_as_an_animated_gif(tmp_path):
+def test_videos_reach_tensorboard_as_an_animated_gif(tmp_path, monkeypatch):
+    import imageio.v3 as iio
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    monkeypatch.setattr(logger_backends, "GIF_MAX_FRAMES", 4)
     recording = a_cartpole_recording(tmp_path)
     with RunLogger(tmp_path, backend="tensorboard") as run_log:
         assert run_log.log_video("eval/video", recording, step=512)
@@ -216,6 +218,9 @@ def test_videos_reach_tensorboard_as_an_animated_gif(tmp_path):
     [image] = events.Reload().Images("eval/video")
     assert image.step == 512 and (image.width, image.height) == (600, 400)
     assert image.encoded_image_string[:6] == b"GIF89a"
+    gif = iio.imread(image.encoded_image_string, index=None, extension=".gif")
+    stride = -(-len(recording.frames) // 4)  # every k-th frame, at most 4
+    assert len(gif) == len(recording.frames[::stride]) <= 4
 
 
 def test_the_package_check_imports_nothing():
