@@ -95,7 +95,7 @@ def render_frame(env: EnvBase) -> np.ndarray:
         raise RuntimeError(
             f"the env does not render: its render_mode is {gym_env.render_mode!r}; accepted: "
             f"an env built with render_mode='rgb_array' (tdscheme.envs.make_env(..., "
-            f"render_mode='rgb_array'))"
+            f"render_mode='rgb_array'); a Trainer takes its factory as video_env_factory)"
         )
     _headless_rendering()
     frame = gym_env.render()

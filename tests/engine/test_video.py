@@ -13,6 +13,7 @@ import torch
 from tdscheme.engine.evaluation import evaluate
 from tdscheme.engine.video import EpisodeRecorder, Recording, record_episode, write_mp4
 from tdscheme.envs import make_atari_env, make_env
+from tdscheme.presets import get_preset
 from tdscheme.testing import mlp_policy
 
 pytestmark = pytest.mark.skipif(
@@ -60,15 +61,14 @@ def test_the_frame_cap_stops_an_episode_and_a_batched_env_records_its_first_copy
     env.close()
 
 
-def test_pong_from_ale_py_records_the_screen_at_15_fps(tmp_path):
-    from tdscheme.presets.actor_critic import actor_critic_modules
-
-    actor = actor_critic_modules("ALE/Pong-v5", backend="gymnasium")["actor"]
-    factory = functools.partial(
-        make_atari_env, "ALE/Pong-v5", backend="gymnasium", clip_rewards=False,
-        render_mode="rgb_array",
-    )  # fmt: skip
-    with EpisodeRecorder(factory, tmp_path, max_frames=40) as recorder:
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_pong_from_ale_py_records_the_screen_at_15_fps(tmp_path, backend):
+    """impala-pong's policy on its video env: ale-py's, whichever backend it trains on."""
+    if backend == "envpool" and importlib.util.find_spec("envpool") is None:
+        pytest.skip("EnvPool is not installed (pip install 'tdscheme[envpool]')")
+    preset = get_preset("impala-pong").override({"env_backend": backend})
+    actor = preset.policy_factory()()["actor"]
+    with EpisodeRecorder(preset.video_env_factory(), tmp_path, max_frames=40) as recorder:
         recording = recorder.record(actor, name="pong", seed=0)
     assert recording.frames.shape == (40, 210, 160, 3) and recording.fps == 15.0
     assert decoded(recording.path) == (40, 15.0, (160, 210))
