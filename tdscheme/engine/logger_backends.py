@@ -15,7 +15,9 @@ with no network:
   ``run_dir``) on ``MLFLOW_TRACKING_URI`` when set, else on a file store in
   ``run_dir/mlruns`` (``mlflow ui --backend-store-uri run_dir/mlruns`` shows it).
   MLflow 3.10 and later refuse file stores unless ``MLFLOW_ALLOW_FILE_STORE=true``,
-  which is then set for this process (when it is unset).
+  which is then set for this process (when it is unset). MLflow exports the URI it
+  logs to as ``MLFLOW_TRACKING_URI``; closing the logger unsets the run directory's
+  again, so that the next run in this process gets its own store.
 
 W&B and MLflow come with the ``loggers`` extra (``pip install 'tdscheme[loggers]'``);
 :func:`missing_package_error` names it without importing anything, so the
@@ -134,7 +136,7 @@ def _mlflow(run_dir: Path, exp_name: str) -> Any:
     from mlflow.tracking import MlflowClient
     from torchrl.record.loggers.mlflow import MLFlowLogger
 
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or _file_store_uri(run_dir)
     if uri.startswith("file:"):
         # MLflow >= 3.10 raises on file stores (in "maintenance mode") without this opt-out
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -144,8 +146,16 @@ def _mlflow(run_dir: Path, exp_name: str) -> Any:
     return torchrl_logger
 
 
+def _file_store_uri(run_dir: Path) -> str:
+    return (run_dir / "mlruns").resolve().as_uri()
+
+
 def close_torchrl_logger(backend: str, torchrl_logger: Any) -> None:
     """Closes a logger of :func:`make_torchrl_logger`: flushes, ends its run, closes its files.
+
+    W&B: the run is finished and, when no other W&B run is open in this process, W&B's
+    service is torn down, which waits until the run's files are complete. MLflow: the
+    run is ended and the run directory's store leaves ``MLFLOW_TRACKING_URI``.
 
     Args:
         backend: the backend it was made for.
@@ -154,7 +164,14 @@ def close_torchrl_logger(backend: str, torchrl_logger: Any) -> None:
     try:
         torchrl_logger.close()  # W&B: finishes the run; TensorBoard: closes the writer
     finally:
-        if backend == "csv":  # torchrl's CSVExperiment keeps its files open until collected
+        if backend == "wandb":
+            import wandb
+
+            if wandb.run is None:  # no other W&B run in this process (the caller's own)
+                # run.finish returns before W&B's service has written the run's last records
+                # (a reader of run_dir/wandb right after would miss them): wait for it
+                wandb.teardown()
+        elif backend == "csv":  # torchrl's CSVExperiment keeps its files open until collected
             files = getattr(torchrl_logger.experiment, "files", None)
             if isinstance(files, dict):
                 for f in files.values():
@@ -166,6 +183,10 @@ def close_torchrl_logger(backend: str, torchrl_logger: Any) -> None:
             active = mlflow.active_run()
             if active is not None and active.info.run_id == _mlflow_run_id(torchrl_logger):
                 mlflow.end_run()
+            uri = torchrl_logger.log_dir
+            # mlflow.set_tracking_uri exported the run directory's store to the environment
+            if uri.endswith("/mlruns") and os.environ.get("MLFLOW_TRACKING_URI") == uri:
+                mlflow.set_tracking_uri(None)  # unsets MLFLOW_TRACKING_URI
 
 
 def _mlflow_run_id(torchrl_logger: Any) -> str:

@@ -153,6 +153,17 @@ def test_mlflow_file_store_holds_the_metrics_and_config(tmp_path, offline, capfd
     assert mlflow.active_run() is None  # closing the RunLogger ended its run
 
 
+@needs_mlflow
+def test_each_run_in_a_process_gets_its_own_mlflow_store(tmp_path, offline):
+    import os
+
+    log_a_short_run(tmp_path / "a", "mlflow")
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # MLflow exported run a's; closing unset it
+    log_a_short_run(tmp_path / "b", "mlflow")
+    for name in ("a", "b"):
+        assert mlflow_run(tmp_path / name)[1].info.run_name == name
+
+
 # -- errors and videos --------------------------------------------------------------------
 
 
