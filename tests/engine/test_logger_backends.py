@@ -28,7 +28,7 @@ needs_mlflow = pytest.mark.skipif(
     reason="mlflow is not installed (pip install 'tdscheme[loggers]')",
 )
 needs_video = pytest.mark.skipif(
-    importlib.util.find_spec("imageio_ffmpeg") is None or importlib.util.find_spec("pygame") is None,
+    any(importlib.util.find_spec(p) is None for p in ("imageio_ffmpeg", "pygame")),
     reason="the video extra is not installed (pip install 'tdscheme[video]')",
 )
 

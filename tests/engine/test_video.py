@@ -17,7 +17,7 @@ from tdscheme.presets import get_preset
 from tdscheme.testing import mlp_policy
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("imageio_ffmpeg") is None or importlib.util.find_spec("pygame") is None,
+    any(importlib.util.find_spec(p) is None for p in ("imageio_ffmpeg", "pygame")),
     reason="the video extra is not installed (pip install 'tdscheme[video]')",
 )
 
