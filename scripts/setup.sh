@@ -13,8 +13,9 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
-  # envpool, atari and mujoco: the EnvPool backend's, Atari's (both backends) and
-  # sac-halfcheetah's tests run too
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,plot,envpool,atari,mujoco]"
+  # envpool, atari, mujoco, loggers and video: the EnvPool backend's, Atari's (both backends),
+  # sac-halfcheetah's, the W&B / MLflow loggers' and the videos' tests run too
+  .venv/bin/python -m pip install -q -c constraints.txt \
+    -e ".[test,plot,envpool,atari,mujoco,loggers,video]"
   echo "$want" > "$stamp"
 fi

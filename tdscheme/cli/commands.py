@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from tdscheme.cli.options import setting_error
 from tdscheme.cli.parser import train_overrides
 from tdscheme.engine import CheckpointError, CheckpointManager
+from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.checkpoint_eval import evaluate_checkpoints, write_scores
 from tdscheme.engine.plot import (
     has_lag_histogram,
@@ -26,7 +28,8 @@ from tdscheme.engine.plot import (
     plot_throughput,
 )
 from tdscheme.engine.run_log import read_metrics
-from tdscheme.presets import Preset
+from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets import Preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
 
@@ -58,7 +61,7 @@ def run(
             assert preset is not None, "train needs its preset"
             return _train(args, preset, started, ray_lease)
         return {"eval": _eval, "plot": _plot}[args.command](args)
-    except (CheckpointError, FileNotFoundError, PlacementError) as err:
+    except (CheckpointError, FileNotFoundError, PlacementError, ImportError) as err:
         print(f"tdscheme {args.command}: error: {err}", file=sys.stderr)
         return 1
 
@@ -87,7 +90,7 @@ def _train(
             ray_lease.release()  # the run's own leases went with the trainer
         print(_stopped_line(summary), file=sys.stderr, flush=True)
         return interrupts.exit_status() or 130
-    _print_summary(summary, setup_s, resumed=preset.trainer.resume)
+    _print_summary(summary, setup_s, resumed=preset.trainer.resume, trainer=preset.trainer)
     return 0
 
 
@@ -113,7 +116,9 @@ def _process_start(fallback: float) -> float:
         return fallback
 
 
-def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) -> None:
+def _print_summary(
+    summary: dict[str, Any], setup_s: float, *, resumed: bool, trainer: TrainerConfig
+) -> None:
     line = f"done: {summary['frames']} frames in {summary['elapsed_s']:.1f} s"
     if summary["eval_return"] is not None:
         line += f"; eval return {summary['eval_return']:.1f} +/- {summary['eval_return_std']:.1f}"
@@ -133,7 +138,18 @@ def _print_summary(summary: dict[str, Any], setup_s: float, *, resumed: bool) ->
             print(f"target return {summary['target_return']:g} not reached")
     if summary["checkpoint"]:
         print(f"checkpoint: {summary['checkpoint']}")
-    print(f"logs: {summary['run_dir']}/metrics.csv (plot with: tdscheme plot {summary['run_dir']})")
+    run_dir = summary["run_dir"]
+    print(f"logs: {run_dir}/metrics.csv (plot with: tdscheme plot {run_dir})")
+    if trainer.logger == "wandb" and os.environ.get("WANDB_MODE", "offline") == "offline":
+        print(
+            f"W&B offline run in {run_dir}/wandb (upload: wandb sync {run_dir}/wandb/offline-run-*)"
+        )
+    elif trainer.logger == "mlflow" and not os.environ.get("MLFLOW_TRACKING_URI"):
+        print(
+            f"MLflow file store {run_dir}/mlruns (mlflow ui --backend-store-uri {run_dir}/mlruns)"
+        )
+    if trainer.video:
+        print(f"videos: {run_dir}/videos")
     print("summary: " + json.dumps(summary), flush=True)
 
 
@@ -152,8 +168,10 @@ def _eval(args: argparse.Namespace) -> int:
             f"at {score.frames} frames ({score.path}): mean return {result.mean_return:.2f}, "
             f"std {result.std_return:.2f} over {len(result.returns)} episodes"
         )
-        print("eval: " + json.dumps({"checkpoint": str(score.path), "frames": score.frames,
-                                     **result.metrics("")}))  # fmt: skip
+        report = {"checkpoint": str(score.path), "frames": score.frames, **result.metrics("")}
+        if args.video:
+            report["video"] = _record_video(args, score.path)
+        print("eval: " + json.dumps(report))
     run_dir = _run_dir_of(Path(args.checkpoint))
     if len(scores) > 1 and run_dir is not None:  # test mode over the run: a table and a plot
         print(f"wrote {write_scores(run_dir, scores)}")
@@ -181,6 +199,32 @@ def _run_dir_of(path: Path) -> Path | None:
     if not path.is_dir():
         return None
     return path.parent if path.name == "checkpoints" else path
+
+
+def _record_video(args: argparse.Namespace, checkpoint: Path) -> str:
+    """Records one episode on seed ``--seed`` in the run's ``videos/``; returns the mp4's path."""
+    from tdscheme.engine.video import EpisodeRecorder
+
+    state = load_checkpoint(checkpoint)
+    preset = preset_from_dict(state["config"])
+    learner = preset.learner_factory()(**preset.policy_factory()())
+    learner.load_state_dict(state["scheme"]["learner"])
+    policy, frames = learner.policy, state["scheme"].get("frames")
+
+    folder = checkpoint.parent
+    run_dir = folder.parent if folder.name == "checkpoints" else folder
+    with EpisodeRecorder(
+        preset.video_env_factory(), run_dir / "videos", max_frames=preset.trainer.video_max_frames
+    ) as recorder:
+        recording = recorder.record(
+            policy, name=f"eval_{frames}_seed{args.seed}", seed=args.seed,
+            deterministic=not args.stochastic,
+        )  # fmt: skip
+    print(
+        f"video: {recording.path} ({len(recording.frames)} frames at {recording.fps:g} fps, "
+        f"return {recording.episode_return:.2f}{'' if recording.complete else ', cut short'})"
+    )
+    return str(recording.path)
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 
 from tdscheme.cli.options import add_setting_options, option_name, setting_error
 from tdscheme.cli.resume import resume_overrides
+from tdscheme.engine.logger_backends import missing_package_error
 from tdscheme.engine.trainer_config import CONFIG_FILE
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
 
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=_positive_int, default=10, help="episodes (default 10)")
     ev.add_argument("--seed", type=int, default=0, help="eval env seed (default 0)")
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    ev.add_argument(
+        "--video", action="store_true",
+        help="also record one episode (seed --seed) as an mp4 in RUN_DIR/videos (the video extra)",
+    )  # fmt: skip
 
     plot = commands.add_parser(
         "plot", help="plot a run's learning curve, throughput (and policy lag)",
@@ -151,6 +156,9 @@ def train_preset(args: argparse.Namespace) -> Preset:
     except (ValueError, TypeError) as err:
         sub.error(setting_error(err, overrides))
     _check_prioritized(preset, sub)
+    missing = missing_package_error(preset.trainer.logger)  # not once Ray and the workers are up
+    if missing is not None:
+        sub.error(f"argument --logger: {missing}")
     return preset
 
 

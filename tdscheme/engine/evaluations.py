@@ -61,6 +61,17 @@ class Evaluations:
         self._env: Any = None
         self._pool: EvalPool | None = None
         self._sent_at: dict[int, tuple[float, float]] = {}  # frames -> (monotonic, elapsed_s)
+        self._videos: Any = None
+        self._log_video: Callable[[Any, int], None] | None = None
+
+    def record_videos(self, recorder: Any, log_video: Callable[[Any, int], None]) -> None:
+        """Records one episode with the weights of each evaluation, on its seed, as it starts.
+
+        Args:
+            recorder: an :class:`~tdscheme.engine.video.EpisodeRecorder`.
+            log_video: hands the video to the run's logger at a frame count.
+        """
+        self._videos, self._log_video = recorder, log_video
 
     def due(self, frames: int) -> bool:
         """Whether ``eval_every_frames`` frames passed since the last evaluation."""
@@ -85,18 +96,26 @@ class Evaluations:
         With eval workers it returns ``None`` at once; :meth:`collect` records the result.
         """
         self.counters["last_eval_frames"] = frames
+        seed = self._seed_at(self.counters["evaluations"])
         if not self.config.eval_workers:
             start = time.perf_counter()
             result = self.evaluate()
             self._record(result, frames, {"time/eval_s": time.perf_counter() - start})
+            self._video(frames, seed)
             return result.mean_return
         pool = self._workers()
-        seed = self._seed_at(self.counters["evaluations"])
         if pool.start_evaluation(self.scheme.learner.policy_weights(), frames=frames, seed=seed):
             self.counters["evaluations"] += 1
             self._sent_at[frames] = (time.monotonic(), self._elapsed_s())
+            self._video(frames, seed)
         self._log({"eval/skipped": float(pool.skipped)}, frames)
         return None
+
+    def _video(self, frames: int, seed: int | None) -> None:
+        """One episode of the policy now (the weights just evaluated), on the evaluation's seed."""
+        if self._videos is not None:
+            video = self._videos.record(self.scheme.policy, name=f"eval_{frames}", seed=seed)
+            self._log_video(video, frames)
 
     def collect(self, timeout_s: float = 0.0) -> float | None:
         """Records the evaluations the workers finished (waiting at most ``timeout_s``).

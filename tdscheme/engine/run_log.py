@@ -1,7 +1,8 @@
 """Scalar logging of a run: a torchrl logger plus one tidy, append-only ``metrics.csv``.
 
-:class:`RunLogger` forwards every scalar to a torchrl logger (``CSVLogger`` or
-``TensorboardLogger``, under ``run_dir/<exp_name>``) and also appends it to
+:class:`RunLogger` forwards every scalar to a torchrl logger (``CSVLogger``,
+``TensorboardLogger``, ``WandbLogger`` or ``MLFlowLogger``, under ``run_dir``: see
+:mod:`tdscheme.engine.logger_backends`) and also appends it to
 ``run_dir/metrics.csv`` with the columns ``step,name,value``. That file is what
 :func:`read_metrics` (and so plots and tests) reads back, whatever the backend.
 
@@ -17,22 +18,31 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import io
 import logging
 import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.record.loggers.common import Logger
 
+import tdscheme  # the package root, for its __version__ (a constant of no layer)
 from tdscheme.engine.atomic import atomic_write
+from tdscheme.engine.logger_backends import (
+    close_torchrl_logger,
+    log_video_file,
+    make_torchrl_logger,
+    missing_package_error,
+)
 from tdscheme.engine.trainer_config import BACKENDS
+
+if TYPE_CHECKING:
+    from tdscheme.engine.video import Recording
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +55,12 @@ class RunLogger:
 
     Args:
         run_dir: The run's directory; created if missing.
-        backend: ``"csv"`` (torchrl's ``CSVLogger``) or ``"tensorboard"`` (torchrl's
-            ``TensorboardLogger``, needs the ``tensorboard`` package).
-        exp_name: The torchrl experiment name: its files go to ``run_dir/<exp_name>``.
+        backend: ``"csv"`` (torchrl's ``CSVLogger``), ``"tensorboard"`` (torchrl's
+            ``TensorboardLogger``, needs the ``tensorboard`` package), ``"wandb"`` or
+            ``"mlflow"`` (torchrl's ``WandbLogger`` / ``MLFlowLogger``, the ``loggers``
+            extra): see :mod:`tdscheme.engine.logger_backends`.
+        exp_name: The torchrl experiment name: CSV and TensorBoard files go to
+            ``run_dir/<exp_name>``; W&B's project and MLflow's experiment.
         resume_from_step: When resuming from a checkpoint of this step, rows logged with
             a larger step are dropped first (see the module docstring). ``None`` appends
             to whatever is there.
@@ -55,7 +68,7 @@ class RunLogger:
     Raises:
         ValueError: If ``backend``, ``exp_name`` or ``resume_from_step`` is invalid, or
             ``run_dir/metrics.csv`` exists but is not a tdscheme metrics file.
-        ImportError: If ``backend="tensorboard"`` and tensorboard is not installed.
+        ImportError: If the backend's package (tensorboard, wandb, mlflow) is not installed.
 
     Example:
         >>> import tempfile
@@ -76,12 +89,9 @@ class RunLogger:
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if backend == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-            raise ImportError(
-                "backend='tensorboard' needs the tensorboard package, which is not installed; "
-                "install it with `pip install tensorboard` (or "
-                "`pip install tdscheme[tensorboard]`), or use backend='csv'"
-            )
+        missing = missing_package_error(backend)
+        if missing is not None:
+            raise missing
         if not isinstance(exp_name, str) or not exp_name or os.sep in exp_name:
             raise ValueError(
                 f"exp_name must be a non-empty str without {os.sep!r}, got {exp_name!r}"
@@ -99,19 +109,10 @@ class RunLogger:
         self._file = _open_metrics(self.metrics_path)
         self._writer = csv.writer(self._file, lineterminator="\n")
         try:
-            self._torchrl_logger = self._make_torchrl_logger()
+            self._torchrl_logger = make_torchrl_logger(backend, self.run_dir, exp_name)
         except BaseException:
             self._file.close()
             raise
-
-    def _make_torchrl_logger(self) -> Logger:
-        if self.backend == "tensorboard":
-            from torchrl.record.loggers.tensorboard import TensorboardLogger
-
-            return TensorboardLogger(exp_name=self.exp_name, log_dir=str(self.run_dir))
-        from torchrl.record.loggers.csv import CSVLogger
-
-        return CSVLogger(exp_name=self.exp_name, log_dir=str(self.run_dir))
 
     def _drop_rows_after(self, step: int) -> None:
         def keep(row: list[str]) -> bool:
@@ -154,14 +155,40 @@ class RunLogger:
         _check_step(step, "step")
         if isinstance(metrics, TensorDictBase):
             metrics = metrics.flatten_keys("/").to_dict()
-        rows = [(_check_name(name), _to_float(name, value)) for name, value in metrics.items()]
-        for name, value in rows:
-            self._torchrl_logger.log_scalar(name, value, step=step)
-            self._writer.writerow([step, name, repr(value)])
+        rows = {_check_name(name): _to_float(name, value) for name, value in metrics.items()}
+        # one call: W&B logs one history row, MLflow one batch (the others loop over log_scalar)
+        self._torchrl_logger.log_metrics(rows, step=step)
+        self._writer.writerows([step, name, repr(value)] for name, value in rows.items())
         self._file.flush()
 
+    def log_video(self, name: str, recording: Recording, *, step: int) -> bool:
+        """Logs a recorded mp4 to the backend where it takes videos (W&B, TensorBoard, MLflow).
+
+        Args:
+            name: The video's name, e.g. ``"eval/video"``.
+            recording: A :class:`~tdscheme.engine.video.Recording` written to its ``path``
+                (by :class:`~tdscheme.engine.video.EpisodeRecorder`); TensorBoard gets
+                its frames as an animated GIF.
+            step: A non-negative int, usually the frames collected so far.
+
+        Returns:
+            Whether the backend took it (the CSV backend takes no video: the mp4 is the record).
+
+        Raises:
+            ValueError: If ``step`` is invalid or ``recording`` has no ``path``.
+            RuntimeError: If the logger is closed.
+        """
+        self._check_open()
+        _check_step(step, "step")
+        if recording.path is None:
+            raise ValueError("recording.path is None; accepted: a Recording written to an mp4")
+        return log_video_file(
+            self.backend, self._torchrl_logger, _check_name(name), recording.path,
+            frames=recording.frames, fps=recording.fps, step=step,
+        )  # fmt: skip
+
     def log_hparams(self, config: Mapping[str, Any] | Any) -> None:
-        """Logs the run's configuration through the torchrl logger.
+        """Logs the run's configuration, and ``tdscheme_version``, through the torchrl logger.
 
         Nested dicts and dataclasses are flattened to ``"outer/inner"`` keys; values
         that are not str, int, float or bool are logged as their ``repr``.
@@ -178,7 +205,8 @@ class RunLogger:
             raise TypeError(
                 f"config must be a dict or a dataclass instance, got {type(config).__name__}"
             )
-        self._torchrl_logger.log_hparams(_flatten_config(config))
+        flat = {**_flatten_config(config), "tdscheme_version": tdscheme.__version__}
+        self._torchrl_logger.log_hparams(flat)
 
     def flush(self) -> None:
         """Flushes ``metrics.csv`` and the torchrl logger."""
@@ -192,13 +220,7 @@ class RunLogger:
             return
         self._closed = True
         try:
-            self._torchrl_logger.close()
-            # torchrl's CSVExperiment keeps its files open until garbage collection.
-            files = getattr(self._torchrl_logger.experiment, "files", None)
-            if isinstance(files, dict):
-                for f in files.values():
-                    f.close()
-                files.clear()
+            close_torchrl_logger(self.backend, self._torchrl_logger)
         finally:
             self._file.close()
 

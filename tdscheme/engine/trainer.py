@@ -25,6 +25,7 @@ from tdscheme.engine.replay_checkpoint import (
 from tdscheme.engine.run_log import RunLogger
 from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
 from tdscheme.engine.trainer_config import CONFIG_FILE, TrainerConfig
+from tdscheme.engine.video import EpisodeRecorder
 from tdscheme.runtime import interrupts
 from tdscheme.scheme import Scheme
 
@@ -61,6 +62,8 @@ class Trainer:
         config: ``TrainerConfig()`` when ``None``.
         run_config: the run's configuration (JSON-compatible), written to
             ``run_dir/config.json``, logged as hyperparameters and kept in checkpoints.
+        video_env_factory: builds the rendering env ``config.video`` records (a preset's
+            ``video_env_factory()``); ``None``: the eval env factory (its env must render).
 
     Raises:
         TypeError: ``scheme`` is neither a Scheme nor a function returning one.
@@ -82,6 +85,7 @@ class Trainer:
         *,
         config: TrainerConfig | None = None,
         run_config: Mapping[str, Any] | None = None,
+        video_env_factory: Callable[[], Any] | None = None,
     ) -> None:
         self._started = time.perf_counter()
         self.config = TrainerConfig() if config is None else config
@@ -92,6 +96,8 @@ class Trainer:
         self._closed = False
         self._run_log: RunLogger | None = None
         self._evals: Evaluations | None = None
+        self._video_env_factory = video_env_factory
+        self._videos: EpisodeRecorder | None = None
         self.scheme: Scheme | None = None
         self._counters: dict[str, Any] = {
             "elapsed_s": 0.0, "last_eval_frames": -1, "last_checkpoint_frames": -1,
@@ -143,6 +149,16 @@ class Trainer:
                 _write_json(self.run_dir / CONFIG_FILE, self.run_config)
                 if resume_state is None:
                     self._run_log.log_hparams(self.run_config)
+        if cfg.video:  # built now: an env that cannot render fails before training starts
+            env_factory = self._video_env_factory or self.scheme.eval_env_factory
+            self._videos = EpisodeRecorder(
+                env_factory or self.scheme.env_factory, self.run_dir / "videos",
+                max_frames=cfg.video_max_frames,
+            )  # fmt: skip
+            self._evals.record_videos(
+                self._videos, lambda video, frames: self._run_log.log_video(
+                    "eval/video", video, step=frames)
+            )  # fmt: skip
 
     # -- counters ----------------------------------------------------------------------
 
@@ -331,6 +347,8 @@ class Trainer:
                 self._run_log.close()
             if self._evals is not None:
                 self._evals.close()
+            if self._videos is not None:
+                self._videos.close()
         finally:
             torch.set_num_threads(self._threads_before)
             if self.scheme is not None:

@@ -16,7 +16,7 @@ __all__ = ["BACKENDS", "CONFIG_FILE", "TrainerConfig"]
 CONFIG_FILE = "config.json"
 
 #: The run log's backends (``TrainerConfig.logger``).
-BACKENDS = ("csv", "tensorboard")
+BACKENDS = ("csv", "tensorboard", "wandb", "mlflow")
 
 
 @dataclasses.dataclass
@@ -30,13 +30,22 @@ class TrainerConfig:
             step may pass it by less than one step's frames.
         run_dir: the run's directory (logs, ``config.json``, ``checkpoints/``);
             ``None`` writes nothing (no logs, no checkpoints).
-        logger: ``"csv"`` or ``"tensorboard"`` (torchrl's loggers); ``metrics.csv`` is
-            always written too.
-        exp_name: the torchrl logger's experiment name (a subdirectory of ``run_dir``).
+        logger: ``"csv"``, ``"tensorboard"``, ``"wandb"`` (offline unless WANDB_MODE is
+            set) or ``"mlflow"`` (a file store in run_dir/mlruns unless MLFLOW_TRACKING_URI
+            is set): torchrl's loggers, writing under ``run_dir``; ``metrics.csv`` is
+            always written too (``tdscheme plot`` reads it).
+        exp_name: the torchrl logger's experiment name (a subdirectory of ``run_dir``;
+            W&B's project, MLflow's experiment).
         eval_every_frames: evaluate every this many frames (0: only at the end).
         eval_episodes: episodes per evaluation.
         eval_at_end: evaluate once more when the run ends.
         eval_max_steps: env steps after which one evaluation gives up.
+        video: at each evaluation, record one episode of the deterministic policy on a
+            rendering copy of the eval env (the evaluation's numbers do not change) as
+            ``run_dir/videos/eval_<frames>.mp4``, and send it to the logger where it
+            takes videos (W&B, TensorBoard, MLflow); needs ``run_dir`` and the ``video``
+            extra.
+        video_max_frames: the most frames one video records (it stops there, mid-episode).
         target_return: stop the run as soon as an evaluation's mean return reaches
             this (``None``: run the whole budget).
         checkpoint_every_frames: checkpoint every this many frames (0: only at the end).
@@ -66,10 +75,10 @@ class TrainerConfig:
     Example:
         >>> TrainerConfig(total_frames=10_000, eval_every_frames=2_000).eval_episodes
         10
-        >>> TrainerConfig(logger="wandb")
+        >>> TrainerConfig(logger="neptune")
         Traceback (most recent call last):
         ...
-        ValueError: logger='wandb' is invalid; accepted: 'csv', 'tensorboard'
+        ValueError: logger='neptune' is invalid; accepted: 'csv', 'tensorboard', 'wandb', 'mlflow'
     """
 
     total_frames: int = 100_000
@@ -81,6 +90,8 @@ class TrainerConfig:
     eval_at_end: bool = True
     eval_max_steps: int = 100_000
     target_return: float | None = None
+    video: bool = False
+    video_max_frames: int = 1000
     checkpoint_every_frames: int = 0
     checkpoint_at_end: bool = True
     keep_checkpoints: int = 3
@@ -98,6 +109,7 @@ class TrainerConfig:
             ("eval_every_frames", 0),
             ("eval_episodes", 1),
             ("eval_max_steps", 1),
+            ("video_max_frames", 2),
             ("checkpoint_every_frames", 0),
             ("keep_checkpoints", 1),
         ):
@@ -110,8 +122,6 @@ class TrainerConfig:
             )
         if self.run_dir is not None:
             self.run_dir = os.fspath(self.run_dir)
-        if self.resume and self.run_dir is None:
-            raise ValueError("resume=True is invalid without a run_dir; accepted: set run_dir")
         tr = self.target_return
         if tr is not None and (
             isinstance(tr, bool) or not isinstance(tr, (int, float)) or not math.isfinite(tr)
@@ -119,11 +129,14 @@ class TrainerConfig:
             raise ValueError(f"target_return={tr!r} is invalid; accepted: None or a finite number")
         if not isinstance(self.exp_name, str) or not self.exp_name:
             raise ValueError(f"exp_name={self.exp_name!r} is invalid; accepted: a non-empty str")
-        for name in ("eval_at_end", "checkpoint_at_end", "resume"):
+        for name in ("eval_at_end", "video", "checkpoint_at_end", "resume"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is invalid; accepted: True or False"
                 )
+        for name in ("resume", "video"):
+            if getattr(self, name) and self.run_dir is None:
+                raise ValueError(f"{name}=True is invalid without a run_dir; accepted: set run_dir")
         if self.progress not in (None, True, False):
             raise ValueError(
                 f"progress={self.progress!r} is invalid; accepted: True, False or None"

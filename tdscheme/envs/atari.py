@@ -104,6 +104,7 @@ def make_atari_env(
     clip_rewards: bool = True,
     noop_max: int = 30,
     repeat_action_probability: float = 0.0,
+    render_mode: str | None = None,
 ) -> TransformedEnv:
     """An Atari game as a torchrl env of 4x84x84 uint8 frame stacks (see the module).
 
@@ -117,6 +118,8 @@ def make_atari_env(
             game's score either way.
         noop_max: the most no-op actions at a reset, an int ``>= 1``.
         repeat_action_probability: ALE's sticky actions, a number in ``[0, 1]``.
+        render_mode: ale-py's ``render_mode`` (``"rgb_array"``: the full-colour 210x160
+            screen, for videos); ``backend="gymnasium"`` only (EnvPool does not render).
 
     Returns:
         A ``TransformedEnv`` (``RewardSum``, ``StepCounter``, and ``RewardClipping``
@@ -145,12 +148,16 @@ def make_atari_env(
     )
     if not ok or not 0.0 <= repeat_action_probability <= 1.0:
         raise invalid("repeat_action_probability", repeat_action_probability, "a number in [0, 1]")
+    if render_mode is not None and backend != "gymnasium":
+        raise invalid(
+            "render_mode", render_mode, "None with backend='envpool' (EnvPool does not render)"
+        )
     game_id = f"{match.group(2)}-v5"
     options = {"noop_max": noop_max, "repeat_action_probability": float(repeat_action_probability)}
     if backend == "envpool":
         env = _envpool_atari(env_id, game_id, num_envs, **options)
     else:
-        env = _gymnasium_atari(game_id, num_envs, **options)
+        env = _gymnasium_atari(game_id, num_envs, render_mode=render_mode, **options)
     # RewardSum before RewardClipping: episode_reward sums the game's own rewards
     transforms: list[Any] = [RewardSum(), StepCounter()]
     if clip_rewards:
@@ -187,7 +194,12 @@ def _envpool_atari(
 
 
 def _gymnasium_atari(
-    game_id: str, num_envs: int, *, noop_max: int, repeat_action_probability: float
+    game_id: str,
+    num_envs: int,
+    *,
+    noop_max: int,
+    repeat_action_probability: float,
+    render_mode: str | None = None,
 ) -> EnvBase:
     """ale-py's env under gymnasium's Atari wrappers, in torchrl's ``GymWrapper``."""
     try:
@@ -201,7 +213,7 @@ def _gymnasium_atari(
     gym.register_envs(ale_py)  # ale-py registers its ids when imported; this names the need
     check_env_id(f"ALE/{game_id}")
     one = functools.partial(
-        _preprocessed_ale, f"ALE/{game_id}", noop_max, repeat_action_probability
+        _preprocessed_ale, f"ALE/{game_id}", noop_max, repeat_action_probability, render_mode
     )
     if num_envs == 1:
         return GymWrapper(one(), categorical_action_encoding=True)
@@ -213,11 +225,12 @@ def _gymnasium_atari(
 
 
 def _preprocessed_ale(
-    ale_id: str, noop_max: int, repeat_action_probability: float
+    ale_id: str, noop_max: int, repeat_action_probability: float, render_mode: str | None = None
 ) -> gym.Env[Any, Any]:
     """One ale-py env, frame-skipped, grey, resized and stacked as EnvPool's."""
     env = gym.make(
         ale_id,
+        render_mode=render_mode,
         frameskip=1,  # AtariPreprocessing skips (and max-pools) the frames itself
         repeat_action_probability=repeat_action_probability,
         full_action_space=False,

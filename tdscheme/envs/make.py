@@ -43,7 +43,9 @@ __all__ = ["BACKENDS", "EnvPoolEnv", "make_env", "make_envpool_env"]
 BACKENDS = ENV_BACKENDS
 
 
-def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> EnvBase:
+def make_env(
+    env_id: str, *, num_envs: int = 1, backend: str = "gymnasium", render_mode: str | None = None
+) -> EnvBase:
     """Builds a torchrl env from a gymnasium id; ``num_envs > 1`` steps that many copies together.
 
     Several copies are a gymnasium ``SyncVectorEnv`` (one process, no
@@ -65,13 +67,17 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
             is ``[]`` for 1 and ``[num_envs]`` otherwise (EnvPool: always
             ``[num_envs]``).
         backend: ``"gymnasium"`` or ``"envpool"`` (see the module).
+        render_mode: gymnasium's ``render_mode`` of each copy (``"rgb_array"`` for
+            videos: :mod:`tdscheme.engine.video`); the gymnasium backend only (EnvPool
+            does not render).
 
     Returns:
         A torchrl ``GymEnv`` or ``GymWrapper`` (EnvPool: :class:`EnvPoolEnv`, torchrl's
         ``MultiThreadedEnv`` with the gymnasium backend's reward and done shapes).
 
     Raises:
-        ValueError: ``num_envs`` is not an int ``>= 1``, or an unknown ``backend``.
+        ValueError: ``num_envs`` is not an int ``>= 1``, an unknown ``backend``, or a
+            ``render_mode`` with ``backend="envpool"``.
         ImportError: ``backend="envpool"`` without EnvPool installed.
 
     Example:
@@ -87,14 +93,21 @@ def make_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> E
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is invalid; accepted: {', '.join(BACKENDS)}")
     if backend == "envpool":
+        if render_mode is not None:
+            raise ValueError(
+                f"render_mode={render_mode!r} is invalid with backend='envpool' (EnvPool does "
+                "not render); accepted: None, or backend='gymnasium'"
+            )
         return make_envpool_env(env_id, num_envs=num_envs)
+    render = {} if render_mode is None else {"render_mode": render_mode}
     if num_envs == 1:
-        return GymEnv(env_id)
+        return GymEnv(env_id, **render)
     vector_env = gym.make_vec(
         env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+        **render,
     )
     return GymWrapper(vector_env)
 

@@ -93,21 +93,27 @@ def train_env(
     return TransformedEnv(env, Compose(*transforms))
 
 
-def eval_env(env_id: str, *, num_envs: int = 1, backend: str = "gymnasium") -> EnvBase:
+def eval_env(
+    env_id: str, *, num_envs: int = 1, backend: str = "gymnasium", render_mode: str | None = None
+) -> EnvBase:
     """An evaluation env: ``num_envs`` batched copies with the env's own rewards.
 
     Args:
         env_id: a gymnasium env id.
         num_envs: copies stepped together.
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
+        render_mode: ``"rgb_array"`` for videos (``backend="gymnasium"`` only).
 
     Returns:
         A torchrl env (float64 observations as float32, as in training); an Atari id's
         rewards are the game's own (not clipped).
     """
     if is_atari_id(env_id):
-        return make_atari_env(env_id, num_envs=num_envs, backend=backend, clip_rewards=False)
-    env = make_env(env_id, num_envs=num_envs, backend=backend)
+        return make_atari_env(
+            env_id, num_envs=num_envs, backend=backend, clip_rewards=False,
+            render_mode=render_mode,
+        )  # fmt: skip
+    env = make_env(env_id, num_envs=num_envs, backend=backend, render_mode=render_mode)
     transforms = _float32(env)
     return TransformedEnv(env, Compose(*transforms)) if transforms else env
 

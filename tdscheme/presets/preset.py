@@ -81,6 +81,12 @@ class Preset:
         a = self.algo
         return partial(eval_env, a.env_id, num_envs=a.eval_num_envs, backend=a.env_backend)
 
+    def video_env_factory(self) -> Callable[[], Any]:
+        """Builds one eval env that renders, for videos (gymnasium's: EnvPool does not render)."""
+        from tdscheme.presets.actor_critic import eval_env
+
+        return partial(eval_env, self.algo.env_id, backend="gymnasium", render_mode="rgb_array")
+
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": ..., "critic": ...}``."""
         from tdscheme.presets.actor_critic import actor_critic_modules
@@ -116,7 +122,10 @@ class Preset:
         """A :class:`~tdscheme.engine.Trainer` that builds and runs this preset's scheme."""
         from tdscheme.engine.trainer import Trainer
 
-        return Trainer(self.build_scheme, config=self.trainer, run_config=self.to_dict())
+        return Trainer(
+            self.build_scheme, config=self.trainer, run_config=self.to_dict(),
+            video_env_factory=self.video_env_factory(),
+        )  # fmt: skip
 
     # -- configuration -------------------------------------------------------------------
 

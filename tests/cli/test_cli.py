@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import shutil
@@ -68,7 +69,8 @@ def summary_of(stdout: str) -> dict:
         (["train", "--num-collectors", "abc"], "argument --num-collectors: invalid int value"),
         (["train", "--num-collectors", "0"], "argument --num-collectors: num_collectors=0 is invalid"),
         (["train", "--lr", "-1"], "argument --lr: lr=-1.0 is invalid"),
-        (["train", "--logger", "wandb"], "argument --logger: logger='wandb' is invalid"),
+        (["train", "--logger", "neptune"], "argument --logger: logger='neptune' is invalid"),
+        (["train", "--video-max-frames", "1"], "argument --video-max-frames: video_max_frames=1 "),
         (["train", "--collector-resources", "{bad"], "argument --collector-resources: "),
         (["train", "--hidden-sizes", "a,b"], "argument --hidden-sizes: "),
         (["train", "dqn-pong"], "argument PRESET: invalid choice: 'dqn-pong'"),
@@ -238,3 +240,57 @@ def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
         assert rows[: len(kept.get(name, []))] == kept.get(name, []), name
     assert os.path.isfile(run_dir / "checkpoints" / f"ckpt_{step + 1024:012d}.pt")
     assert json.loads((run_dir / "config.json").read_text())["preset"] == "a2c-cartpole"
+
+
+# -- loggers and videos -------------------------------------------------------------------
+
+
+def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a),
+    )  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--logger", "mlflow"])
+    assert exit_info.value.code == 2
+    assert "argument --logger: backend='mlflow' needs the mlflow package" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(p) is None for p in ("mlflow", "imageio_ffmpeg", "pygame")),
+    reason="the loggers and video extras are not installed (pip install 'tdscheme[loggers,video]')",
+)
+def test_train_on_mlflow_with_videos_then_eval_records_one(ray_clean, tmp_path, capsys, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")  # no network
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo-cartpole", *TINY, "--total-frames", "512", "--logger", "mlflow",
+                 "--video", "--video-max-frames", "30", "--run-dir", str(run_dir)]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    hint = f"MLflow file store {run_dir}/mlruns (mlflow ui --backend-store-uri {run_dir}/mlruns)"
+    assert hint in captured.out.splitlines()  # tdscheme's own line; MLflow itself is quiet:
+    output = (captured.out + captured.err).replace(hint, "").replace(str(tmp_path), "RUN")
+    assert "mlflow" not in output.lower(), output
+    assert [p.name for p in (run_dir / "videos").iterdir()] == ["eval_512.mp4"]
+    client = MlflowClient((run_dir / "mlruns").as_uri())
+    [run] = client.search_runs([client.get_experiment_by_name("tdscheme").experiment_id])
+    assert run.data.params["preset"] == "ppo-cartpole" and run.data.params["trainer/video"] == "True"
+    [(step, value)] = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id,
+                                                                             "eval/return")]  # fmt: skip
+    assert read_metrics(run_dir)["eval/return"] == [(step, value)] and step == 512
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "videos")] == [
+        "videos/eval_512.mp4"
+    ]
+
+    assert main(["eval", str(run_dir), "--episodes", "1", "--seed", "7", "--video"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.split("eval: ", 1)[1])
+    assert report["video"] == str(run_dir / "videos" / "eval_512_seed7.mp4")
+    assert f"video: {report['video']} (" in out and Path(report["video"]).stat().st_size > 0

@@ -124,3 +124,14 @@ def test_make_env_is_the_default_eval_env_factory(ray_clean):
         assert worker.evaluate(weights(0.0), frames=0, seed=None).lengths == (200,)
     finally:
         worker.shutdown()
+
+
+def test_videos_with_eval_workers_record_the_weights_each_evaluation_gets(ray_clean, tmp_path):
+    pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
+    preset = tiny_ppo(tmp_path, total_frames=1024, eval_every_frames=512, video=True,
+                      video_max_frames=50)  # fmt: skip
+    with preset.build_trainer() as trainer:
+        trainer.run()
+    videos = sorted(p.name for p in (tmp_path / "videos").glob("*.mp4"))
+    evaluated = [step for step, _ in read_metrics(tmp_path)["eval/return"]]
+    assert videos == sorted(f"eval_{step}.mp4" for step in evaluated) and evaluated

@@ -12,6 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+import tdscheme
 from tdscheme.engine import run_log
 from tdscheme.engine.run_log import RunLogger, read_metrics
 
@@ -142,15 +143,17 @@ def test_log_hparams_flattens_dicts_and_dataclasses(tmp_path):
     joined = "\n".join(p.read_text() for p in texts)
     assert "optim/lr: 0.001" in joined and "optim/betas: (0.9, 0.999)" in joined
     assert "env: CartPole-v1" in joined and "nested/device: None" in joined
+    assert f"tdscheme_version: {tdscheme.__version__}" in joined
     with RunLogger(tmp_path) as logger, pytest.raises(TypeError, match="config must be a dict"):
         logger.log_hparams([1, 2])
 
 
 def test_bad_arguments_name_themselves(tmp_path):
     with pytest.raises(
-        ValueError, match=r"backend must be one of \['csv', 'tensorboard'\], got 'wandb'"
+        ValueError,
+        match=r"backend must be one of \['csv', 'tensorboard', 'wandb', 'mlflow'\], got 'neptune'",
     ):
-        RunLogger(tmp_path, backend="wandb")
+        RunLogger(tmp_path, backend="neptune")
     with pytest.raises(ValueError, match="exp_name"):
         RunLogger(tmp_path, exp_name="")
     with pytest.raises(ValueError, match="resume_from_step must be a non-negative int, got -1"):
@@ -175,7 +178,7 @@ def test_read_metrics_names_a_run_dir_without_metrics(tmp_path):
 def test_tensorboard_missing_gives_the_install_command(tmp_path, monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        run_log.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *a: None if name == "tensorboard" else real_find_spec(name, *a),
     )

@@ -27,17 +27,20 @@ def tiny_ppo(run_dir, **overrides):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("total_frames", 0), ("logger", "wandb"), ("eval_episodes", 0), ("keep_checkpoints", 0),
-     ("checkpoint_every_frames", -1), ("num_threads", 0), ("target_return", "high")],
+    [("total_frames", 0), ("logger", "neptune"), ("eval_episodes", 0), ("keep_checkpoints", 0),
+     ("checkpoint_every_frames", -1), ("num_threads", 0), ("target_return", "high"),
+     ("video", "yes"), ("video_max_frames", 1)],
 )  # fmt: skip
 def test_config_rejects_bad_values_naming_the_field(field, value):
     with pytest.raises(ValueError, match=rf"{field}={value!r} is invalid; accepted: "):
         TrainerConfig(**{field: value})
 
 
-def test_resume_needs_a_run_dir():
+def test_resume_and_video_need_a_run_dir():
     with pytest.raises(ValueError, match="resume=True .* run_dir"):
         TrainerConfig(resume=True)
+    with pytest.raises(ValueError, match="video=True .* run_dir"):
+        TrainerConfig(video=True)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
