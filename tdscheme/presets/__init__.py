@@ -20,14 +20,7 @@ from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
-from tdscheme.presets.impala import (
-    appo_cartpole,
-    appo_learner,
-    appo_pong,
-    impala_cartpole,
-    impala_learner,
-    impala_pong,
-)
+from tdscheme.presets.impala import appo_cartpole, appo_pong, impala_cartpole, impala_pong
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
     dqn_cartpole,
@@ -47,9 +40,7 @@ __all__ = [
     "OffPolicyPreset",
     "Preset",
     "a2c_learner",
-    "appo_learner",
     "get_preset",
-    "impala_learner",
     "ppo_learner",
     "preset_from_dict",
 ]

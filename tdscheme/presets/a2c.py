@@ -31,7 +31,7 @@ def a2c_learner(
     config: ActorCriticConfig,
     total_updates: int | None = None,
 ) -> Learner:
-    """A Learner over torchrl's ``A2CLoss`` with GAE.
+    """A Learner over torchrl's ``A2CLoss`` with ``config.advantage`` (GAE; V-trace for IMPALA).
 
     The arguments are those of
     :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner`; A2C uses neither

@@ -5,9 +5,10 @@ Both train on first-ready batches through the
 workers never wait for fresh weights, and the learner corrects for the policy
 that collected each batch with torchrl's ``VTrace`` estimator over the behaviour
 log-probs the workers record. IMPALA (Espeholt et al. 2018) trains torchrl's
-``A2CLoss`` on V-trace's targets, one gradient step per batch; APPO trains
-``ClipPPOLoss`` (its ratio taken against the behaviour policy) on them, a few
-epochs of minibatches per batch.
+``A2CLoss`` on V-trace's targets, one gradient step per batch (the A2C preset's
+learner builder, with ``advantage="vtrace"``); APPO trains ``ClipPPOLoss`` (its
+ratio taken against the behaviour policy) on them, a few epochs of minibatches per
+batch (the PPO preset's builder).
 
 Example:
     >>> preset = impala_cartpole()
@@ -16,78 +17,23 @@ Example:
     >>> learner = preset.learner_factory()(**preset.policy_factory()())
     >>> type(learner.loss_module).__name__, type(learner.value_estimator).__name__
     ('A2CLoss', 'VTrace')
-    >>> type(appo_learner(**preset.policy_factory()(), config=preset.algo).loss_module).__name__
+    >>> appo = appo_cartpole()
+    >>> type(appo.learner_factory()(**appo.policy_factory()()).loss_module).__name__
     'ClipPPOLoss'
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.presets.a2c import a2c_learner
+from tdscheme.presets.ppo import ppo_learner
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig
 from tdscheme.scheme.config import SchemeConfig
 
-if TYPE_CHECKING:
-    from torch import nn
-
-    from tdscheme.learner import Learner
-
-__all__ = [
-    "appo_cartpole",
-    "appo_learner",
-    "appo_pong",
-    "impala_cartpole",
-    "impala_learner",
-    "impala_pong",
-]
-
-
-def impala_learner(
-    *,
-    actor: nn.Module,
-    critic: nn.Module,
-    config: ActorCriticConfig,
-    total_updates: int | None = None,
-) -> Learner:
-    """A Learner over torchrl's ``A2CLoss`` on ``config.advantage``'s targets (V-trace for IMPALA).
-
-    The arguments are those of
-    :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner` (the actor built
-    with ``return_log_prob=True``, so the workers record the behaviour log-probs).
-
-    Returns:
-        The Learner.
-    """
-    from torchrl.objectives import A2CLoss
-
-    from tdscheme.presets.actor_critic import actor_critic_loss_learner
-
-    return actor_critic_loss_learner(
-        A2CLoss, actor=actor, critic=critic, config=config, total_updates=total_updates
-    )
-
-
-def appo_learner(
-    *,
-    actor: nn.Module,
-    critic: nn.Module,
-    config: ActorCriticConfig,
-    total_updates: int | None = None,
-) -> Learner:
-    """A Learner over torchrl's ``ClipPPOLoss`` on ``config.advantage``'s targets (APPO: V-trace).
-
-    PPO's ratio is taken against the log-probs of the policy that collected each
-    frame (the behaviour policy), clipped at ``config.clip_epsilon``.
-
-    Returns:
-        The Learner.
-    """
-    from tdscheme.presets.ppo import ppo_learner
-
-    return ppo_learner(actor=actor, critic=critic, config=config, total_updates=total_updates)
+__all__ = ["appo_cartpole", "appo_pong", "impala_cartpole", "impala_pong"]
 
 
 def impala_cartpole() -> Preset:
@@ -100,7 +46,7 @@ def impala_cartpole() -> Preset:
     """
     return Preset(
         name="impala-cartpole",
-        learner_builder=impala_learner,
+        learner_builder=a2c_learner,
         algo=ActorCriticConfig(
             env_id="CartPole-v1",
             num_envs=16,
@@ -132,7 +78,7 @@ def appo_cartpole() -> Preset:
     return dataclasses.replace(
         impala,
         name="appo-cartpole",
-        learner_builder=appo_learner,
+        learner_builder=ppo_learner,
         algo=dataclasses.replace(
             impala.algo,
             lr=1e-3,
@@ -160,7 +106,7 @@ def impala_pong() -> Preset:
     """
     return Preset(
         name="impala-pong",
-        learner_builder=impala_learner,
+        learner_builder=a2c_learner,
         algo=ActorCriticConfig(
             env_id="ALE/Pong-v5",
             env_backend="envpool",
@@ -196,7 +142,7 @@ def appo_pong() -> Preset:
     return dataclasses.replace(
         impala,
         name="appo-pong",
-        learner_builder=appo_learner,
+        learner_builder=ppo_learner,
         algo=dataclasses.replace(
             impala.algo,
             lr=2.5e-4,

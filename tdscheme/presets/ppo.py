@@ -33,7 +33,7 @@ def ppo_learner(
     config: ActorCriticConfig,
     total_updates: int | None = None,
 ) -> Learner:
-    """A Learner over torchrl's ``ClipPPOLoss`` with GAE.
+    """A Learner over torchrl's ``ClipPPOLoss`` with ``config.advantage`` (GAE; V-trace: APPO).
 
     The arguments are those of
     :func:`~tdscheme.presets.actor_critic.actor_critic_loss_learner` (the actor built
