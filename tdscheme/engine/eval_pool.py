@@ -4,8 +4,9 @@ The Trainer hands the pool the newest policy weights when an evaluation is due
 (:meth:`EvalPool.start_evaluation`) and goes on training; :meth:`EvalPool.poll` returns the evaluations that finished since,
 each with the frame count of the weights it used (AllenAct's validation beside
 training, RLlib's ``evaluation_parallel_to_training``). Each worker runs one
-evaluation at a time; when every worker is busy a due evaluation is skipped and
-counted (``skipped``), so training never waits and requests never pile up. A worker
+evaluation at a time; when every worker is busy a due evaluation waits for the first
+that frees, and a newer one replaces it meanwhile (the replaced one is counted as
+``skipped``), so training never waits and requests never pile up. A worker
 that dies is rebuilt (:class:`~tdscheme.runtime.actor_pool.ActorPool`'s rules,
 ``max_restarts``) and its evaluation sent again; one that runs past ``timeout_s`` is
 declared hung, killed and rebuilt the same way.
@@ -82,29 +83,42 @@ class EvalPool(ActorPool):
             self.start(worker_id)
         self.wait_started(range(num_workers), timeout_s=start_timeout_s, argument="eval_workers")
         self._pending: dict[Any, tuple[int, _Request]] = {}  # ref -> (worker, request)
+        self._queued: _Request | None = None  # the newest evaluation waiting for a worker
         self.skipped = 0
 
     @property
     def busy(self) -> int:
-        """Evaluations in flight."""
-        return len(self._pending)
+        """Evaluations in flight or waiting for a worker."""
+        return len(self._pending) + (self._queued is not None)
+
+    def _idle(self) -> list[int]:
+        return sorted(set(self.active_ids()) - {w for w, _ in self._pending.values()})
 
     def start_evaluation(self, weights: TensorDictBase, *, frames: int, seed: int | None) -> bool:
-        """Starts an evaluation of ``weights`` on an idle worker; ``False`` (skipped) if none is.
+        """Starts an evaluation of ``weights`` on an idle worker, else queues it.
+
+        One evaluation waits at most: when every worker is busy it goes to the first
+        that frees (:meth:`poll`), and newer weights replace it meanwhile (the replaced
+        one counts as ``skipped``). Returns whether it started now.
 
         Args:
             weights: the policy weights (CPU), put in the object store once.
             frames: the frames they were trained on: the step the result is logged at.
             seed: the evaluation env's seed.
         """
-        idle = sorted(set(self.active_ids()) - {w for w, _ in self._pending.values()})
-        if not idle:
-            self.skipped += 1
-            logger.info("evaluation at %d frames skipped: every eval worker is busy", frames)
-            return False
         request = _Request(ray.put(weights), frames, seed, time.monotonic())
-        self._send(idle[0], request)
-        return True
+        idle = self._idle()
+        if idle:
+            self._send(idle[0], request)
+            return True
+        if self._queued is not None:  # the newer weights replace those that waited
+            self.skipped += 1
+            logger.info(
+                "evaluation at %d frames skipped: newer weights replace it while every eval "
+                "worker is busy", self._queued.frames,
+            )  # fmt: skip
+        self._queued = request
+        return False
 
     def poll(self, timeout_s: float = 0.0) -> list[EvalReply]:
         """The evaluations that finished within ``timeout_s``, oldest weights first.
@@ -126,6 +140,10 @@ class EvalPool(ActorPool):
                 self._resend(worker_id, request, self.last_death.get(worker_id, "died"))
             else:
                 replies.append(reply)
+        idle = self._idle()
+        if self._queued is not None and idle:
+            self._send(idle[0], self._queued)
+            self._queued = None
         now = time.monotonic()
         for ref, (worker_id, request) in list(self._pending.items()):
             if now - request.sent_at > self.timeout_s:
@@ -144,12 +162,10 @@ class EvalPool(ActorPool):
         """
         deadline = time.monotonic() + timeout_s
         replies: list[EvalReply] = []
-        while self._pending and time.monotonic() < deadline:
+        while self.busy and time.monotonic() < deadline:
             replies += self.poll(timeout_s=min(1.0, max(0.0, deadline - time.monotonic())))
-        if self._pending:
-            raise TimeoutError(
-                f"{len(self._pending)} evaluation(s) still running after {timeout_s:g} s"
-            )
+        if self.busy:
+            raise TimeoutError(f"{self.busy} evaluation(s) still running after {timeout_s:g} s")
         return sorted(replies, key=lambda reply: reply.frames)
 
     def _send(self, worker_id: int, request: _Request) -> None:

@@ -6,7 +6,8 @@ episodes itself while training waits, as it always did. With eval workers
 weights go to an idle worker and training goes on; each result is recorded when it
 arrives, at the frame count of the weights it evaluated (``eval/latency_s`` says how
 much later), and ``target_return`` stops the run from it. A due evaluation that finds
-every worker busy is skipped and counted (``eval/skipped``).
+every worker busy waits for the first that frees; newer weights replace it meanwhile
+(the replaced one is counted in ``eval/skipped``).
 
 Either way evaluation ``i`` seeds its env with the run's ``i``-th evaluation seed, so
 the same weights give the same episodes inline and on a worker.
@@ -104,10 +105,10 @@ class Evaluations:
             self._video(frames, seed)
             return result.mean_return
         pool = self._workers()
-        if pool.start_evaluation(self.scheme.learner.policy_weights(), frames=frames, seed=seed):
-            self.counters["evaluations"] += 1
-            self._sent_at[frames] = (time.monotonic(), self._elapsed_s())
-            self._video(frames, seed)
+        pool.start_evaluation(self.scheme.learner.policy_weights(), frames=frames, seed=seed)
+        self.counters["evaluations"] += 1  # started or queued: either way its seed is used
+        self._sent_at[frames] = (time.monotonic(), self._elapsed_s())
+        self._video(frames, seed)
         self._log({"eval/skipped": float(pool.skipped)}, frames)
         return None
 
@@ -149,6 +150,8 @@ class Evaluations:
 
     def _record_reply(self, reply: Any) -> None:
         sent, elapsed = self._sent_at.pop(reply.frames, (time.monotonic(), self._elapsed_s()))
+        for frames in [f for f in self._sent_at if f < reply.frames]:  # replaced while queued
+            del self._sent_at[frames]
         extra = {"time/eval_s": reply.seconds, "eval/latency_s": time.monotonic() - sent}
         extra["eval/restarts"] = float(sum(self._pool.restarts())) if self._pool else 0.0
         self._record(reply.result, reply.frames, extra, elapsed_s=elapsed)

@@ -40,12 +40,13 @@ def test_a_worker_gives_the_episodes_of_an_inline_evaluation(ray_clean):
     pool = EvalPool(pendulum_spec(), 1, remote_options=SMALL)
     try:
         assert pool.start_evaluation(weights(-1.0), frames=7, seed=3)
-        assert not pool.start_evaluation(weights(1.0), frames=8, seed=4)  # busy: skipped
-        (reply,) = pool.drain(timeout_s=60)
+        assert not pool.start_evaluation(weights(1.0), frames=8, seed=4)  # busy: it waits
+        assert not pool.start_evaluation(weights(0.0), frames=9, seed=5)  # and is replaced
+        reply, newest = pool.drain(timeout_s=60)
     finally:
         pool.shutdown()
     assert (reply.frames, reply.returns, reply.lengths) == (7, inline.returns, inline.lengths)
-    assert pool.skipped == 1
+    assert newest.frames == 9 and pool.skipped == 1
 
 
 def test_a_dead_worker_is_rebuilt_and_its_evaluation_sent_again(ray_clean):
