@@ -58,8 +58,10 @@ class EvalPool(ActorPool):
         start_timeout_s: the longest wait for the workers to be placed and built.
 
     Raises:
-        EvalWorkerError: a worker's constructor raised (a bad env factory).
-        tdscheme.runtime.placement.PlacementError: the workers could not be placed.
+        EvalWorkerError: a worker's constructor raised (a bad env factory); at the first
+            evaluation, as the workers are built in the background.
+        tdscheme.runtime.placement.PlacementError: the workers could not be placed (at
+            once when the cluster could never hold them, else at the first evaluation).
     """
 
     error_class = EvalWorkerError
@@ -81,7 +83,9 @@ class EvalPool(ActorPool):
         self.check_fits([remote_options] * num_workers, argument="eval_workers")
         for worker_id in range(num_workers):
             self.start(worker_id)
-        self.wait_started(range(num_workers), timeout_s=start_timeout_s, argument="eval_workers")
+        # built in the background (an actor process imports torch: seconds): waited for at
+        # the first evaluation, so the workers start while training does
+        self._start_timeout_s: float | None = start_timeout_s
         self._pending: dict[Any, tuple[int, _Request]] = {}  # ref -> (worker, request)
         self._queued: _Request | None = None  # the newest evaluation waiting for a worker
         self.skipped = 0
@@ -106,6 +110,11 @@ class EvalPool(ActorPool):
             frames: the frames they were trained on: the step the result is logged at.
             seed: the evaluation env's seed.
         """
+        if self._start_timeout_s is not None:
+            self.wait_started(
+                range(len(self)), timeout_s=self._start_timeout_s, argument="eval_workers"
+            )
+            self._start_timeout_s = None
         request = _Request(ray.put(weights), frames, seed, time.monotonic())
         idle = self._idle()
         if idle:

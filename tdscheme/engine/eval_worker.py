@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 from torch import nn
 
@@ -93,6 +94,8 @@ class EvalWorker:
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
+        # one thread, as the Trainer's default: small networks on shared cores run fastest so
+        torch.set_num_threads(1)
         self.worker_id = worker_id
         self.spec = spec
         self.env = spec.env_factory()

@@ -64,6 +64,8 @@ class Evaluations:
         self._sent_at: dict[int, tuple[float, float]] = {}  # frames -> (monotonic, elapsed_s)
         self._videos: Any = None
         self._log_video: Callable[[Any, int], None] | None = None
+        if config.eval_workers:  # started now, built while training starts
+            self._workers()
 
     def record_videos(self, recorder: Any, log_video: Callable[[Any, int], None]) -> None:
         """Records one episode with the weights of each evaluation, on its seed, as it starts.
