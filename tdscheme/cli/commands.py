@@ -159,8 +159,8 @@ def _print_summary(
 def _eval(args: argparse.Namespace) -> int:
     paths = _checkpoints_to_evaluate(Path(args.checkpoint), args.pick)
     scores = evaluate_checkpoints(
-        paths, episodes=args.episodes, seed=args.seed, eval_workers=args.eval_workers,
-        deterministic=not args.stochastic,
+        paths, preset_from_config=preset_from_dict, episodes=args.episodes, seed=args.seed,
+        eval_workers=args.eval_workers, deterministic=not args.stochastic,
     )  # fmt: skip
     for score in scores:
         result = score.result

@@ -15,8 +15,9 @@ import dataclasses
 import io
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tdscheme.engine.atomic import write_text_atomic
 from tdscheme.engine.checkpoint import CheckpointError, load_checkpoint
@@ -44,6 +45,7 @@ class CheckpointScore:
 def evaluate_checkpoints(
     paths: Sequence[str | os.PathLike],
     *,
+    preset_from_config: Callable[[Any], Any],
     episodes: int,
     seed: int | None,
     eval_workers: int = 0,
@@ -55,6 +57,8 @@ def evaluate_checkpoints(
     Args:
         paths: checkpoint files written by ``tdscheme train`` (a Trainer given
             ``run_config=preset.to_dict()``), all of one run.
+        preset_from_config: rebuilds the run's preset from a checkpoint's ``"config"``
+            (:func:`tdscheme.presets.preset_from_dict`; presets are a layer above this one).
         episodes: episodes per checkpoint.
         seed: the eval env's seed for every checkpoint (``None``: not reseeded).
         eval_workers: Ray actors evaluating in parallel; 0: one after the other here.
@@ -69,8 +73,6 @@ def evaluate_checkpoints(
         CheckpointError: the first checkpoint has no preset config, or none can be read.
         tdscheme.engine.eval_pool.EvalWorkerError: an evaluation failed in a worker.
     """
-    from tdscheme.presets import preset_from_dict
-
     if not paths:
         raise ValueError("paths=[] is invalid; accepted: one checkpoint file or more")
     states, errors = [], []
@@ -88,7 +90,7 @@ def evaluate_checkpoints(
             f"checkpoint file {states[0][0]} has no preset config; accepted: a checkpoint "
             f"written by `tdscheme train` (or a Trainer given run_config=preset.to_dict())"
         )
-    preset = preset_from_dict(config)
+    preset = preset_from_config(config)
     learner = preset.learner_factory()(**preset.policy_factory()())
     weights = []
     for _, state in states:
