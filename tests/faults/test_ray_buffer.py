@@ -50,10 +50,23 @@ def test_bounded_calls_are_the_buffers_own_and_a_hung_buffer_times_out(buffer):
     assert len(bounded) == 20  # answers again once the process runs
 
 
+def _wait_dead(actor: object, timeout_s: float = 30.0) -> None:
+    """ray.kill returns before the actor is gone: a call made at once may still be served."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_call__.remote(lambda _: None), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the actor still answers {timeout_s:g} s after ray.kill")
+
+
 def test_a_dead_buffer_is_named_not_an_actor_died_error(buffer):
     bounded = BoundedRayBuffer(buffer, timeout_s=10.0)
     bounded.extend(_frames(20))
     ray.kill(buffer._rb, no_restart=True)
+    _wait_dead(buffer._rb)
     with pytest.raises(ReplayBufferDied, match=r"replay buffer's actor died \(during the learner"):
         bounded.sample()
 
