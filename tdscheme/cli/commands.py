@@ -229,13 +229,17 @@ def _record_video(args: argparse.Namespace, checkpoint: Path) -> str:
 
 def _plot(args: argparse.Namespace) -> int:
     try:
-        out = plot_learning_curve(args.run_dir, args.out, metric=args.metric)
+        metrics = read_metrics(args.run_dir)  # once: a long run's metrics.csv is large
+        out = plot_learning_curve(args.run_dir, args.out, metric=args.metric, metrics=metrics)
     except ValueError as err:
         print(f"tdscheme plot: error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {out}")
-    if read_metrics(args.run_dir).get("fps"):
-        print(f"wrote {plot_throughput(args.run_dir, Path(out).with_name('throughput.png'))}")
-    if has_lag_histogram(args.run_dir):  # an asynchronous learner's run: its lag too
-        print(f"wrote {plot_policy_lag(args.run_dir, Path(out).with_name('policy_lag.png'))}")
+    if metrics.get("fps"):
+        throughput = plot_throughput(args.run_dir, Path(out).with_name("throughput.png"),
+                                     metrics=metrics)  # fmt: skip
+        print(f"wrote {throughput}")
+    if has_lag_histogram(metrics):  # an asynchronous learner's run: its lag too
+        lag = plot_policy_lag(args.run_dir, Path(out).with_name("policy_lag.png"), metrics=metrics)
+        print(f"wrote {lag}")
     return 0

@@ -8,6 +8,7 @@ user's chosen backend are left alone.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ def plot_learning_curve(
     *,
     metric: str = "eval/return",
     fallback: str | None = "train/episode_return",
+    metrics: Mapping[str, list[tuple[int, float]]] | None = None,
 ) -> Path:
     """Plots a return (or any logged scalar) against frames and writes a PNG.
 
@@ -29,6 +31,7 @@ def plot_learning_curve(
         out_path: The PNG to write; defaults to ``run_dir/learning_curve.png``.
         metric: The scalar to plot.
         fallback: The scalar to plot when ``metric`` was never logged (``None`` for none).
+        metrics: the run's metrics already read (:func:`read_metrics`); ``None`` reads them.
 
     Returns:
         The path of the PNG.
@@ -49,7 +52,7 @@ def plot_learning_curve(
         ...     plot_learning_curve(run_dir).name
         'learning_curve.png'
     """
-    metrics = read_metrics(run_dir)
+    metrics = read_metrics(run_dir) if metrics is None else metrics
     candidates = [name for name in (metric, fallback) if name is not None]
     chosen = next((name for name in candidates if metrics.get(name)), None)
     if chosen is None:
@@ -69,7 +72,12 @@ def plot_learning_curve(
     return _save(figure, out_path, Path(run_dir) / "learning_curve.png")
 
 
-def plot_throughput(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> Path:
+def plot_throughput(
+    run_dir: str | os.PathLike,
+    out_path: str | os.PathLike | None = None,
+    *,
+    metrics: Mapping[str, list[tuple[int, float]]] | None = None,
+) -> Path:
     """Plots the run's frames per second against frames and writes a PNG.
 
     Draws ``fps`` (frames trained on per second since the run started) and, when
@@ -78,6 +86,7 @@ def plot_throughput(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
     Args:
         run_dir: A run directory written by :class:`~tdscheme.engine.run_log.RunLogger`.
         out_path: The PNG to write; defaults to ``run_dir/throughput.png``.
+        metrics: the run's metrics already read (:func:`read_metrics`); ``None`` reads them.
 
     Returns:
         The path of the PNG.
@@ -95,7 +104,7 @@ def plot_throughput(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
         ...     plot_throughput(run_dir).name
         'throughput.png'
     """
-    metrics = read_metrics(run_dir)
+    metrics = read_metrics(run_dir) if metrics is None else metrics
     if not metrics.get("fps"):
         raise ValueError(f"run_dir {str(run_dir)!r} has no logged fps")
     figure = _figure("plot_throughput", (6.4, 4.0))
@@ -111,12 +120,17 @@ def plot_throughput(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
     return _save(figure, out_path, Path(run_dir) / "throughput.png")
 
 
-def has_lag_histogram(run_dir: str | os.PathLike) -> bool:
-    """Whether the run logged the policy lag as a histogram (an asynchronous learner's run)."""
-    return any(name.startswith(LAG_HISTOGRAM_PREFIX) for name in read_metrics(run_dir))
+def has_lag_histogram(metrics: Mapping[str, object]) -> bool:
+    """Whether a run's metrics (:func:`read_metrics`) hold the policy-lag histogram (async runs)."""
+    return any(name.startswith(LAG_HISTOGRAM_PREFIX) for name in metrics)
 
 
-def plot_policy_lag(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> Path:
+def plot_policy_lag(
+    run_dir: str | os.PathLike,
+    out_path: str | os.PathLike | None = None,
+    *,
+    metrics: Mapping[str, list[tuple[int, float]]] | None = None,
+) -> Path:
     """Plots the policy lag of the frames trained on against frames and writes a PNG.
 
     The top panel stacks the histogram's fractions (``policy_lag/hist/<lag>``, logged
@@ -126,6 +140,7 @@ def plot_policy_lag(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
     Args:
         run_dir: A run directory written by :class:`~tdscheme.engine.run_log.RunLogger`.
         out_path: The PNG to write; defaults to ``run_dir/policy_lag.png``.
+        metrics: the run's metrics already read (:func:`read_metrics`); ``None`` reads them.
 
     Returns:
         The path of the PNG.
@@ -146,7 +161,7 @@ def plot_policy_lag(run_dir: str | os.PathLike, out_path: str | os.PathLike | No
         ...     plot_policy_lag(run_dir).name
         'policy_lag.png'
     """
-    metrics = read_metrics(run_dir)
+    metrics = read_metrics(run_dir) if metrics is None else metrics
     buckets = sorted(
         (name for name in metrics if name.startswith(LAG_HISTOGRAM_PREFIX)),
         key=lambda name: int(name[len(LAG_HISTOGRAM_PREFIX) :].rstrip("+")),
