@@ -9,15 +9,18 @@ torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
-``RewardScaling``, ``RewardClipping``, as the presets and Atari's envs use:
-:mod:`~tdscheme.rollout.transforms`), and the collector
-runs none of torchrl's per-frame options (postproc, replay buffer, device
-casts, random frames, trajectory batches, ...). Then each step:
+``RewardScaling``, ``RewardClipping``, ``DoubleToFloat``, as the presets and
+Atari's envs use: :mod:`~tdscheme.rollout.transforms`), and the collector
+runs none of torchrl's per-frame options (postproc, a replay buffer of its own,
+device casts, trajectory batches, ...). Then each step:
 
 * calls the policy once, under ``torch.no_grad`` and the collector's
   exploration type, on a fresh TensorDict holding what torchrl's carrier holds
   (observation, ``done`` / ``terminated`` / ``truncated``,
-  ``("collector", "traj_ids")``);
+  ``("collector", "traj_ids")``), or, while torchrl's collector would take
+  random frames (``init_random_frames``), draws the action as torchrl does
+  (``env.rand_action``) and leaves the policy's other outputs as torchrl leaves
+  them;
 * steps the gymnasium or EnvPool env directly, converting actions and outputs
   as the torchrl wrapper's readers do (one-hot -> index, observation and reward
   cast to their spec's dtype and shape, ``done = terminated | truncated``)
@@ -179,7 +182,6 @@ class LeanCollector(Collector):
             "postproc": self.postproc is not None,
             "split_trajs": self.split_trajs,
             "reset_at_each_iter": self.reset_at_each_iter,
-            "init_random_frames": bool(self.init_random_frames),
             "interruptor": self.interruptor is not None,
             "compact_obs": bool(self._compact_next_keys),
             "set_truncated": bool(self._truncated_keys),
@@ -242,12 +244,16 @@ class LeanCollector(Collector):
                 **{k: v.clone() for k, v in falses.items()},
                 **state,
             }
-            outputs = call_policy(inputs)
+            if self._should_use_random_frames():
+                # torchrl's env.rand_action: the policy does not run and writes nothing else
+                outputs, written = {"action": self._random_action()}, ("action",)
+            else:
+                outputs, written = call_policy(inputs), policy_keys
             rows["observation"][t].copy_(obs)
             rows[_TRAJ_IDS][t].copy_(traj_ids)
             for key, value in state.items():
                 rows[key][t].copy_(value)
-            for key in policy_keys:
+            for key in written:
                 rows[key][t].copy_(outputs[key])
             next_obs, reward, terminated, truncated = steps.step(to_gym(outputs["action"]))
             if hook is not None:
@@ -280,6 +286,10 @@ class LeanCollector(Collector):
         )
         return out
 
+    def _random_action(self) -> torch.Tensor:
+        """One random action per env copy, drawn as torchrl's random frames draw it."""
+        return self.env.rand_action(TensorDict(batch_size=self.env.batch_size)).get("action")
+
     def _action_to_gym(self) -> Any:
         """``action tensor -> what gymnasium's step takes``, as the torchrl wrapper's ``read_action``."""
         spec, batched = self._base_env.action_spec, bool(self._base_env.batch_size)
@@ -293,7 +303,8 @@ class LeanCollector(Collector):
 
     def _obs_from_gym(self) -> Any:
         """``gymnasium observation -> tensor``, as the observation spec's ``encode``."""
-        spec = self._base_env.observation_spec["observation"]
+        # the transformed env's spec: DoubleToFloat casts float64 observations here
+        spec = self.env.observation_spec["observation"]
         shape, dtype = spec.shape, spec.dtype
 
         def read(obs: Any) -> torch.Tensor:

@@ -1,15 +1,18 @@
-"""The episode transforms the lean rollout runs itself: reward sums, step counts, scaling, clipping.
+"""The transforms the lean rollout runs itself: reward sums, step counts, scaling, clipping, casts.
 
 tdscheme's presets (and most torchrl training scripts) wrap their env in
 ``TransformedEnv(env, Compose(RewardSum(), StepCounter(), ...))`` to record
 episode returns and lengths (and ``RewardScaling`` or, for Atari,
-``RewardClipping`` after them). These transforms keep a small state per env copy
-and touch only the reward, so :class:`~tdscheme.rollout.lean.LeanCollector`
-can run them per step on plain tensors, in the order of the ``Compose``, with
-torchrl's arithmetic (``prev + reward``, ``count + 1``, ``reward * scale +
-loc``, ``reward.clamp(min, max)``, zeroed where an episode ends). Any other transform, or these with
-non-default keys or options, makes :func:`episode_transforms` give a reason,
-and the collector runs torchrl's own rollout.
+``RewardClipping`` after them; ``DoubleToFloat`` before them where the env
+observes float64, as MuJoCo does). These transforms keep a small state per env
+copy and touch only the reward (or only the observation's dtype), so
+:class:`~tdscheme.rollout.lean.LeanCollector` can run them per step on plain
+tensors, in the order of the ``Compose``, with torchrl's arithmetic (``prev +
+reward``, ``count + 1``, ``reward * scale + loc``, ``reward.clamp(min, max)``,
+zeroed where an episode ends; ``DoubleToFloat`` is a cast to the transformed
+spec's dtype). Any other transform, or these with non-default keys or options,
+makes :func:`episode_transforms` give a reason, and the collector runs
+torchrl's own rollout.
 
 Example:
     >>> from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
@@ -34,6 +37,7 @@ from typing import Any
 import torch
 from torchrl.envs import (
     Compose,
+    DoubleToFloat,
     RewardClipping,
     RewardScaling,
     RewardSum,
@@ -45,7 +49,7 @@ __all__ = ["EpisodeTransforms", "episode_transforms"]
 
 
 class EpisodeTransforms:
-    """The per-step work of ``RewardSum``, ``StepCounter``, ``RewardScaling``, ``RewardClipping``.
+    """The per-step work of the transforms above, in the order of their ``Compose``.
 
     Built by :func:`episode_transforms`.
 
@@ -74,8 +78,10 @@ class EpisodeTransforms:
             elif kind == "scale":  # (scale, loc), as RewardScaling without standard_normal
                 scale, loc = arg
                 reward = reward * scale + loc
-            else:  # "clip": (min, max), as RewardClipping (whose bounds are always tensors)
+            elif kind == "clip":  # (min, max), as RewardClipping (bounds are always tensors)
                 reward = reward.clamp(*arg)
+            elif kind == "cast" and arg:  # DoubleToFloat on the reward (its observation cast
+                reward = reward.to(torch.float32)  # is the lean loop's read: its spec's dtype)
         return nxt, reward
 
     def reset(self, nxt: dict[str, torch.Tensor], done: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -131,4 +137,11 @@ def _lean_step(transform: Any) -> tuple[str, Any] | str:
         if keys != (["reward"], ["reward"]):
             return "the env's RewardClipping has keys other than the defaults"
         return ("clip", (transform.clamp_min, transform.clamp_max))
+    if kind is DoubleToFloat:
+        keys = (list(transform.in_keys), list(transform.out_keys))
+        if keys[0] != keys[1] or not set(keys[0]) <= {"observation", "reward"}:
+            return "the env's DoubleToFloat casts keys other than 'observation' and 'reward'"
+        if transform.in_keys_inv:
+            return "the env's DoubleToFloat casts the action back (in_keys_inv)"
+        return ("cast", "reward" in keys[0])
     return f"the env has a {name} transform"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from torchrl.envs import (
     Compose,
+    DoubleToFloat,
     GymWrapper,
     ObservationNorm,
     RewardClipping,
@@ -20,7 +23,10 @@ from torchrl.envs import (
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
+from tdscheme.collectors.driver.specs import worker_specs
+from tdscheme.collectors.worker.build import build_collector, fast_path
 from tdscheme.envs import make_env
+from tdscheme.presets import PRESETS, get_preset
 from tdscheme.presets.actor_critic import train_env
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
@@ -178,6 +184,75 @@ def test_episode_transforms_match_torchrls(num_envs, actor):
             assert ended.any() and not ended.all(), name  # episodes end and reset inside batches
             returns = batch["next", "episode_reward"][ended]
             assert torch.equal(returns, batch["next", "step_count"][ended] * per_step), name
+
+
+@pytest.mark.parametrize("num_envs", [1, 4])
+@pytest.mark.parametrize("actor", ["pendulum", "probabilistic"])
+def test_random_frames_then_the_policy_match_torchrls(num_envs, actor):
+    """``init_random_frames``: the action spec's draws, then the policy, as torchrl's Collector."""
+    if actor == "pendulum":
+        env_fn = functools.partial(short_pendulum, num_envs)
+        torch.manual_seed(0)
+        policy = mlp_policy(3, 1, discrete=False)
+    else:  # one-hot actions; the policy's log-probs are left as torchrl leaves them (zeros)
+        env_fn = functools.partial(make_env, "CartPole-v1", num_envs=num_envs)
+        torch.manual_seed(0)
+        policy = cartpole_modules(num_cells=8)["actor"]
+    steps = 20
+    random_frames = 2 * steps * num_envs  # two batches of random actions, then the policy's
+    kwargs = {"init_random_frames": random_frames}
+    want, _ = batches(Collector, env_fn, policy, steps=steps, num_batches=3, **kwargs)
+    got, reason = batches(LeanCollector, env_fn, policy, steps=steps, num_batches=3, **kwargs)
+    assert reason is None
+    assert_same_frames(want, got)
+    assert not torch.equal(got[0]["action"], got[1]["action"])  # fresh draws per batch
+    if actor == "probabilistic":
+        assert (got[0]["action_log_prob"] == 0).all() and (got[2]["action_log_prob"] < 0).all()
+
+
+def test_double_to_float_matches_torchrls():
+    """A float64-observing env behind the presets' ``DoubleToFloat``: the lean loop casts."""
+
+    def float64_pendulum():
+        def make():
+            space = gym.spaces.Box(-8.0, 8.0, shape=(3,), dtype=np.float64)
+            env = gym.make("Pendulum-v1", max_episode_steps=30)
+            return gym.wrappers.TransformObservation(env, lambda o: o.astype(np.float64), space)
+
+        vector = gym.vector.SyncVectorEnv(
+            [make] * 4, autoreset_mode=gym.vector.AutoresetMode.DISABLED
+        )
+        env = GymWrapper(vector)
+        assert env.observation_spec["observation"].dtype == torch.float64
+        return TransformedEnv(env, Compose(DoubleToFloat(), RewardSum(), StepCounter()))
+
+    torch.manual_seed(0)
+    policy = mlp_policy(3, 1, discrete=False)
+    want, _ = batches(Collector, float64_pendulum, policy, steps=40)
+    got, reason = batches(LeanCollector, float64_pendulum, policy, steps=40)
+    assert reason is None
+    assert_same_frames(want, got)
+    assert got[0]["observation"].dtype == torch.float32
+    assert got[0]["next", "done"].any()  # episodes end inside the batches
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_presets_workers_run_the_lean_loop(name):
+    """Every preset's worker (env, policy, random frames, casts) takes the lean path."""
+    for extra, module in (("halfcheetah", "mujoco"), ("pong", "envpool")):
+        if extra in name and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{name} needs {module}, not installed")
+    preset = get_preset(name).override({"num_envs": 2} if "pong" not in name else {})
+    factories = preset.factories()
+    learner = factories["learner_factory"](**factories["policy_factory"]())
+    config = preset.scheme.collector_config(
+        factories["env_factory"], learner.policy, offpolicy=True
+    )
+    collector = build_collector(worker_specs(config)[0], 0)
+    try:
+        assert fast_path(collector) is True
+    finally:
+        collector.shutdown()
 
 
 def test_other_envs_and_options_run_torchrls_rollout():
