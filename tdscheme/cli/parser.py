@@ -81,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
 
     plot = commands.add_parser(
-        "plot", help="plot a run's learning curve, throughput (and policy lag)",
+        "plot",
+        help="plot a run's learning curve, throughput (and policy lag)",
         description="Write learning_curve.png and throughput.png (and policy_lag.png for an "
-        "async_learner run)."
+        "async_learner run).",
     )
     plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")

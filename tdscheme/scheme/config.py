@@ -310,7 +310,8 @@ synchronous step)
             sync=self.sync,
             preemption=self.preemption,
             max_policy_lag=self.max_policy_lag,
-            prefetch_batches=2 if self.async_learner and not self.prefetch_batches
+            prefetch_batches=2
+            if self.async_learner and not self.prefetch_batches
             else self.prefetch_batches,
             compress=self.compress,
             remote_configs=self.collector_resources,

@@ -265,7 +265,9 @@ def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkey
     any(importlib.util.find_spec(p) is None for p in ("mlflow", "imageio_ffmpeg", "pygame")),
     reason="the loggers and video extras are not installed (pip install 'tdscheme[loggers,video]')",
 )
-def test_train_on_mlflow_with_videos_then_eval_records_one(ray_clean, tmp_path, capsys, monkeypatch):
+def test_train_on_mlflow_with_videos_then_eval_records_one(
+    ray_clean, tmp_path, capsys, monkeypatch
+):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -281,7 +283,9 @@ def test_train_on_mlflow_with_videos_then_eval_records_one(ray_clean, tmp_path, 
     assert [p.name for p in (run_dir / "videos").iterdir()] == ["eval_512.mp4"]
     client = MlflowClient((run_dir / "mlruns").as_uri())
     [run] = client.search_runs([client.get_experiment_by_name("tdscheme").experiment_id])
-    assert run.data.params["preset"] == "ppo-cartpole" and run.data.params["trainer/video"] == "True"
+    assert (
+        run.data.params["preset"] == "ppo-cartpole" and run.data.params["trainer/video"] == "True"
+    )
     [(step, value)] = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id,
                                                                              "eval/return")]  # fmt: skip
     assert read_metrics(run_dir)["eval/return"] == [(step, value)] and step == 512

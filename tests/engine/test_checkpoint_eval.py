@@ -13,7 +13,9 @@ def read_scores(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_every_checkpoint_scored_on_workers_equals_in_process_and_plots(ray_clean, tmp_path, capsys):
+def test_every_checkpoint_scored_on_workers_equals_in_process_and_plots(
+    ray_clean, tmp_path, capsys
+):
     preset = get_preset("ppo-cartpole").override({
         "num_collectors": 1, "num_envs": 4, "frames_per_batch": 512, "minibatch_size": 256,
         "num_epochs": 1, "collector_resources": {"num_cpus": 0.5}, "run_dir": str(tmp_path),

@@ -74,7 +74,9 @@ TINY = {"num_collectors": 1, "num_envs": 4, "frames_per_batch": 512, "minibatch_
 
 
 # ppo-cartpole runs through the API in tests/engine/test_trainer.py.
-@pytest.mark.parametrize("name", ["a2c-cartpole", "ppo-pendulum", "impala-cartpole", "appo-cartpole"])
+@pytest.mark.parametrize(
+    "name", ["a2c-cartpole", "ppo-pendulum", "impala-cartpole", "appo-cartpole"]
+)
 def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
     # a2c-cartpole also checks the early stop: any CartPole return reaches a target of 1.
     target = 1.0 if name == "a2c-cartpole" else None
