@@ -14,8 +14,18 @@ wrapper itself. :func:`env_steps` picks how, from the torchrl env:
   (``reset(seed=None, options={})``), so the frames are the same. While the
   lean loop runs, the vector env's own batched arrays are not updated; any
   ``reset()`` of the vector env (torchrl's) sets them again;
+* over a ``SyncVectorEnv`` that resets a copy in the step that ended its episode
+  (``AutoresetMode.SAME_STEP``, the other mode torchrl takes, behind its
+  ``VecGymEnvTransform``): each copy stepped in turn, and a copy whose episode
+  ended reset at once with ``reset()``, as ``SyncVectorEnv.step`` does; the
+  step returns the episode's last observation (gymnasium's ``final_obs``) and
+  the reset observation waits for the lean loop's reset, as torchrl's transform
+  swaps them. When every copy ended in the same step, torchrl's ``GymWrapper``
+  resets the whole vector env once more (a plain ``reset()``) and the next
+  observations are that second reset's: so are the lean loop's;
 * over any other vector env: its ``step``, and ``reset(options={"reset_mask":
-  ...})`` as torchrl calls it;
+  ...})`` as torchrl calls it (SAME_STEP: the ``final_obs`` of ``step``'s
+  info where an episode ended, and no reset call);
 * torchrl's ``MultiThreadedEnv`` (EnvPool): EnvPool's ``step``; no reset call,
   as torchrl's wrapper: EnvPool resets an env whose episode ended at its next
   step, and until then the env's observation is the episode's last one.
@@ -52,30 +62,46 @@ class EnvSteps:
         batched: ``env`` is a vector env (reset with ``reset_mask``).
     """
 
-    def __init__(self, env: Any, *, batched: bool) -> None:
+    def __init__(self, env: Any, *, batched: bool, same_step: bool = False) -> None:
         self.env = env
         self.batched = batched
+        self.same_step = same_step
+        self._reset_obs: Any = None  # SAME_STEP: what the last step's resets observed
 
     def step(self, action: Any) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """``(observation, reward, terminated, truncated)`` after ``action``."""
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.same_step:
+            self._reset_obs = obs
+            ended = np.flatnonzero(info.get("_final_obs", ()))
+            if ended.size:
+                obs = obs.copy()
+                for i in ended:
+                    obs[i] = info["final_obs"][i]
         return obs, reward, np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
 
     def reset(self, done: np.ndarray) -> Any:
         """Resets the copies where ``done`` (all for one env); returns every copy's observation."""
+        if self.same_step and not done.all():
+            return self._reset_obs
+        if self.batched and self.same_step:  # every copy ended: torchrl resets them all again
+            return self.env.reset()[0]
         if self.batched:
             return self.env.reset(options={"reset_mask": done.copy()})[0]
         return self.env.reset()[0]
 
 
 class SubEnvSteps:
-    """Steps the copies of a ``SyncVectorEnv`` (autoreset disabled) one by one.
+    """Steps the copies of a ``SyncVectorEnv`` (autoreset disabled or same-step) one by one.
 
     Args:
-        env: a gymnasium ``SyncVectorEnv`` with ``AutoresetMode.DISABLED``.
+        env: a gymnasium ``SyncVectorEnv`` with ``AutoresetMode.DISABLED`` or ``SAME_STEP``.
     """
 
     def __init__(self, env: Any) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        self.same_step = env.autoreset_mode == AutoresetMode.SAME_STEP
         self.envs = list(env.envs)
         space = env.single_observation_space
         n = len(self.envs)
@@ -94,15 +120,21 @@ class SubEnvSteps:
         )
         for i, env in enumerate(self.envs):
             obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
-        return obs.copy(), reward.copy(), terminated.copy(), truncated.copy()
+        stepped = obs.copy()
+        if self.same_step:  # as SyncVectorEnv: reset() at once; the step keeps the final obs
+            for i in np.flatnonzero(terminated | truncated):
+                obs[i], _ = self.envs[i].reset()
+        return stepped, reward.copy(), terminated.copy(), truncated.copy()
 
     def reset(self, done: np.ndarray) -> np.ndarray:
         """Resets the copies where ``done``; returns every copy's observation.
 
-        Called after :meth:`step`: the other copies' observations are those it returned.
+        Called after :meth:`step`: the other copies' observations are those it returned
+        (SAME_STEP: the copies were reset in the step; their reset observations).
         """
-        for i in np.flatnonzero(done):
-            self._obs[i], _ = self.envs[i].reset(seed=None, options={})
+        if not self.same_step or done.all():  # SAME_STEP, every copy ended: reset again
+            for i in np.flatnonzero(done):
+                self._obs[i], _ = self.envs[i].reset(seed=None, options={})
         return self._obs.copy()
 
 
@@ -135,9 +167,11 @@ def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps:
     from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
     gym_env = env._env
-    if type(gym_env) is SyncVectorEnv and gym_env.autoreset_mode == AutoresetMode.DISABLED:
+    mode = getattr(gym_env, "autoreset_mode", None)
+    if type(gym_env) is SyncVectorEnv and mode in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
         return SubEnvSteps(gym_env)
-    return EnvSteps(gym_env, batched=isinstance(gym_env, VectorEnv))
+    same_step = mode == AutoresetMode.SAME_STEP
+    return EnvSteps(gym_env, batched=isinstance(gym_env, VectorEnv), same_step=same_step)
 
 
 def is_envpool_env(env: Any) -> bool:

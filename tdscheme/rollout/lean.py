@@ -5,7 +5,8 @@ The default collector class of tdscheme's workers. It *is* a torchrl
 preallocated batch buffer and the trajectory-id pool are torchrl's own); only
 :meth:`LeanCollector.rollout` changes, and only where the env is a plain
 torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
-``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it) or
+``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it, or
+``SAME_STEP``, behind torchrl's ``VecGymEnvTransform``) or
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
@@ -106,17 +107,32 @@ def _why_not_gym(env: Any) -> str | None:
     """Why the lean loop cannot step this torchrl gymnasium env, or ``None``."""
     if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
         return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
-    if getattr(env, "wrapper_frame_skip", 1) != 1 or env.info_dict_reader:
+    same_step = env.batch_size and getattr(env._env, "autoreset_mode", None) is not None
+    same_step = same_step and env._env.autoreset_mode.name == "SAME_STEP"
+    # torchrl reads a SAME_STEP vector env's final observations from its info dict
+    readers = [r for r in env.info_dict_reader if not (same_step and _is_final_obs_reader(r))]
+    if getattr(env, "wrapper_frame_skip", 1) != 1 or readers:
         return "the env skips frames or reads its info dict"
     if getattr(env, "from_pixels", False):
         return "the env renders pixels"
     if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
         return "the vector env has no autoreset_mode"
-    if env.batch_size and env._env.autoreset_mode.name != "DISABLED":
-        return "the vector env resets by itself (torchrl wants AutoresetMode.DISABLED)"
+    if env.batch_size and env._env.autoreset_mode.name not in ("DISABLED", "SAME_STEP"):
+        return "the vector env's autoreset_mode is neither DISABLED nor SAME_STEP"
     if not isinstance(env._env.observation_space, gym_spaces().Box):
         return "the env's observation space is not a Box"
     return None
+
+
+def _is_final_obs_reader(reader: Any) -> bool:
+    """Whether ``reader`` is torchrl's reader of a vector env's final observations, and only that."""
+    from torchrl.envs.libs.gym import terminal_obs_reader
+
+    return type(reader) is terminal_obs_reader and set(reader.info_spec.keys()) <= {reader.name}
+
+
+def _root(key: Any) -> str:
+    return key[0] if isinstance(key, tuple) else key
 
 
 def _why_not_envpool(env: Any) -> str | None:
@@ -167,7 +183,10 @@ class LeanCollector(Collector):
             return why
         if env.device not in (None, torch.device("cpu")):
             return "the env lives on a device"
-        if list(env.observation_spec.keys(True, True)) != ["observation"]:
+        # a SAME_STEP env's final observations ("final", ...) are torchrl's, swapped in by it
+        final = {r.name for r in getattr(env, "info_dict_reader", ()) if _is_final_obs_reader(r)}
+        keys = [k for k in env.observation_spec.keys(True, True) if _root(k) not in final]
+        if keys != ["observation"]:
             return "the env has observations other than 'observation'"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"

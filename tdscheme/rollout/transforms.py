@@ -44,6 +44,7 @@ from torchrl.envs import (
     StepCounter,
     TransformedEnv,
 )
+from torchrl.envs.transforms import VecGymEnvTransform
 
 __all__ = ["EpisodeTransforms", "episode_transforms"]
 
@@ -106,6 +107,11 @@ def episode_transforms(env: Any) -> EpisodeTransforms | str:
     transform = env.transform
     parts = list(transform.transforms) if type(transform) is Compose else [transform]
     steps: list[tuple[str, Any]] = []
+    if parts and type(parts[0]) is VecGymEnvTransform:
+        # torchrl's own first transform of a GymWrapper over a SAME_STEP vector env: it swaps
+        # the final and reset observations, which the lean loop's env step does itself
+        if parts.pop(0).native_autoreset:
+            return "the env's VecGymEnvTransform keeps the native autoreset (native_autoreset)"
     for part in parts:
         step = _lean_step(part)
         if isinstance(step, str):

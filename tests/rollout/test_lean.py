@@ -210,6 +210,35 @@ def test_random_frames_then_the_policy_match_torchrls(num_envs, actor):
         assert (got[0]["action_log_prob"] == 0).all() and (got[2]["action_log_prob"] < 0).all()
 
 
+class OwnVectorEnv(gym.vector.SyncVectorEnv):
+    """A vector env the lean loop steps through its own ``step`` (not copy by copy)."""
+
+
+def same_step_env(env_id: str, num_envs: int, vector_cls=gym.vector.SyncVectorEnv) -> GymWrapper:
+    """A vector env that resets a copy in the step that ended its episode (30-step episodes)."""
+    make = functools.partial(gym.make, env_id, max_episode_steps=30)
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    return GymWrapper(vector_cls([make] * num_envs, autoreset_mode=mode))
+
+
+@pytest.mark.parametrize("vector_cls", [gym.vector.SyncVectorEnv, OwnVectorEnv])
+@pytest.mark.parametrize("env_id", sorted(POLICIES))
+def test_same_step_vector_envs_match_torchrls(env_id, vector_cls):
+    """SAME_STEP autoreset (torchrl's VecGymEnvTransform swaps final and reset observations)."""
+    env_fn = functools.partial(same_step_env, env_id, 4, vector_cls)
+    policy = seeded_policy(env_id)
+    want, _ = batches(Collector, env_fn, policy, steps=40)
+    got, reason = batches(LeanCollector, env_fn, policy, steps=40)
+    assert reason is None
+    assert_same_frames(want, got)
+    done = torch.cat([b["next", "done"] for b in got], 1).squeeze(-1)
+    assert done.any() and not done.all()
+    # the frame after an episode's end starts the next episode: not its final observation
+    nxt, first = torch.cat([b["next", "observation"] for b in got], 1), None
+    first = torch.cat([b["observation"] for b in got], 1)
+    assert not torch.equal(nxt[:, :-1][done[:, :-1]], first[:, 1:][done[:, :-1]])
+
+
 def test_double_to_float_matches_torchrls():
     """A float64-observing env behind the presets' ``DoubleToFloat``: the lean loop casts."""
 
