@@ -6,6 +6,7 @@ workers alike, so it sits below both.
 * :mod:`~tdscheme.rollout.lean`: :class:`LeanCollector`, the same frames as torchrl's
   ``Collector`` with a leaner loop, or torchrl's rollout where it cannot run.
 * :mod:`~tdscheme.rollout.transforms`: the episode transforms it runs itself.
+* :mod:`~tdscheme.rollout.observations`: how it reads each observation key.
 * :mod:`~tdscheme.rollout.env_steps`: how it steps and resets each kind of env.
 """
 

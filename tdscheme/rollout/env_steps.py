@@ -75,9 +75,9 @@ class EnvSteps:
             self._reset_obs = obs
             ended = np.flatnonzero(info.get("_final_obs", ()))
             if ended.size:
-                obs = obs.copy()
+                obs = _copy(obs)
                 for i in ended:
-                    obs[i] = info["final_obs"][i]
+                    _put(obs, i, info["final_obs"][i])
         return obs, reward, np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
 
     def reset(self, done: np.ndarray) -> Any:
@@ -105,7 +105,12 @@ class SubEnvSteps:
         self.envs = list(env.envs)
         space = env.single_observation_space
         n = len(self.envs)
-        self._obs = np.zeros((n, *space.shape), dtype=space.dtype)
+        spaces = getattr(space, "spaces", None)  # a Dict space: one array per key
+        self._obs: Any = (
+            {key: np.zeros((n, *sub.shape), dtype=sub.dtype) for key, sub in spaces.items()}
+            if isinstance(spaces, dict)
+            else np.zeros((n, *space.shape), dtype=space.dtype)
+        )
         self._reward = np.zeros(n, dtype=np.float64)  # SyncVectorEnv's reward array
         self._terminated = np.zeros(n, dtype=bool)
         self._truncated = np.zeros(n, dtype=bool)
@@ -119,11 +124,12 @@ class SubEnvSteps:
             self._truncated,
         )
         for i, env in enumerate(self.envs):
-            obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
-        stepped = obs.copy()
+            observed, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+            _put(obs, i, observed)
+        stepped = _copy(obs)
         if self.same_step:  # as SyncVectorEnv: reset() at once; the step keeps the final obs
             for i in np.flatnonzero(terminated | truncated):
-                obs[i], _ = self.envs[i].reset()
+                _put(obs, i, self.envs[i].reset()[0])
         return stepped, reward.copy(), terminated.copy(), truncated.copy()
 
     def reset(self, done: np.ndarray) -> np.ndarray:
@@ -134,8 +140,8 @@ class SubEnvSteps:
         """
         if not self.same_step or done.all():  # SAME_STEP, every copy ended: reset again
             for i in np.flatnonzero(done):
-                self._obs[i], _ = self.envs[i].reset(seed=None, options={})
-        return self._obs.copy()
+                _put(self._obs, i, self.envs[i].reset(seed=None, options={})[0])
+        return _copy(self._obs)
 
 
 class EnvPoolSteps:
@@ -158,6 +164,21 @@ class EnvPoolSteps:
     def reset(self, done: np.ndarray) -> Any:
         """No call: every env keeps the observation :meth:`step` returned (see the module)."""
         return self._obs
+
+
+def _put(obs: Any, i: int, value: Any) -> None:
+    """Writes one copy's observation (an array, or a dict of arrays) into row ``i``."""
+    if isinstance(obs, dict):
+        for key, array in obs.items():
+            array[i] = value[key]
+    else:
+        obs[i] = value
+
+
+def _copy(obs: Any) -> Any:
+    return (
+        {key: array.copy() for key, array in obs.items()} if isinstance(obs, dict) else obs.copy()
+    )
 
 
 def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps:

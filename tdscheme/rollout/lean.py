@@ -23,7 +23,9 @@ device casts, trajectory batches, ...). Then each step:
   (``env.rand_action``) and leaves the policy's other outputs as torchrl leaves
   them;
 * steps the gymnasium or EnvPool env directly, converting actions and outputs
-  as the torchrl wrapper's readers do (one-hot -> index, observation and reward
+  as the torchrl wrapper's readers do (one-hot -> index, each observation key,
+  a gymnasium ``Dict``'s and uint8 pixels included
+  (:mod:`~tdscheme.rollout.observations`), and reward
   cast to their spec's dtype and shape, ``done = terminated | truncated``)
   without their per-call spec lookups, and resets the copies whose episode
   ended as torchrl does (gymnasium: ``reset_mask``, a single env ``reset()``;
@@ -59,7 +61,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -74,6 +75,7 @@ from tdscheme.rollout.env_steps import (
     env_steps,
     is_envpool_env,
 )
+from tdscheme.rollout.observations import observations
 from tdscheme.rollout.transforms import episode_transforms
 from tdscheme.runtime.torchrl_names import Collector
 
@@ -113,15 +115,24 @@ def _why_not_gym(env: Any) -> str | None:
     readers = [r for r in env.info_dict_reader if not (same_step and _is_final_obs_reader(r))]
     if getattr(env, "wrapper_frame_skip", 1) != 1 or readers:
         return "the env skips frames or reads its info dict"
-    if getattr(env, "from_pixels", False):
-        return "the env renders pixels"
+    if getattr(env, "from_pixels", False) and not _observes_pixels(env._env):
+        return "the env renders pixels (torchrl's from_pixels wrapper)"
     if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
         return "the vector env has no autoreset_mode"
     if env.batch_size and env._env.autoreset_mode.name not in ("DISABLED", "SAME_STEP"):
         return "the vector env's autoreset_mode is neither DISABLED nor SAME_STEP"
-    if not isinstance(env._env.observation_space, gym_spaces().Box):
-        return "the env's observation space is not a Box"
+    space, spaces = env._env.observation_space, gym_spaces()
+    parts = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
+    if not all(isinstance(part, spaces.Box) for part in parts):
+        return "the env's observation space is not a Box or a Dict of Boxes"
     return None
+
+
+def _observes_pixels(env: Any) -> bool:
+    """Whether torchrl's ``from_pixels`` comes from ``env``'s own observations (not its wrapper)."""
+    from torchrl.envs.libs.gym import _is_from_pixels
+
+    return bool(_is_from_pixels(env))
 
 
 def _is_final_obs_reader(reader: Any) -> bool:
@@ -129,10 +140,6 @@ def _is_final_obs_reader(reader: Any) -> bool:
     from torchrl.envs.libs.gym import terminal_obs_reader
 
     return type(reader) is terminal_obs_reader and set(reader.info_spec.keys()) <= {reader.name}
-
-
-def _root(key: Any) -> str:
-    return key[0] if isinstance(key, tuple) else key
 
 
 def _why_not_envpool(env: Any) -> str | None:
@@ -185,9 +192,10 @@ class LeanCollector(Collector):
             return "the env lives on a device"
         # a SAME_STEP env's final observations ("final", ...) are torchrl's, swapped in by it
         final = {r.name for r in getattr(env, "info_dict_reader", ()) if _is_final_obs_reader(r)}
-        keys = [k for k in env.observation_spec.keys(True, True) if _root(k) not in final]
-        if keys != ["observation"]:
-            return "the env has observations other than 'observation'"
+        reader = observations(self.env, env, skip=final)
+        if isinstance(reader, str):
+            return reader
+        self._observations = reader
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"
         if env.action_keys != ["action"]:
@@ -215,8 +223,9 @@ class LeanCollector(Collector):
         if used:
             return f"the collector uses {', '.join(used)}"
         written = {
-            "observation", *_DONE_KEYS, _TRAJ_IDS, *self._policy_output_keys,
-            ("next", "observation"), ("next", "reward"), *(("next", k) for k in _DONE_KEYS),
+            *reader.keys, *_DONE_KEYS, _TRAJ_IDS, *self._policy_output_keys,
+            *(("next", k) for k in reader.keys), ("next", "reward"),
+            *(("next", k) for k in _DONE_KEYS),
             *transforms.keys, *(("next", k) for k in transforms.keys),
         }  # fmt: skip
         missing = set(self._final_rollout.keys(True, True)) - written
@@ -246,19 +255,20 @@ class LeanCollector(Collector):
         policy_keys = [k for k in self._policy_output_keys if k != _TRAJ_IDS]
         for key in _DONE_KEYS:  # a carrier's done keys are always False after step_and_maybe_reset
             out.get(key).zero_()
-        obs = self._carrier.get("observation")
+        obs_keys = self._observations.keys
+        obs = {key: self._carrier.get(key) for key in obs_keys}
         traj_ids = self._carrier.get(_TRAJ_IDS)
         state = transforms.initial(self._carrier)  # RewardSum / StepCounter entries
         falses = {
             key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
         }
         call_policy = self._policy_call()
-        to_gym, read_obs = self._action_to_gym(), self._obs_from_gym()
+        to_gym, read_obs = self._action_to_gym(), self._observations.read
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         for t in range(self.frames_per_batch):
             inputs = {
-                "observation": obs,
+                **obs,
                 _TRAJ_IDS: traj_ids,
                 **{k: v.clone() for k, v in falses.items()},
                 **state,
@@ -268,7 +278,8 @@ class LeanCollector(Collector):
                 outputs, written = {"action": self._random_action()}, ("action",)
             else:
                 outputs, written = call_policy(inputs), policy_keys
-            rows["observation"][t].copy_(obs)
+            for key in obs_keys:
+                rows[key][t].copy_(obs[key])
             rows[_TRAJ_IDS][t].copy_(traj_ids)
             for key, value in state.items():
                 rows[key][t].copy_(value)
@@ -282,7 +293,7 @@ class LeanCollector(Collector):
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
             next_state, reward = transforms.step(state, reward)
             values = {
-                ("next", "observation"): next_obs,
+                **{("next", key): value for key, value in next_obs.items()},
                 ("next", "reward"): reward,
                 ("next", "done"): done,
                 ("next", "terminated"): torch.as_tensor(terminated),
@@ -297,7 +308,7 @@ class LeanCollector(Collector):
             state = transforms.reset(next_state, done)
         self._carrier = self._as_carrier(
             {
-                "observation": obs,
+                **obs,
                 _TRAJ_IDS: traj_ids,
                 **{k: v.clone() for k, v in falses.items()},
                 **state,
@@ -320,20 +331,6 @@ class LeanCollector(Collector):
             return lambda action: int(action)
         return lambda action: action.numpy()
 
-    def _obs_from_gym(self) -> Any:
-        """``gymnasium observation -> tensor``, as the observation spec's ``encode``."""
-        # the transformed env's spec: DoubleToFloat casts float64 observations here
-        spec = self.env.observation_spec["observation"]
-        shape, dtype = spec.shape, spec.dtype
-
-        def read(obs: Any) -> torch.Tensor:
-            if isinstance(obs, np.ndarray) and not all(stride > 0 for stride in obs.strides):
-                obs = obs.copy()
-            obs = torch.as_tensor(obs, dtype=dtype)
-            return obs if obs.shape == shape else obs.reshape(shape)
-
-        return read
-
     def _as_carrier(self, inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
         """torchrl's carrier (what its policy reads) from the lean loop's entries."""
         td = TensorDict(batch_size=self.env.batch_size)
@@ -354,7 +351,7 @@ class LeanCollector(Collector):
         policy = self._wrapped_policy
         if _is_plain_module(policy):
             module, in_keys, out_keys = policy.module, policy.in_keys, policy.out_keys_source
-            if set(in_keys) <= {"observation", _TRAJ_IDS, *_DONE_KEYS}:
+            if set(in_keys) <= {*self._observations.keys, _TRAJ_IDS, *_DONE_KEYS}:
 
                 def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
                     result = module(*(inputs[key] for key in in_keys))
@@ -375,9 +372,9 @@ class LeanCollector(Collector):
         self,
         steps: EnvSteps | SubEnvSteps | EnvPoolSteps,
         done: torch.Tensor,
-        obs: torch.Tensor,
+        obs: dict[str, torch.Tensor],
         traj_ids: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Resets the copies whose episode ended, as torchrl's ``step_and_maybe_reset``.
 
         Returns:
@@ -386,7 +383,7 @@ class LeanCollector(Collector):
         if not done.any():
             return obs, traj_ids
         reset_obs = steps.reset(done.reshape(-1).numpy())
-        obs = self._obs_from_gym()(reset_obs).reshape(obs.shape)
+        obs = self._observations.read(reset_obs)
         new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
         traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)
         return obs, traj_ids
