@@ -10,8 +10,8 @@ torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
-``RewardScaling``, ``RewardClipping``, ``DoubleToFloat``, as the presets and
-Atari's envs use: :mod:`~tdscheme.rollout.transforms`), and the collector
+``RewardScaling``, ``RewardClipping``, ``DoubleToFloat``, ``ObservationNorm``,
+``StepCounter(max_steps)``: :mod:`~tdscheme.rollout.transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, a replay buffer of its own,
 device casts, trajectory batches, ...). Then each step:
 
@@ -109,8 +109,7 @@ def _why_not_gym(env: Any) -> str | None:
     """Why the lean loop cannot step this torchrl gymnasium env, or ``None``."""
     if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
         return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
-    same_step = env.batch_size and getattr(env._env, "autoreset_mode", None) is not None
-    same_step = same_step and env._env.autoreset_mode.name == "SAME_STEP"
+    same_step = bool(env.batch_size) and _same_step(env)
     # torchrl reads a SAME_STEP vector env's final observations from its info dict
     readers = [r for r in env.info_dict_reader if not (same_step and _is_final_obs_reader(r))]
     if getattr(env, "wrapper_frame_skip", 1) != 1 or readers:
@@ -133,6 +132,12 @@ def _observes_pixels(env: Any) -> bool:
     from torchrl.envs.libs.gym import _is_from_pixels
 
     return bool(_is_from_pixels(env))
+
+
+def _same_step(env: Any) -> bool:
+    """Whether ``env`` wraps a gymnasium vector env that resets in the step (SAME_STEP)."""
+    mode = getattr(getattr(env, "_env", None), "autoreset_mode", None)
+    return mode is not None and mode.name == "SAME_STEP"
 
 
 def _is_final_obs_reader(reader: Any) -> bool:
@@ -196,6 +201,10 @@ class LeanCollector(Collector):
         if isinstance(reader, str):
             return reader
         self._observations = reader
+        if not transforms.normalized_keys <= set(reader.keys):
+            return "the env's ObservationNorm normalizes keys that are not observations"
+        if transforms.max_steps is not None and (is_envpool_env(env) or _same_step(env)):
+            return "the env's StepCounter truncates (max_steps) an EnvPool or SAME_STEP env"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"
         if env.action_keys != ["action"]:
@@ -288,10 +297,11 @@ class LeanCollector(Collector):
             next_obs, reward, terminated, truncated = steps.step(to_gym(outputs["action"]))
             if hook is not None:
                 hook(env_frames)
-            done = torch.as_tensor(terminated | truncated)
-            next_obs = read_obs(next_obs)
+            next_obs = transforms.observe(read_obs(next_obs))
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
             next_state, reward = transforms.step(state, reward)
+            truncated = transforms.truncate(next_state, truncated)  # StepCounter's max_steps
+            done = torch.as_tensor(terminated | truncated)
             values = {
                 **{("next", key): value for key, value in next_obs.items()},
                 ("next", "reward"): reward,
@@ -383,7 +393,7 @@ class LeanCollector(Collector):
         if not done.any():
             return obs, traj_ids
         reset_obs = steps.reset(done.reshape(-1).numpy())
-        obs = self._observations.read(reset_obs)
+        obs = self._transforms.observe(self._observations.read(reset_obs))
         new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
         traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)
         return obs, traj_ids

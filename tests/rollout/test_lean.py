@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 from torchrl.envs import (
+    CatFrames,
     Compose,
     DoubleToFloat,
     GymWrapper,
@@ -323,7 +324,13 @@ def test_double_to_float_matches_torchrls():
         )
         env = GymWrapper(vector)
         assert env.observation_spec["observation"].dtype == torch.float64
-        return TransformedEnv(env, Compose(DoubleToFloat(), RewardSum(), StepCounter()))
+        norm = ObservationNorm(
+            loc=torch.tensor([0.1, 0.0, -0.1]),
+            scale=torch.tensor([2.0, 1.0, 0.5]),
+            in_keys=["observation"],
+            standard_normal=True,
+        )  # normalizes the float32 observations DoubleToFloat made
+        return TransformedEnv(env, Compose(DoubleToFloat(), norm, RewardSum(), StepCounter()))
 
     torch.manual_seed(0)
     policy = mlp_policy(3, 1, discrete=False)
@@ -354,12 +361,48 @@ def test_the_presets_workers_run_the_lean_loop(name):
         collector.shutdown()
 
 
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_truncation_and_observation_norm_match_torchrls(num_envs):
+    """StepCounter(max_steps) truncates and resets; ObservationNorm both ways, after a cast."""
+    torch.manual_seed(0)
+    policy = mlp_policy(4, 2)
+    cases = {
+        "max_steps": [RewardSum(), StepCounter(max_steps=7)],
+        "max_steps first": [StepCounter(max_steps=7), RewardScaling(loc=0.0, scale=2.0)],
+        "norm": [
+            ObservationNorm(loc=0.5, scale=2.0, in_keys=["observation"]),
+            RewardSum(),
+            StepCounter(),
+        ],
+        "standard normal": [
+            ObservationNorm(
+                loc=torch.tensor([0.1, 0.0, -0.1, 0.2]),
+                scale=torch.tensor([2.0, 1.0, 0.5, 4.0]),
+                in_keys=["observation"],
+                standard_normal=True,
+            ),
+        ],
+    }
+    for name, transforms in cases.items():
+        env_fn = functools.partial(
+            lambda ts=transforms: episode_env("CartPole-v1", num_envs, *(t.clone() for t in ts))
+        )
+        want, _ = batches(Collector, env_fn, policy, steps=40)
+        got, reason = batches(LeanCollector, env_fn, policy, steps=40)
+        assert reason is None, name
+        assert_same_frames(want, got)
+        if name.startswith("max_steps"):
+            truncated = got[0]["next", "truncated"]
+            assert truncated.any() and (got[0]["next", "step_count"][truncated] == 7).all()
+
+
 def test_other_envs_and_options_run_torchrls_rollout():
     policy = mlp_policy(3, 1, discrete=False)
     for transform, why in [
-        (StepCounter(max_steps=5), "StepCounter truncates"),
-        (ObservationNorm(loc=0.0, scale=2.0, in_keys=["observation"]), "ObservationNorm transform"),
-    ]:
+        (CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stacked"]), "CatFrames"),
+        (ObservationNorm(loc=0.0, scale=2.0, in_keys=["observation"], out_keys=["normed"]),
+         "ObservationNorm renames keys"),
+    ]:  # fmt: skip
         transformed = functools.partial(
             lambda t=transform: TransformedEnv(make_env("Pendulum-v1"), t.clone())
         )
