@@ -18,6 +18,10 @@ Sections (``--sections``, all by default):
   on its samples on the driver, and the learner's updates/s: tdscheme's
   ``RayCollector(replay_buffer=...).start()`` vs torchrl's, same envs, policy and buffer;
 * ``buffer``: replay extend and sample throughput, local and Ray-held (``replay.py``'s).
+* ``prefetch``: the ``sac-pendulum`` learner's updates/s sampling a filled Ray-held buffer
+  (no collection) through tdscheme's ``BoundedRayBuffer`` without and with its sample
+  prefetch (``prefetch=0`` / ``1``: the next sample asked for while the learner computes),
+  alternating, ``--repeats`` times (5 by default) after a warm-up.
 
 Run from the repository root::
 
@@ -46,7 +50,7 @@ from report import machine_info
 
 from tdscheme.presets import PRESETS
 
-SECTIONS = ("sac", "dqn", "td3", "background", "buffer")
+SECTIONS = ("sac", "dqn", "td3", "background", "buffer", "prefetch")
 PRESET_OF = {"sac": "sac-pendulum", "dqn": "dqn-cartpole", "td3": "td3-pendulum"}
 QUICK = {"total_frames": 1024, "init_random_frames": 512, "eval_every_frames": 512,
          "target_return": 1e9}  # fmt: skip
@@ -180,6 +184,50 @@ def section_buffer(rows: list[dict[str, Any]], quick: bool) -> None:
         print(json.dumps({**row, "machine": machine_info()}), flush=True)
 
 
+def section_prefetch(rows: list[dict[str, Any]], preset: Any, repeats: int, updates: int) -> None:
+    """Learner updates/s on a Ray-held buffer, samples prefetched or not, alternating."""
+    from tdscheme.scheme.ray_buffer import BoundedRayBuffer
+
+    preset = preset.override({"buffer_location": "ray"})
+    factories = preset.factories()
+    learner = factories["learner_factory"](**factories["policy_factory"]())
+    buffer, env = factories["storage_factory"](), factories["env_factory"]()
+    try:
+        rollout = env.rollout(200, break_when_any_done=False)
+        for _ in range(10):
+            buffer.extend(rollout)
+        for repeat in range(repeats):
+            for prefetch in (0, 1) if repeat % 2 == 0 else (1, 0):
+                bounded = BoundedRayBuffer(buffer, 60.0, prefetch=prefetch)
+                for _ in range(20):  # warm-up
+                    learner.replay_update(bounded)
+                start = time.perf_counter()
+                for _ in range(updates):
+                    learner.replay_update(bounded)
+                row = {"section": "prefetch", "run": f"prefetch={prefetch}", "repeat": repeat,
+                       "updates_per_s": updates / (time.perf_counter() - start)}  # fmt: skip
+                rows.append(row)
+                print(json.dumps({**row, "machine": machine_info()}), flush=True)
+    finally:
+        env.close()
+        buffer.shutdown()
+
+
+def prefetch_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Updates/s per repeat, medians, the ratio of medians and the median of the ratios."""
+    by = {p: [r["updates_per_s"] for r in rows if r["run"] == f"prefetch={p}"] for p in (0, 1)}
+    out = ["", "| prefetch | updates/s per repeat | median |", "|---|---|---|"]
+    for p, values in by.items():
+        out.append(f"| {p} | {', '.join(f'{v:.0f}' for v in values)} | "
+                   f"{statistics.median(values):.1f} |")  # fmt: skip
+    ratios = [b / a for a, b in zip(by[0], by[1], strict=True)]
+    out.append(f"\nprefetch=1 / prefetch=0: ratio of medians "
+               f"{statistics.median(by[1]) / statistics.median(by[0]):.2f}x, median of the "
+               f"per-repeat ratios {statistics.median(ratios):.2f}x "
+               f"(range {min(ratios):.2f}x-{max(ratios):.2f}x)")  # fmt: skip
+    return out
+
+
 def tables(rows: list[dict[str, Any]]) -> str:
     """Markdown: every run, medians per section and run, ratios against the plain loop."""
     out = []
@@ -214,6 +262,9 @@ def tables(rows: list[dict[str, Any]]) -> str:
     if buf:
         out += ["", "| buffer | metric | frames/s |", "|---|---|---|"]
         out += [f"| {r['run']} | {r['metric']} | {r['value']:,.0f} |" for r in buf]
+    prefetch = [r for r in rows if r["section"] == "prefetch"]
+    if prefetch:
+        out += prefetch_table(prefetch)
     return "\n".join(out)
 
 
@@ -227,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="preset overrides for every run, e.g. utd_ratio=0.5")  # fmt: skip
     parser.add_argument("--window-s", type=float, default=30.0, help="background window")
+    parser.add_argument("--repeats", type=int, default=5, help="prefetch: alternating repeats")
     parser.add_argument("--out", help="write the tables as a markdown section to this file")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
@@ -255,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
             elif section == "background":
                 preset = preset_for("sac", seeds[0], overrides)
                 section_background(rows, preset, 5.0 if args.quick else args.window_s)
+            elif section == "prefetch":
+                preset = preset_for("sac", seeds[0], overrides)
+                updates = 50 if args.quick else 500
+                section_prefetch(rows, preset, 2 if args.quick else args.repeats, updates)
             else:
                 section_buffer(rows, args.quick)
     finally:

@@ -126,9 +126,14 @@ class OffPolicyDriver:
             buffer = storage_factory()
             check_buffer(buffer, config.buffer_location)
             self.prioritized = is_prioritized(buffer)
-            # the learner's and the checkpoints' calls on a Ray-held buffer are bounded
+            # the learner's and the checkpoints' calls on a Ray-held buffer are bounded, its
+            # samples prefetched (not a prioritized buffer's: see BoundedRayBuffer)
             self.replay_buffer = (
-                BoundedRayBuffer(buffer, config.batch_timeout_s) if self.ray_held else buffer
+                BoundedRayBuffer(
+                    buffer, config.batch_timeout_s, prefetch=0 if self.prioritized else 1
+                )
+                if self.ray_held
+                else buffer
             )
             self.collector = RayCollector.from_config(
                 config.collector_config(

@@ -9,6 +9,12 @@ goes to the same actor, bounded by ``timeout_s``; a call past it is a
 naming the replay buffer (the run's frames are in it: it is not rebuilt
 empty behind the learner's back). Everything else is the wrapped buffer's.
 
+The learner's samples are prefetched (``prefetch=1``, as torchrl's ``prefetch=``
+on a local buffer): each ``sample()`` asks the actor for the next one before it
+returns, so the actor samples and the transfer runs while the learner computes
+its update. A prioritized buffer is not prefetched (a sample drawn ahead would
+miss the priorities the current update writes).
+
 torchrl's ``"distributed"`` transport does not go through the actor's methods
 for its data: with it the calls are the buffer's own (unbounded, as in torchrl).
 """
@@ -32,23 +38,37 @@ class BoundedRayBuffer:
         buffer: the buffer (torchrl's ``RayReplayBuffer`` or a buffer with
             ``service_backend="ray"``).
         timeout_s: the longest any call may take.
+        prefetch: ``1``: each ``sample()`` (of the buffer's own batch size) also
+            asks for the next one; ``0``: no sample ahead.
 
     Raises (from each call):
         TimeoutError: the buffer's actor did not answer within ``timeout_s``.
         ReplayBufferDied: the buffer's actor is dead.
     """
 
-    def __init__(self, buffer: Any, timeout_s: float) -> None:
+    def __init__(self, buffer: Any, timeout_s: float, *, prefetch: int = 0) -> None:
+        if prefetch not in (0, 1):
+            raise ValueError(f"prefetch={prefetch!r} is invalid; accepted: 0 or 1")
         self.buffer = buffer
         self.timeout_s = timeout_s
+        self.prefetch = prefetch
         actor = getattr(buffer, "_rb", None)
         self._actor = actor if getattr(buffer, "transport_kind", "ray") == "ray" else None
+        self._next_sample: Any = None  # the sample asked for ahead (an ObjectRef)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._actor is None:
             return getattr(self.buffer, method)(*args, **kwargs)
+        return self._get(self._submit(method, *args, **kwargs), method)
+
+    def _submit(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            ref = getattr(self._actor, method).remote(*args, **kwargs)
+            return getattr(self._actor, method).remote(*args, **kwargs)
+        except RayActorError as err:
+            raise buffer_died(f"the learner's {method}()", err) from None
+
+    def _get(self, ref: Any, method: str) -> Any:
+        try:
             return ray.get(ref, timeout=self.timeout_s)
         except GetTimeoutError:
             raise TimeoutError(
@@ -59,8 +79,14 @@ class BoundedRayBuffer:
             raise buffer_died(f"the learner's {method}()", err) from None
 
     def sample(self, batch_size: int | None = None) -> Any:
-        """``buffer.sample(batch_size)``, bounded."""
-        return self._call("sample", batch_size)
+        """``buffer.sample(batch_size)``, bounded; the next one asked for ahead (``prefetch``)."""
+        if self._actor is None or not self.prefetch or batch_size is not None:
+            return self._call("sample", batch_size)
+        ref = self._next_sample if self._next_sample is not None else self._submit("sample")
+        self._next_sample = None
+        sample = self._get(ref, "sample")
+        self._next_sample = self._submit("sample")  # sampled while the learner uses this one
+        return sample
 
     def __len__(self) -> int:
         return self._call("__len__")
@@ -92,7 +118,7 @@ class BoundedRayBuffer:
         self._call("loads", path)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("buffer", "timeout_s", "_actor"):
+        if name in ("buffer", "timeout_s", "prefetch", "_actor", "_next_sample"):
             raise AttributeError(name)
         return getattr(self.buffer, name)
 

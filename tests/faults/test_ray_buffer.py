@@ -71,6 +71,28 @@ def test_a_dead_buffer_is_named_not_an_actor_died_error(buffer):
         bounded.sample()
 
 
+def test_prefetched_samples_are_drawn_ahead_and_a_death_still_named(buffer):
+    """prefetch=1: each sample asks for the next, drawn from the buffer as it was then."""
+    bounded = BoundedRayBuffer(buffer, timeout_s=60.0, prefetch=1)
+    bounded.extend(_frames(20))  # frames 0..19
+    first = bounded.sample()
+    bounded.extend(_frames(1000)[100:])  # frames 100..999 after the next sample was asked for
+    ahead = bounded.sample()  # drawn before the write: only the first 20 frames
+    assert (first["observation"] < 20).all() and (ahead["observation"] < 20).all()
+    later = [bounded.sample()["observation"] for _ in range(3)]
+    assert (torch.cat(later) >= 100).any()  # then from the whole buffer
+    assert bounded.sample(batch_size=3).batch_size == torch.Size([3])  # another size: not ahead
+    with pytest.raises(ValueError, match="prefetch=2 is invalid; accepted: 0 or 1"):
+        BoundedRayBuffer(buffer, timeout_s=1.0, prefetch=2)
+    ray.kill(buffer._rb, no_restart=True)
+    _wait_dead(buffer._rb)
+    # the sample asked for ahead was drawn before the death (the actor served it before the
+    # size-3 sample): its frames are real; the next call finds the actor dead, named
+    assert (bounded.sample()["observation"] < 1000).all()
+    with pytest.raises(ReplayBufferDied, match=r"replay buffer's actor died \(during the learner"):
+        bounded.sample()
+
+
 def test_workers_writing_into_a_dead_buffer_stop_with_one_error_and_no_restarts(buffer):
     """Before: each worker's write raised ActorDiedError and was rebuilt max_restarts times."""
     cartpole = functools.partial(make_env, "CartPole-v1")
