@@ -206,8 +206,8 @@ class RayCollector(TorchrlSurface, BaseCollector):
         self._state.load_state_dict(state_dict)
 
     @documented_by(BackgroundCollection.start)
-    def start(self) -> None:
-        self._background.start()
+    def start(self, *, hold_while: Callable[[], bool] | None = None) -> None:
+        self._background.start(hold_while=hold_while)
 
     @property
     def is_running(self) -> bool:

@@ -11,7 +11,10 @@ says:
   themselves (``RayCollector(replay_buffer=...).start()``, collection in a
   background thread), and each step trains on what was written since the last one,
   up to ``frames_per_batch`` (it waits, up to ``batch_timeout_s``, until something
-  was; the rest waits for the next steps, ``replay/frames_pending``).
+  was; the rest waits for the next steps, ``replay/frames_pending``). The learner
+  paces the writers: once ``prefetch_batches`` (at least 1) steps' frames wait for
+  it, no new request is sent until a step takes them (``start(hold_while=...)``),
+  so the workers never outrun the ``utd_ratio`` the learner keeps.
 
 Either way a step takes ``utd_ratio`` gradient steps per frame collected after the
 first ``init_random_frames`` (random actions, torchrl's collectors' rule; fractions
@@ -264,16 +267,21 @@ class OffPolicyDriver:
         self._extend_s += time.perf_counter() - start
         return flat.shape[0]
 
+    def _writers_ahead(self) -> bool:
+        """Whether the frames waiting for the learner make ``prefetch_batches`` steps' worth."""
+        ahead = max(1, self.config.prefetch_batches or 1) * self.config.frames_per_batch
+        return self.frames_pending >= ahead
+
     def _await_writes(self) -> int:
         if not self.collector.is_running:
-            self.collector.start()
+            self.collector.start(hold_while=self._writers_ahead)
         deadline = time.monotonic() + self.config.batch_timeout_s
         while True:
             written = self.frames_pending
             if written > 0:  # a step's worth: the workers may run far ahead of the learner
                 return min(written, self.config.frames_per_batch)
-            if not self.collector.is_running:
-                self.collector.start()  # re-raises the error that stopped it
+            if not self.collector.is_running:  # re-raises the error that stopped it
+                self.collector.start(hold_while=self._writers_ahead)
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no frame was written into the replay buffer for batch_timeout_s="

@@ -84,6 +84,46 @@ def test_start_collects_in_the_background_and_pause_drains(buffer):
     assert not collector.is_running
 
 
+def test_hold_while_paces_background_writes_by_their_consumer(buffer):
+    """start(hold_while=...): no new request while the consumer has enough; pause keeps it."""
+    taken = 0  # what a learner took so far
+
+    def consumer_busy():
+        return collector.collected_frames - taken >= 200
+
+    collector = RayCollector(
+        env, mlp_policy(4, 2), frames_per_batch=100, total_frames=-1, num_collectors=2,
+        replay_buffer=buffer, **SMALL,
+    )  # fmt: skip
+
+    def assert_held():
+        """Frames counted up to the bound (+ a batch per worker), then only the requests in
+        flight (2 per worker of 50 frames), and then nothing more."""
+        held = written(buffer)
+        time.sleep(1.0)
+        assert written(buffer) == held
+        assert 200 <= collector.collected_frames - taken <= 200 + 2 * 50
+        assert held - collector.collected_frames <= 2 * 2 * 50
+
+    try:
+        collector.start(hold_while=consumer_busy)
+        _wait_for(lambda: written(buffer) >= 200)
+        time.sleep(2.0)  # unpaced, 2 CartPole workers write thousands of frames in 2 s
+        assert_held()
+        taken = 1_000  # the consumer took its frames: the workers go on
+        _wait_for(lambda: collector.collected_frames >= 1_200)
+        time.sleep(1.0)
+        assert_held()
+        with collector.pause():
+            taken = collector.collected_frames  # the drained requests, counted
+        time.sleep(2.0)
+        assert_held()  # resumed with the same hold
+        start = time.monotonic()
+    finally:
+        asyncio.run(collector.async_shutdown())  # a held thread stops at once
+    assert time.monotonic() - start < 30.0 and not collector.is_running
+
+
 def test_background_collection_stops_at_total_frames(buffer):
     with RayCollector(
         env, mlp_policy(4, 2), frames_per_batch=128, total_frames=1000, num_collectors=2,

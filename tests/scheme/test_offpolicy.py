@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 
 import pytest
 import torch
@@ -107,7 +108,16 @@ def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
             # however far the workers run ahead, a step counts at most frames_per_batch
             counted = [b["frames"] - a["frames"] for a, b in itertools.pairwise(history)]
             assert max([history[0]["frames"], *counted]) <= 64, counted
-            assert last["replay/frames_pending"] >= 0  # the workers write on: not compared
+            assert last["replay/frames_pending"] >= 0
+            # the learner paces the writers: with no step, they hold once a step's frames
+            # (prefetch_batches=1 x 64) wait, past it only a batch each (32) and the requests
+            # in flight (2 each)
+            time.sleep(1.5)
+            assert 64 <= s.collector.collected_frames - s.frames <= 64 + 2 * 32
+            held = len(s.replay_buffer)
+            assert held - s.collector.collected_frames <= 2 * 2 * 32
+            time.sleep(1.0)
+            assert len(s.replay_buffer) == held
 
 
 @pytest.mark.timeout(60)

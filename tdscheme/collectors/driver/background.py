@@ -2,7 +2,8 @@
 
 With a replay buffer, workers write their frames into the buffer themselves;
 the thread only drives the requests (weight pushes, restarts, the frame budget)
-until ``total_frames`` or until it is stopped. :meth:`BackgroundCollection.pause`
+until ``total_frames`` or until it is stopped, and, given ``hold_while``, holds
+them while its consumer has enough to do (a learner paces the writers). :meth:`BackgroundCollection.pause`
 drains what is in flight and holds the workers, so the buffer's write count is
 frozen inside it (a quiescent point for a checkpoint). Workers that die, hang or
 raise are rebuilt as in iteration (``max_restarts``); an error that stops the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,18 +52,30 @@ class BackgroundCollection:
         self._request_stop = request_stop
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._hold_while: Callable[[], bool] | None = None
+        self._stopping = threading.Event()
+        #: seconds the thread held its requests (``hold_while``) since it was built
+        self.held_s = 0.0
 
     @property
     def running(self) -> bool:
         """Whether the thread is collecting."""
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> None:
+    def start(self, *, hold_while: Callable[[], bool] | None = None) -> None:
         """Collects into ``replay_buffer`` in a background thread until ``total_frames``.
 
         Returns at once (a no-op while it runs); :meth:`pause` holds it, ``shutdown()``
         (or ``async_shutdown()``) stops it. An error in the background re-raises on
         the next ``start()``, ``stats()`` or ``shutdown()``.
+
+        Args:
+            hold_while: called (in the background thread) after each batch the
+                workers wrote; while it returns ``True``, no new request is sent
+                (the requests in flight finish, then the workers wait): the
+                consumer of the buffer paces the writers, e.g. ``lambda: frames
+                written - frames a learner took >= limit``. ``None``: the workers
+                write as fast as they collect, as torchrl's do.
 
         Raises:
             RuntimeError: the collector has no ``replay_buffer``, or is shut down, or
@@ -78,6 +92,8 @@ class BackgroundCollection:
         self.raise_error()
         if self.running:
             return
+        self._hold_while = hold_while
+        self._stopping.clear()
         self._thread = threading.Thread(
             target=self._run, name="tdscheme-background-collection", daemon=True
         )
@@ -86,13 +102,22 @@ class BackgroundCollection:
     def _run(self) -> None:
         try:
             for _ in self._batches():
-                pass
+                self._hold()
         except BaseException as err:  # noqa: BLE001 - kept for the driver, see raise_error
             first_line = str(err).split("\n", 1)[0]
             logger.error("background collection stopped: %s: %s", type(err).__name__, first_line)
             if isinstance(err, WorkerError):
                 err.add_note("raised in the collector's background collection (start())")
             self._error = err
+
+    def _hold(self) -> None:
+        """Waits while ``hold_while()`` (polled every 5 ms), or until the thread is stopped."""
+        if self._hold_while is None:
+            return
+        start = time.perf_counter()
+        while not self._stopping.is_set() and self._hold_while():
+            self._stopping.wait(0.005)
+        self.held_s += time.perf_counter() - start
 
     def raise_error(self) -> None:
         """Re-raises (once) the error that stopped the thread, if any.
@@ -118,6 +143,7 @@ class BackgroundCollection:
         if thread is None or not thread.is_alive():
             return
         self._request_stop()
+        self._stopping.set()  # a held thread goes on to drain
         thread.join(timeout=timeout_s)
         if thread.is_alive():
             raise TimeoutError(
@@ -146,4 +172,4 @@ class BackgroundCollection:
             yield
         finally:
             if resume and was_running:
-                self.start()
+                self.start(hold_while=self._hold_while)
