@@ -349,14 +349,21 @@ def section_same(rec: Recorder, s: Settings) -> None:
             measure(rec, s, row, make)
 
 
-def section_batched(rec: Recorder, s: Settings) -> None:
-    """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector."""
+def section_batched(
+    rec: Recorder, s: Settings, *, section: str = "batched", env_fn: Callable | None = None
+) -> None:
+    """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector.
+
+    ``env_fn`` is what tdscheme's and torchrl's workers step (default ``make_env``'s 64
+    CartPole envs, auto-reset disabled); ``benchmarks/fast_paths.py`` passes others,
+    recorded under its own ``section`` names.
+    """
     env_id, num_envs, fpb = "CartPole-v1", 64, 4096
     config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
     frames = max(3 * s.frames, s.min_batches * fpb)
     torch.manual_seed(0)
     policy = mlp_policy(4, 2)
-    env_fn = functools.partial(make_env, env_id, num_envs=num_envs)
+    env_fn = env_fn or functools.partial(make_env, env_id, num_envs=num_envs)
     makes = {
         "tdscheme": functools.partial(
             tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
@@ -369,7 +376,7 @@ def section_batched(rec: Recorder, s: Settings) -> None:
         ),
     }
     for impl, make in makes.items():
-        row = dict(section="batched", impl=impl, env=env_id, order="first-ready", config=config)
+        row = dict(section=section, impl=impl, env=env_id, order="first-ready", config=config)
         measure(rec, s, row, make, frames=frames)
 
 

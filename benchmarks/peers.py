@@ -5,6 +5,8 @@
 * a hand-written Ray collector (plain actors stepping gymnasium envs with a
   plain torch MLP, numpy batches, a first-ready driver loop), the same loop
   in-process without Ray, and torchrl's single-process ``Collector``;
+* the hand-written writer into a Ray-held torchrl replay buffer (the same actors,
+  each writing its batches with the buffer client's ``extend``);
 * the large-observation policy and env, and an actor that serves one ready batch
   so that its transfer across Ray can be timed alone;
 * the deterministic 2x64 tanh MLP policy every collector runs (:func:`mlp_policy`).
@@ -18,6 +20,7 @@ actors of the hand-written collector start without importing torchrl.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -220,6 +223,89 @@ class MinimalCollectorWorker:
         self.env.close()
 
 
+class MinimalBufferWriter(MinimalCollectorWorker):
+    """:class:`MinimalCollectorWorker` writing its batches into a Ray-held torchrl buffer.
+
+    Each :meth:`next` collects one batch from the vector env (random actions from the
+    action space while ``random_frames`` last, in whole batches as torchrl's collectors
+    count them, then the MLP's greedy ones), writes it with the buffer client's ``extend``
+    laid out as torchrl's collectors write a batched env's batch (``[num_envs, time]``:
+    ``observation``, a one-hot ``action``, and under ``next`` the ``observation`` (the
+    final one where an episode ended), ``reward``, ``done``, ``terminated`` and
+    ``truncated``), and returns the number of frames written, not the batch.
+
+    Args:
+        env_id: as :class:`MinimalCollectorWorker`.
+        num_envs: envs of the same-step auto-reset vector env (more than 1).
+        frames_per_batch: frames per write (a multiple of ``num_envs``).
+        seed: env, action-space and policy seed.
+        buffer: a ``RayReplayBuffer.client()``.
+        random_frames: frames of random actions before the policy acts.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        frames_per_batch: int,
+        seed: int = 0,
+        *,
+        buffer: Any,
+        random_frames: int = 0,
+    ) -> None:
+        if num_envs < 2:
+            raise ValueError(f"num_envs={num_envs}: the writer steps a vector env (2 or more)")
+        super().__init__(env_id, num_envs, frames_per_batch, seed)
+        self.buffer = buffer
+        self.random_frames = random_frames
+        self.env.action_space.seed(seed)
+
+    def next(self) -> int:  # type: ignore[override]
+        """Collects one batch, writes it into the buffer; returns its number of frames."""
+        from tensordict import TensorDict
+
+        shape = (self.num_envs, self.steps)  # env-major, as torchrl's batch
+        obs = np.empty((*shape, *self.obs.shape[1:]), dtype=np.float32)
+        next_obs = np.empty_like(obs)
+        action = np.empty(shape, dtype=np.int64)
+        reward = np.empty(shape, dtype=np.float32)
+        terminated = np.empty(shape, dtype=bool)
+        truncated = np.empty(shape, dtype=bool)
+        random = self.random_frames > 0
+        self.random_frames -= self.num_envs * self.steps
+        with torch.no_grad():
+            for t in range(self.steps):
+                obs[:, t] = self.obs
+                if random:
+                    act = self.env.action_space.sample()
+                else:
+                    act = self.net(torch.as_tensor(obs[:, t])).argmax(-1).numpy()
+                action[:, t] = act
+                self.obs, reward[:, t], terminated[:, t], truncated[:, t], info = self.env.step(act)
+                next_obs[:, t] = self.obs
+                ended = info.get("_final_obs")
+                if ended is not None and ended.any():  # same-step auto-reset: obs is the reset one
+                    next_obs[ended, t] = np.stack(info["final_obs"][ended])
+        n_actions = int(self.env.single_action_space.n)
+        flags = {
+            "done": terminated | truncated, "terminated": terminated, "truncated": truncated,
+        }  # fmt: skip
+        batch = TensorDict(
+            {
+                "observation": torch.from_numpy(obs),
+                "action": nn.functional.one_hot(torch.from_numpy(action), n_actions),
+                "next": {
+                    "observation": torch.from_numpy(next_obs),
+                    "reward": torch.from_numpy(reward).unsqueeze(-1),
+                    **{k: torch.from_numpy(v).unsqueeze(-1) for k, v in flags.items()},
+                },
+            },
+            batch_size=shape,
+        )
+        self.buffer.extend(batch)
+        return batch.numel()
+
+
 class MinimalEnvPoolWorker:
     """Steps EnvPool's envs with a plain torch policy and returns numpy batches.
 
@@ -272,8 +358,9 @@ class MinimalRayCollector:
 
     Iterating yields numpy batches as they become ready (``ray.wait``) and
     resubmits the worker that produced each one, like torchrl's and tdscheme's
-    ``sync=False``. ``worker_cls`` is :class:`MinimalCollectorWorker` (gymnasium)
-    or :class:`MinimalEnvPoolWorker`.
+    ``sync=False``. ``worker_cls`` is :class:`MinimalCollectorWorker` (gymnasium),
+    :class:`MinimalEnvPoolWorker` or :class:`MinimalBufferWriter` (with
+    ``worker_kwargs`` naming its buffer, and :meth:`start` to run it in the background).
     """
 
     def __init__(
@@ -284,12 +371,17 @@ class MinimalRayCollector:
         frames_per_batch: int,
         num_workers: int = 2,
         worker_cls: type = MinimalCollectorWorker,
+        worker_kwargs: dict[str, Any] | None = None,
     ) -> None:
         remote_cls = ray.remote(num_cpus=1)(worker_cls)
         self.workers = [
-            remote_cls.remote(env_id, num_envs, frames_per_batch, seed=i)
+            remote_cls.remote(env_id, num_envs, frames_per_batch, seed=i, **(worker_kwargs or {}))
             for i in range(num_workers)
         ]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: what stopped :meth:`start`'s thread, if anything did
+        self.error: BaseException | None = None
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         pending = {worker.next.remote(): worker for worker in self.workers}
@@ -302,8 +394,30 @@ class MinimalRayCollector:
             yield batch
             pending[worker.next.remote()] = worker
 
+    def start(self) -> None:
+        """Iterates in a daemon thread, dropping what the workers return, until :meth:`shutdown`.
+
+        For workers that write their batches themselves (:class:`MinimalBufferWriter`);
+        an error that stops the thread is kept in ``error``.
+        """
+
+        def run() -> None:
+            try:
+                for _ in self:
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # noqa: BLE001 - kept for the caller
+                self.error = err
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
     def shutdown(self) -> None:
-        """Kills the actors (idempotent)."""
+        """Stops :meth:`start`'s thread, then kills the actors (idempotent)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=RAY_TIMEOUT_S)
+            self._thread = None
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
         self.workers = []

@@ -98,6 +98,33 @@ def frames_written(buffer: Any) -> int:
     return rows * buffer[:1].numel() if rows else 0
 
 
+def write_rate(
+    buffer: Any, *, first_frames: int, warmup_s: float, window_s: float, sample_batch: int = 0
+) -> tuple[float, float]:
+    """Frames written per second into ``buffer`` by collectors running in the background.
+
+    Waits (up to 120 s) until ``first_frames`` frames are written, then ``warmup_s``, then
+    counts the frames written over ``window_s`` while the driver samples batches of
+    ``sample_batch`` frames as a learner would (``0``: it samples nothing, it sleeps).
+
+    Returns:
+        Frames written per second and the driver's samples per second over the window.
+    """
+    deadline = time.monotonic() + 120.0
+    while frames_written(buffer) < first_frames and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(warmup_s)
+    start_frames, start = frames_written(buffer), time.perf_counter()
+    samples = 0
+    while sample_batch and time.perf_counter() - start < window_s:
+        buffer.sample(sample_batch)
+        samples += 1
+    if not sample_batch:
+        time.sleep(window_s)
+    elapsed = time.perf_counter() - start
+    return (frames_written(buffer) - start_frames) / elapsed, samples / elapsed
+
+
 def build(impl: str, buffer: Any, s: Settings, total_frames: int) -> Any:
     env = functools.partial(make_env, "CartPole-v1", num_envs=s.num_envs)
     kwargs = dict(
@@ -127,21 +154,14 @@ def section_background(rec: Recorder, s: Settings) -> None:
         collector = build(impl, buffer, s, total_frames=2**40)
         try:
             collector.start()
-            deadline = time.monotonic() + 120.0
-            while frames_written(buffer) < s.frames_per_batch and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(s.warmup_s)
-            start_frames, start = frames_written(buffer), time.perf_counter()
-            samples = 0
-            while time.perf_counter() - start < s.window_s:
-                buffer.sample(s.sample_batch)
-                samples += 1
-            elapsed = time.perf_counter() - start
-            fps = (frames_written(buffer) - start_frames) / elapsed
+            fps, samples_per_s = write_rate(
+                buffer, first_frames=s.frames_per_batch, warmup_s=s.warmup_s,
+                window_s=s.window_s, sample_batch=s.sample_batch,
+            )  # fmt: skip
             rec.add(
                 Measurement("background", impl, "frames_written_per_s", fps, "frames/s", config)
             )
-            rec.add(Measurement("background", impl, "samples_per_s", samples / elapsed, "1/s",
+            rec.add(Measurement("background", impl, "samples_per_s", samples_per_s, "1/s",
                                 config, f"batches of {s.sample_batch}"))  # fmt: skip
         finally:
             stop(impl, collector)
