@@ -1,0 +1,247 @@
+"""Issue 23's fast paths: tdscheme's RayCollector vs a hand-written Ray collector, and torchrl's.
+
+Three workloads, side by side in one run: CartPole-v1, 64 envs per worker, 2 workers of
+``{"num_cpus": 1}``, the 2x64 tanh MLP of ``peers.mlp_policy``, 4096 frames per worker
+batch, first-ready order (``collection.py``'s ``batched`` configuration). Everything runs
+in one process on one Ray (``num_cpus=2``, no dashboard); every collector, actor and buffer
+is shut down after its measurement, and the next one starts once Ray has its CPUs back.
+The hand-written Ray collector is ``peers.MinimalRayCollector``: plain Ray actors stepping
+a gymnasium ``SyncVectorEnv`` of 64 envs (same-step auto-reset) with the torch MLP and
+returning numpy batches. torchrl's ``RayCollector`` is the third row, for reference.
+Run from the repository root::
+
+    .venv/bin/python benchmarks/fast_paths.py --out section.md   # full run, a few minutes
+    .venv/bin/python benchmarks/fast_paths.py --quick            # smoke test
+
+Sections (``--sections``, default all):
+
+* ``disabled``: tdscheme and torchrl step ``tdscheme.envs.make_env("CartPole-v1",
+  num_envs=64)`` (a gymnasium ``SyncVectorEnv``, ``AutoresetMode.DISABLED``: torchrl
+  resets the envs that ended). ``collection.py``'s ``batched`` rows, measured by its
+  ``section_batched``: frames/s over 3x ``--frames`` frames (at least 2 batches) after
+  one warm-up batch, and construction to first batch.
+* ``same_step``: the same, tdscheme and torchrl stepping torchrl's ``GymWrapper`` around
+  a ``SyncVectorEnv`` of 64 CartPole-v1 with ``AutoresetMode.SAME_STEP``
+  (:func:`same_step_env`).
+* ``background``: collection into a Ray-held torchrl ``RayReplayBuffer``
+  (``LazyTensorStorage`` of 1M frames in rows of 64, ``replay.py``'s ``ray_buffer``),
+  the first ``init_random_frames=16384`` (2 batches per worker) random actions, then the
+  policy's: tdscheme's and torchrl's ``RayCollector(..., replay_buffer=buffer)`` plus
+  ``start()`` on ``make_env``'s envs (auto-reset disabled), and the hand-written writer:
+  the same plain actors (``peers.MinimalBufferWriter``, ``MinimalRayCollector.start()``),
+  each writing ``[64, 64]`` TensorDicts (observation, one-hot action, next observation,
+  reward, done, terminated, truncated) with the buffer client's ``extend``. Frames
+  written per second (the buffer's write count in frames, ``replay.py``'s
+  ``frames_written``) over 30 s after the first batch and 10 s of warm-up (5 s and 3 s
+  with ``--quick``); the driver samples nothing meanwhile.
+
+Output: one JSON line per measurement on stdout, then one table per section; the
+``vs hand-written`` column is the row's rate over the hand-written row's in the same
+section (>1: faster than the hand-written collector). ``--out`` writes the tables as a
+markdown section for ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import collection  # benchmarks/collection.py, next to this script (Ray workers see it too)
+import gymnasium as gym
+import peers
+import torch
+from collection import Measurement
+from peers import mlp_policy
+from replay import frames_written, ray_buffer, stop, write_rate
+from report import Recorder, parse_section_args, run_sections
+
+from tdscheme.envs import make_env
+
+SECTIONS = ("disabled", "same_step", "background")
+ENV_ID, NUM_ENVS, FRAMES_PER_BATCH = "CartPole-v1", 64, 4096  # collection.py's batched section
+RANDOM_FRAMES = 2 * FRAMES_PER_BATCH * 2  # 2 random batches per worker, then the policy
+BUFFER_FRAMES = 1_000_000
+HAND = "hand-written Ray"  # the impl every row is compared with
+RATES = {"frames_per_s": "frames/s", "frames_written_per_s": "frames written/s"}
+TITLE = "Issue 23's fast paths: tdscheme vs a hand-written Ray collector (and torchrl)"
+
+
+@dataclass
+class Settings(collection.Settings):
+    """What one run measures: ``collection.py``'s settings, and the background windows."""
+
+    warmup_s: float = 10.0
+    window_s: float = 30.0
+
+    @classmethod
+    def quick(cls, frames: int | None) -> Settings:
+        """Tiny counts and short windows: a smoke test."""
+        return dataclasses.replace(super().quick(frames), warmup_s=3.0, window_s=5.0)
+
+
+def same_step_env(env_id: str, num_envs: int) -> Any:
+    """``num_envs`` copies of ``env_id`` in a same-step auto-reset ``SyncVectorEnv``, for torchrl.
+
+    Module-level, so that Ray pickles it for the workers.
+    """
+    from torchrl.envs import GymWrapper
+
+    copies = [functools.partial(gym.make, env_id)] * num_envs
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+
+
+def section_disabled(rec: Recorder, s: Settings) -> None:
+    collection.section_batched(rec, s, section="disabled")
+
+
+def section_same_step(rec: Recorder, s: Settings) -> None:
+    env_fn = functools.partial(same_step_env, ENV_ID, NUM_ENVS)
+    collection.section_batched(rec, s, section="same_step", env_fn=env_fn)
+
+
+def background_collector(impl: str, buffer: Any) -> Any:
+    """``impl``'s collector writing into ``buffer``, built but not started."""
+    if impl == HAND:
+        writer = {"buffer": buffer.client(), "random_frames": RANDOM_FRAMES // 2}  # per worker
+        return peers.MinimalRayCollector(
+            ENV_ID, num_envs=NUM_ENVS, frames_per_batch=FRAMES_PER_BATCH,
+            worker_cls=peers.MinimalBufferWriter, worker_kwargs=writer,
+        )  # fmt: skip
+    torch.manual_seed(0)
+    factory = collection.tdscheme_collector if impl == "tdscheme" else collection.torchrl_collector
+    return factory(
+        functools.partial(make_env, ENV_ID, num_envs=NUM_ENVS), mlp_policy(4, 2),
+        frames_per_batch=FRAMES_PER_BATCH, sync=False, replay_buffer=buffer,
+        init_random_frames=RANDOM_FRAMES,
+    )  # fmt: skip
+
+
+def background_rate(impl: str, s: Settings) -> float:
+    """Frames written per second by ``impl`` into a fresh Ray-held buffer; all shut down after."""
+    buffer = ray_buffer(BUFFER_FRAMES, row=FRAMES_PER_BATCH // NUM_ENVS)
+    collector = None
+    try:
+        with collection.deadline(s.timeout_s + s.warmup_s + s.window_s):
+            with warnings.catch_warnings():  # torchrl: init_random_frames with sync=False
+                warnings.filterwarnings("ignore", message=".*init_random_frames.*")
+                collector = background_collector(impl, buffer)
+            collector.start()
+            fps, _ = write_rate(
+                buffer, first_frames=FRAMES_PER_BATCH, warmup_s=s.warmup_s, window_s=s.window_s
+            )
+            error = getattr(collector, "error", None)  # the hand-written thread's
+            if error is not None:
+                raise error
+            if not fps:
+                raise RuntimeError(
+                    f"nothing written in the window ({frames_written(buffer)} frames in all)"
+                )
+            return fps
+    finally:
+        try:
+            if collector is not None and impl == HAND:
+                collector.shutdown()
+            elif collector is not None:  # replay.py's: torchrl's thread, then its actors
+                stop(impl, collector)
+        finally:
+            buffer.shutdown()
+
+
+def section_background(rec: Recorder, s: Settings) -> None:
+    config = (
+        f"{NUM_ENVS} envs/worker, 2 workers, fpb={FRAMES_PER_BATCH}, {RANDOM_FRAMES} random frames"
+    )
+    for impl in ("tdscheme", HAND, "torchrl"):
+        row = dict(section="background", impl=impl, env=ENV_ID, order="first-ready",
+                   config=config)  # fmt: skip
+        collection.log(" | ".join(row.values()))
+        value, note = None, ""
+        try:
+            value = background_rate(impl, s)
+        except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
+            note = collection.failure(err)
+        collection.settle()
+        rec.add(Measurement(**row, metric="frames_written_per_s", value=value, unit="frames/s",
+                            note=note))  # fmt: skip
+
+
+# ---------------------------------------------------------------- report
+
+
+def vs_hand(ms: list[Measurement], m: Measurement) -> str:
+    """``m``'s rate over the hand-written row's of the same section and metric."""
+    hand = next(
+        (x for x in ms if (x.section, x.metric, x.impl) == (m.section, m.metric, HAND)), None
+    )
+    if m.value is None or hand is None or not hand.value:
+        return "n/a"
+    return f"{m.value / hand.value:.3f}x"
+
+
+def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
+    """One table per section: a row per impl, its rate, its ratio to the hand-written row."""
+    out = {}
+    for section in dict.fromkeys(m.section for m in ms):
+        sm = [m for m in ms if m.section == section]
+        rate = next(x for x in dict.fromkeys(m.metric for m in sm) if x in RATES)
+        others = [x for x in dict.fromkeys(m.metric for m in sm) if x != rate]
+        table = [
+            ["impl", "config", RATES[rate], "vs hand-written"]
+            + [collection.METRICS.get(x, x) for x in others]
+            + ["note"]
+        ]
+        for impl in dict.fromkeys(m.impl for m in sm):
+            by_metric = {m.metric: m for m in sm if m.impl == impl}
+            main = by_metric[rate]
+            notes = "; ".join(dict.fromkeys(m.note for m in by_metric.values() if m.note))
+            cells = [collection.cell([], by_metric[x]) if x in by_metric else "" for x in others]
+            table.append(
+                [impl, main.config, collection.cell([], main), vs_hand(ms, main), *cells, notes]
+            )
+        out[section] = table
+    return out
+
+
+INTRO = (
+    'One Ray (`num_cpus=2`) for the whole run, `{"num_cpus": 1}` per worker actor, CartPole-v1 '
+    "x64 per worker, 2 workers, the 2x64 MLP, 4096 frames per worker batch. `vs hand-written` "
+    "is the row's rate over the hand-written Ray collector's in the same section (>1: faster). "
+    "`disabled`: `make_env`'s SyncVectorEnv, auto-reset disabled; `same_step`: GymWrapper over "
+    "a SAME_STEP SyncVectorEnv; the hand-written actors step a SAME_STEP vector env in both. "
+    "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
+    "the driver sampling nothing. See the docstring of `benchmarks/fast_paths.py`."
+)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_section_args(
+        __doc__.split("\n")[0], SECTIONS, "frames measured per collector after the warm-up "
+        "batch in disabled and same_step (default 20000, 2000 with --quick; x3, as "
+        "collection.py's batched section)", argv,
+    )  # fmt: skip
+    s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
+    sections = {"disabled": section_disabled, "same_step": section_same_step,
+                "background": section_background}  # fmt: skip
+
+    def run(rec: Recorder) -> None:
+        for section in SECTIONS:
+            if section in args.sections:
+                sections[section](rec, s)
+
+    return run_sections(
+        run, tables=tables, out=args.out, title=TITLE, script="fast_paths.py", argv=argv,
+        intro=INTRO,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
