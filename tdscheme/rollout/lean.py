@@ -13,7 +13,8 @@ episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
 ``RewardScaling``, ``RewardClipping``, ``DoubleToFloat``, ``ObservationNorm``,
 ``StepCounter(max_steps)``: :mod:`~tdscheme.rollout.transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, a replay buffer of its own,
-device casts, trajectory batches, ...). Then each step:
+device casts, ...; ``trajs_per_batch`` is fine: torchrl assembles its trajectories
+from the batches this rollout returns). Then each step:
 
 * calls the policy once, under ``torch.no_grad`` and the collector's
   exploration type, on a fresh TensorDict holding what torchrl's carrier holds
@@ -221,7 +222,6 @@ class LeanCollector(Collector):
             "interruptor": self.interruptor is not None,
             "compact_obs": bool(self._compact_next_keys),
             "set_truncated": bool(self._truncated_keys),
-            "trajs_per_batch": self.trajs_per_batch is not None,
             "track_traj_ids=False": not self.track_traj_ids,
             "use_buffers=False": not self._use_buffers,
             "compiled or cudagraphed policy": self.compiled_policy or self.cudagraphed_policy,

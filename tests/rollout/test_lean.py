@@ -342,6 +342,23 @@ def test_double_to_float_matches_torchrls():
     assert got[0]["next", "done"].any()  # episodes end inside the batches
 
 
+@pytest.mark.parametrize("num_envs", [1, 4])
+def test_trajectory_batches_match_torchrls(num_envs):
+    """trajs_per_batch: torchrl assembles whole trajectories from the lean rollout's batches."""
+    env_fn = functools.partial(make_env, "CartPole-v1", num_envs=num_envs)
+    policy = seeded_policy("CartPole-v1")
+    kwargs = {"trajs_per_batch": 3, "traj_format": "padded"}
+    want, _ = batches(Collector, env_fn, policy, steps=8, num_batches=3, **kwargs)
+    got, reason = batches(LeanCollector, env_fn, policy, steps=8, num_batches=3, **kwargs)
+    assert reason is None
+    assert_same_frames(want, got)
+    for batch in got:  # three whole episodes each, zero-padded along time
+        mask = batch["collector", "mask"]
+        assert batch.batch_size[0] == 3 and mask[:, 0].all()
+        last = mask.sum(-1) - 1
+        assert batch["next", "done"][torch.arange(3), last].all()
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_the_presets_workers_run_the_lean_loop(name):
     """Every preset's worker (env, policy, random frames, casts) takes the lean path."""
