@@ -39,6 +39,7 @@ __all__ = [
     "bias_policy",
     "cartpole_learner",
     "cartpole_modules",
+    "kill_and_wait",
     "make_env",
     "mlp_policy",
 ]
@@ -265,3 +266,25 @@ def assert_no_actors_left(before: set[str], *, timeout_s: float = 10.0, what: st
     while (left := alive_actor_ids() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"{what} left {len(left)} Ray actor(s) alive: {sorted(left)}"
+
+
+def kill_and_wait(actor: Any, timeout_s: float = 30.0) -> None:
+    """``ray.kill(actor)``, then waits until the actor is gone.
+
+    ``ray.kill`` returns before the actor is dead: a call made at once may still be
+    served. This pings the actor until Ray reports it dead.
+
+    Raises:
+        AssertionError: the actor still answers ``timeout_s`` after the kill.
+    """
+    import ray
+
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_call__.remote(lambda _: None), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the actor still answers {timeout_s:g} s after ray.kill")

@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from tdscheme import RayCollector, WorkerError
 from tdscheme.scheme.ray_buffer import BoundedRayBuffer, ReplayBufferDied
-from tdscheme.testing import make_env, mlp_policy
+from tdscheme.testing import kill_and_wait, make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}
 
@@ -50,23 +50,10 @@ def test_bounded_calls_are_the_buffers_own_and_a_hung_buffer_times_out(buffer):
     assert len(bounded) == 20  # answers again once the process runs
 
 
-def _wait_dead(actor: object, timeout_s: float = 30.0) -> None:
-    """ray.kill returns before the actor is gone: a call made at once may still be served."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_call__.remote(lambda _: None), timeout=5)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the actor still answers {timeout_s:g} s after ray.kill")
-
-
 def test_a_dead_buffer_is_named_not_an_actor_died_error(buffer):
     bounded = BoundedRayBuffer(buffer, timeout_s=10.0)
     bounded.extend(_frames(20))
-    ray.kill(buffer._rb, no_restart=True)
-    _wait_dead(buffer._rb)
+    kill_and_wait(buffer._rb)
     with pytest.raises(ReplayBufferDied, match=r"replay buffer's actor died \(during the learner"):
         bounded.sample()
 
@@ -84,8 +71,7 @@ def test_prefetched_samples_are_drawn_ahead_and_a_death_still_named(buffer):
     assert bounded.sample(batch_size=3).batch_size == torch.Size([3])  # another size: not ahead
     with pytest.raises(ValueError, match="prefetch=2 is invalid; accepted: 0 or 1"):
         BoundedRayBuffer(buffer, timeout_s=1.0, prefetch=2)
-    ray.kill(buffer._rb, no_restart=True)
-    _wait_dead(buffer._rb)
+    kill_and_wait(buffer._rb)
     # the sample asked for ahead was drawn before the death (the actor served it before the
     # size-3 sample): its frames are real; the next call finds the actor dead, named
     assert (bounded.sample()["observation"] < 1000).all()

@@ -19,6 +19,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from tdscheme.collectors.driver.idempotent import call_every_worker
 from tdscheme.collectors.worker.actor import CollectorWorker
 from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError, incarnation_seed
@@ -235,7 +236,7 @@ class WorkerPool(ActorPool):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self.seed = seed
         seeds = [(self.worker_seed(i), static_seed) for i in range(len(self))]
-        return int(self.call_all("set_seed", seeds, timeout_s=timeout_s)[-1])
+        return int(call_every_worker(self, "set_seed", seeds, timeout_s)[-1])
 
     def preempt(self, worker_id: int, batch_id: int) -> None:
         """Asks a worker to cut batch ``batch_id`` short at its next step boundary."""

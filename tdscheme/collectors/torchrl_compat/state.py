@@ -24,9 +24,9 @@ import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tdscheme.collectors.driver.idempotent import call_every_worker
 from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
-from tdscheme.runtime.worker_error import ACTOR_DIED, WorkerError
 
 __all__ = ["CollectorState", "driver_state", "worker_states"]
 
@@ -160,16 +160,9 @@ class CollectorState:
         """
         parts = self.parts
         parts.check_open()
-        while True:  # each death is a restart, and restarts end at max_restarts
-            try:
-                workers = parts.pool.call_all(
-                    "state_dict", [()] * parts.num_workers, timeout_s=parts.config.batch_timeout_s
-                )
-                break
-            except WorkerError as err:
-                if err.remote_type != ACTOR_DIED:
-                    raise
-                parts.pool.restart(err.worker_id, f"died during state_dict ({err})")
+        workers = call_every_worker(
+            parts.pool, "state_dict", [()] * parts.num_workers, parts.config.batch_timeout_s
+        )
         return with_driver_state(
             workers,
             frames=parts.stats.frames,
@@ -189,14 +182,16 @@ class CollectorState:
         Raises:
             ValueError: a list of neither one nor ``num_collectors`` states.
             TypeError: not a state dict.
-            WorkerError: a worker could not load its state.
+            WorkerError: a worker could not load its state, or died past ``max_restarts``
+                (one that dies before is rebuilt and loads it again).
         """
         parts = self.parts
         parts.check_open()
         states = worker_states(state_dict, parts.num_workers)
-        parts.pool.call_all(
-            "load_state_dict", [(s, False) for s in states], timeout_s=parts.config.batch_timeout_s
-        )
+        call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
+            parts.pool, "load_state_dict", [(s, False) for s in states],
+            parts.config.batch_timeout_s,
+        )  # fmt: skip
         driver = driver_state(states)
         if driver is not None:
             parts.stats.batches = driver["batches"]

@@ -9,7 +9,7 @@ import torch
 from torchrl.testing.mocking_classes import CountingEnv
 
 from tdscheme import RayCollector
-from tdscheme.testing import CountingPolicy
+from tdscheme.testing import CountingPolicy, kill_and_wait
 
 SMALL = {"num_cpus": 0.5}
 
@@ -85,6 +85,14 @@ def test_a_worker_killed_during_a_checkpoint_is_rebuilt_not_the_end_of_the_run(r
         assert len(state) == 2 and collector.stats(timeout=10)["restarts"] == 1
         next(it)  # iteration goes on with the rebuilt worker
         del it
+    with counting_collector() as collector:  # the other calls that may be asked again
+        state = collector.state_dict()
+        kill_and_wait(collector.workers[1])
+        collector.load_state_dict(state)  # before: "died during load_state_dict"
+        kill_and_wait(collector.workers[0])
+        assert isinstance(collector.set_seed(7), int)  # before: "died during set_seed"
+        assert collector.stats(timeout=10)["restarts"] == 2
+        assert next(iter(collector)).numel() == 10  # the rebuilt workers collect
     with counting_collector(num_workers=1) as collector:
         collector._pool.max_restarts = 0  # a death past max_restarts is still an error
         ray.kill(collector.workers[0], no_restart=True)
