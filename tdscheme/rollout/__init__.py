@@ -7,6 +7,7 @@ workers alike, so it sits below both.
   ``Collector`` with a leaner loop, or torchrl's rollout where it cannot run.
 * :mod:`~tdscheme.rollout.transforms`: the episode transforms it runs itself.
 * :mod:`~tdscheme.rollout.observations`: how it reads each observation key.
+* :mod:`~tdscheme.rollout.env_checks`: which envs it steps itself, and why not the others.
 * :mod:`~tdscheme.rollout.env_steps`: how it steps and resets each kind of env.
 """
 

@@ -66,9 +66,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, OneHot, Unbounded
-from torchrl.envs import GymWrapper, TransformedEnv
+from torchrl.envs import TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
+from tdscheme.rollout.env_checks import final_observation_roots, is_same_step, why_not_lean_env
 from tdscheme.rollout.env_steps import (
     EnvPoolSteps,
     EnvSteps,
@@ -85,13 +86,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["LeanCollector"]
 
 
-def gym_spaces() -> Any:
-    """gymnasium's ``spaces`` module (imported when a collector is built, not with this module)."""
-    import gymnasium
-
-    return gymnasium.spaces
-
-
 def _is_plain_module(policy: Any) -> bool:
     """Whether ``policy`` is a ``TensorDictModule`` whose forward only maps in_keys to out_keys."""
     return (
@@ -104,57 +98,6 @@ def _is_plain_module(policy: Any) -> bool:
         and not policy._forward_pre_hooks
         and "_" not in policy.out_keys_source
     )
-
-
-def _why_not_gym(env: Any) -> str | None:
-    """Why the lean loop cannot step this torchrl gymnasium env, or ``None``."""
-    if type(env).__name__ not in ("GymWrapper", "GymEnv") or not isinstance(env, GymWrapper):
-        return f"the env is a {type(env).__name__}, not a plain torchrl GymWrapper"
-    same_step = bool(env.batch_size) and _same_step(env)
-    # torchrl reads a SAME_STEP vector env's final observations from its info dict
-    readers = [r for r in env.info_dict_reader if not (same_step and _is_final_obs_reader(r))]
-    if getattr(env, "wrapper_frame_skip", 1) != 1 or readers:
-        return "the env skips frames or reads its info dict"
-    if getattr(env, "from_pixels", False) and not _observes_pixels(env._env):
-        return "the env renders pixels (torchrl's from_pixels wrapper)"
-    if env.batch_size and getattr(env._env, "autoreset_mode", None) is None:
-        return "the vector env has no autoreset_mode"
-    if env.batch_size and env._env.autoreset_mode.name not in ("DISABLED", "SAME_STEP"):
-        return "the vector env's autoreset_mode is neither DISABLED nor SAME_STEP"
-    space, spaces = env._env.observation_space, gym_spaces()
-    parts = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
-    if not all(isinstance(part, spaces.Box) for part in parts):
-        return "the env's observation space is not a Box or a Dict of Boxes"
-    return None
-
-
-def _observes_pixels(env: Any) -> bool:
-    """Whether torchrl's ``from_pixels`` comes from ``env``'s own observations (not its wrapper)."""
-    from torchrl.envs.libs.gym import _is_from_pixels
-
-    return bool(_is_from_pixels(env))
-
-
-def _same_step(env: Any) -> bool:
-    """Whether ``env`` wraps a gymnasium vector env that resets in the step (SAME_STEP)."""
-    mode = getattr(getattr(env, "_env", None), "autoreset_mode", None)
-    return mode is not None and mode.name == "SAME_STEP"
-
-
-def _is_final_obs_reader(reader: Any) -> bool:
-    """Whether ``reader`` is torchrl's reader of a vector env's final observations, and only that."""
-    from torchrl.envs.libs.gym import terminal_obs_reader
-
-    return type(reader) is terminal_obs_reader and set(reader.info_spec.keys()) <= {reader.name}
-
-
-def _why_not_envpool(env: Any) -> str | None:
-    """Why the lean loop cannot step this torchrl ``MultiThreadedEnv``, or ``None``."""
-    if type(env).__name__ not in ("MultiThreadedEnv", "MultiThreadedEnvWrapper", "EnvPoolEnv"):
-        return f"the env is a {type(env).__name__}, not torchrl's own MultiThreadedEnv"
-    if len(env._env.spec.observation_space.shape) == 0:
-        return "the EnvPool env's observation is not one array"
-    return None
 
 
 _TRAJ_IDS = ("collector", "traj_ids")
@@ -191,20 +134,19 @@ class LeanCollector(Collector):
         env = self._base_env = (
             self.env.base_env if isinstance(self.env, TransformedEnv) else self.env
         )
-        why = _why_not_envpool(env) if is_envpool_env(env) else _why_not_gym(env)
+        why = why_not_lean_env(env)
         if why is not None:
             return why
         if env.device not in (None, torch.device("cpu")):
             return "the env lives on a device"
         # a SAME_STEP env's final observations ("final", ...) are torchrl's, swapped in by it
-        final = {r.name for r in getattr(env, "info_dict_reader", ()) if _is_final_obs_reader(r)}
-        reader = observations(self.env, env, skip=final)
+        reader = observations(self.env, env, skip=final_observation_roots(env))
         if isinstance(reader, str):
             return reader
         self._observations = reader
         if not transforms.normalized_keys <= set(reader.keys):
             return "the env's ObservationNorm normalizes keys that are not observations"
-        if transforms.max_steps is not None and (is_envpool_env(env) or _same_step(env)):
+        if transforms.max_steps is not None and (is_envpool_env(env) or is_same_step(env)):
             return "the env's StepCounter truncates (max_steps) an EnvPool or SAME_STEP env"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"
