@@ -123,9 +123,13 @@ class SubEnvSteps:
             self._terminated,
             self._truncated,
         )
-        for i, env in enumerate(self.envs):
-            observed, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
-            _put(obs, i, observed)
+        if isinstance(obs, dict):
+            for i, env in enumerate(self.envs):
+                observed, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+                _put(obs, i, observed)
+        else:  # one array: written in place, no call per copy (this loop is the hot one)
+            for i, env in enumerate(self.envs):
+                obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
         stepped = _copy(obs)
         if self.same_step:  # as SyncVectorEnv: reset() at once; the step keeps the final obs
             for i in np.flatnonzero(terminated | truncated):

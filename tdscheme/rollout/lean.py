@@ -62,6 +62,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -203,6 +204,13 @@ class LeanCollector(Collector):
         time_dim = len(batch_dims)
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
         rows = {key: out.get(key).unbind(time_dim) for key in out.keys(True, True)}
+        # the env's flags go straight from numpy into numpy views of the batch's bool rows
+        flags = {key: out.get(("next", key)).numpy() for key in _DONE_KEYS}
+        at_step = (slice(None),) * time_dim  # + (t,): one step of every env copy
+        flag_shape = (
+            out.get(("next", "done")).shape[:time_dim]
+            + out.get(("next", "done")).shape[time_dim + 1 :]
+        )
         policy_keys = [k for k in self._policy_output_keys if k != _TRAJ_IDS]
         for key in _DONE_KEYS:  # a carrier's done keys are always False after step_and_maybe_reset
             out.get(key).zero_()
@@ -243,19 +251,22 @@ class LeanCollector(Collector):
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
             next_state, reward = transforms.step(state, reward)
             truncated = transforms.truncate(next_state, truncated)  # StepCounter's max_steps
-            done = torch.as_tensor(terminated | truncated)
+            ended = np.asarray(terminated | truncated)  # (| of two 0-d arrays is a scalar)
+            for key, value in (
+                ("done", ended),
+                ("terminated", terminated),
+                ("truncated", truncated),
+            ):
+                flags[key][(*at_step, t)] = value.reshape(flag_shape)
             values = {
                 **{("next", key): value for key, value in next_obs.items()},
                 ("next", "reward"): reward,
-                ("next", "done"): done,
-                ("next", "terminated"): torch.as_tensor(terminated),
-                ("next", "truncated"): torch.as_tensor(truncated),
                 **{("next", key): value for key, value in next_state.items()},
             }
             for key, value in values.items():
                 row = rows[key][t]
                 row.copy_(value.reshape(row.shape))
-            done = done.reshape(batch_dims)
+            done = torch.from_numpy(ended).reshape(batch_dims)
             obs, traj_ids = self._reset_done(steps, done, next_obs, traj_ids)
             state = transforms.reset(next_state, done)
         self._carrier = self._as_carrier(
