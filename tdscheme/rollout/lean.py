@@ -222,6 +222,10 @@ class LeanCollector(Collector):
             key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
         }
         call_policy = self._policy_call()
+        # a policy that may read (or write) the done flags gets fresh ones each step, as
+        # torchrl's carrier holds; the module of a plain policy that does not read them, none
+        reads = getattr(call_policy, "reads", _DONE_KEYS)
+        step_falses = falses if set(_DONE_KEYS) & set(reads) else {}
         to_gym, read_obs = self._action_to_gym(), self._observations.read
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
@@ -229,7 +233,7 @@ class LeanCollector(Collector):
             inputs = {
                 **obs,
                 _TRAJ_IDS: traj_ids,
-                **{k: v.clone() for k, v in falses.items()},
+                **{k: v.clone() for k, v in step_falses.items()},
                 **state,
             }
             if self._should_use_random_frames():
@@ -324,6 +328,7 @@ class LeanCollector(Collector):
                         result = (result,)
                     return dict(zip(out_keys, result, strict=True))
 
+                direct.reads = list(in_keys)  # type: ignore[attr-defined]
                 return direct
 
         def generic(inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
