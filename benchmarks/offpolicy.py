@@ -228,6 +228,21 @@ def prefetch_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def per_seed_ratio(runs: list[dict[str, Any]], section: str, run: str) -> str:
+    """The median over seeds of ``run``'s wall time over the plain loop's on the same seed."""
+    plain = {
+        r["seed"]: r["wall_s"] for r in runs if r["section"] == section and r["run"] == "torchrl"
+    }
+    ratios = [
+        r["wall_s"] / plain[r["seed"]]
+        for r in runs
+        if r["section"] == section and r["run"] == run and r["seed"] in plain
+    ]
+    if run == "torchrl" or not ratios:
+        return ""
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x)"
+
+
 def tables(rows: list[dict[str, Any]]) -> str:
     """Markdown: every run, medians per section and run, ratios against the plain loop."""
     out = []
@@ -240,7 +255,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['section']} | {r['run']} | {r['seed']} | {r['reached']} | "
                        f"{r['frames']:,} | {r['wall_s']:.1f} | {ret} |")  # fmt: skip
         out += ["", "| section | run | reached | median frames | median wall s | max wall s | "
-                "wall vs torchrl (plain) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                "wall vs torchrl (plain): ratio of medians | median of per-seed ratios |",
+                "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for section in dict.fromkeys(r["section"] for r in runs):
             names = dict.fromkeys(r["run"] for r in runs if r["section"] == section)
             medians = {
@@ -256,7 +272,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
                 out.append(
                     f"| {section} | {run} | {sum(r['reached'] for r in mine)}/{len(mine)} | "
                     f"{statistics.median(r['frames'] for r in mine):,.0f} | {medians[run]:.1f} "
-                    f"| {max(r['wall_s'] for r in mine):.1f} | {ratio} |"
+                    f"| {max(r['wall_s'] for r in mine):.1f} | {ratio} | "
+                    f"{per_seed_ratio(runs, section, run)} |"
                 )
     bg = [r for r in rows if r["section"] == "background"]
     if bg:
