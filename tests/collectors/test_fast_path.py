@@ -8,7 +8,7 @@ import time
 
 import ray
 from torchrl.collectors import Collector
-from torchrl.envs import ObservationNorm, TransformedEnv
+from torchrl.envs import CatFrames, TransformedEnv
 
 from tdscheme import RayCollector
 from tdscheme.envs import make_env
@@ -47,12 +47,12 @@ def test_a_users_collector_class_is_named(ray_clean, caplog):
 
 
 def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
-    def normalized_cartpole():  # local: Ray ships it by value (tests/ is no package)
-        norm = ObservationNorm(loc=0.0, scale=2.0, in_keys=["observation"])
-        return TransformedEnv(make_env("CartPole-v1"), norm)
+    def stacked_cartpole():  # local: Ray ships it by value (tests/ is no package)
+        stack = CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stacked"])
+        return TransformedEnv(make_env("CartPole-v1"), stack)
 
-    statuses, logged = fast_path(caplog, normalized_cartpole)
-    reason = "torchrl's rollout: the env has a ObservationNorm transform"
+    statuses, logged = fast_path(caplog, stacked_cartpole)
+    reason = "torchrl's rollout: the env has a CatFrames transform"
     assert statuses == [reason, reason]
     assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
 
