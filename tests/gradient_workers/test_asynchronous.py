@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from tdscheme.gradient_workers import build_gradient_coordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules
+from tdscheme.testing import cartpole_learner, cartpole_modules, kill_and_wait
 
 from .helpers import cartpole, new_learner, small_config
 
@@ -59,7 +59,7 @@ def test_gradients_past_max_staleness_are_dropped_and_counted(coordinator):
 
 def test_a_killed_worker_is_recreated_and_the_run_continues(coordinator):
     version = coordinator.learner.version
-    ray.kill(coordinator.pool.actors()[0], no_restart=True)
+    kill_and_wait(coordinator.pool.actors()[0])
     metrics = coordinator.step()
     assert metrics["restarts"] == 1 and metrics["grads_applied"] + metrics["grads_dropped"] == 6
     assert coordinator.learner.version == version + metrics["updates"]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import ray
 import torch
 
 from tdscheme.gradient_workers import build_gradient_coordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules
+from tdscheme.testing import cartpole_learner, cartpole_modules, kill_and_wait
 from tdscheme.transport import TensorDictCodec
 
 from .helpers import cartpole, new_learner, small_config
@@ -63,7 +62,7 @@ def test_workers_hold_bit_identical_weights_after_k_steps(coordinator):
 
 def test_a_killed_worker_is_recreated_the_group_rebuilt_and_weights_stay_identical(coordinator):
     version = coordinator.learner.version
-    ray.kill(coordinator.pool.actors()[1], no_restart=True)
+    kill_and_wait(coordinator.pool.actors()[1])
     metrics = coordinator.step()
     assert metrics["restarts"] == 1 and metrics["version"] == version + 1
     metrics = coordinator.step()

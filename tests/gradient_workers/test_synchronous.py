@@ -6,12 +6,11 @@ import functools
 import time
 
 import pytest
-import ray
 import torch
 
 from tdscheme.collectors import PreemptionConfig
 from tdscheme.gradient_workers import GradientWorkerSpec, SynchronousCoordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+from tdscheme.testing import cartpole_learner, cartpole_modules, kill_and_wait, make_env
 from tdscheme.transport import TensorDictCodec
 
 from .helpers import cartpole, new_learner, small_config
@@ -65,7 +64,7 @@ def test_one_step_equals_one_learner_step_on_the_concatenated_batch(coordinator)
 
 def test_a_killed_worker_is_recreated_from_the_current_weights(coordinator):
     version = coordinator.learner.version
-    ray.kill(coordinator.pool.actors()[1], no_restart=True)
+    kill_and_wait(coordinator.pool.actors()[1])
     metrics = coordinator.step()
     assert metrics["restarts"] == 1 and metrics["grads_applied"] == 2
     assert coordinator.stats()["restarts_per_worker"] == [0, 1]

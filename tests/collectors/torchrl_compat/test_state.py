@@ -73,14 +73,12 @@ def test_former_tdscheme_state_from_old_checkpoints_still_loads(ray_clean):
 
 def test_a_worker_killed_during_a_checkpoint_is_rebuilt_not_the_end_of_the_run(ray_clean):
     """Found by the off-policy soak: a collector killed as the Trainer saved stopped the run."""
-    import ray
-
     from tdscheme import WorkerError
 
     with counting_collector() as collector:
         it = iter(collector)
         next(it)
-        ray.kill(collector.workers[0], no_restart=True)
+        kill_and_wait(collector.workers[0])  # ray.kill returns before the actor is dead
         state = collector.state_dict()  # before: WorkerError "died during state_dict"
         assert len(state) == 2 and collector.stats(timeout=10)["restarts"] == 1
         next(it)  # iteration goes on with the rebuilt worker
@@ -95,6 +93,6 @@ def test_a_worker_killed_during_a_checkpoint_is_rebuilt_not_the_end_of_the_run(r
         assert next(iter(collector)).numel() == 10  # the rebuilt workers collect
     with counting_collector(num_workers=1) as collector:
         collector._pool.max_restarts = 0  # a death past max_restarts is still an error
-        ray.kill(collector.workers[0], no_restart=True)
+        kill_and_wait(collector.workers[0])
         with pytest.raises(WorkerError, match=r"died 1 times \(max_restarts=0\)"):
             collector.state_dict()
