@@ -11,7 +11,8 @@ torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
 ``RewardScaling``, ``RewardClipping``, ``DoubleToFloat``, ``ObservationNorm``,
-``StepCounter(max_steps)``: :mod:`~tdscheme.rollout.transforms`), and the collector
+``StepCounter(max_steps)``, and ``CatFrames`` / ``VecNorm`` through their own
+``_step`` and ``_reset``: :mod:`~tdscheme.rollout.transforms`), and the collector
 runs none of torchrl's per-frame options (postproc, a replay buffer of its own,
 device casts, ...; ``trajs_per_batch`` is fine: torchrl assembles its trajectories
 from the batches this rollout returns). Then each step:
@@ -101,6 +102,11 @@ def _is_plain_module(policy: Any) -> bool:
     )
 
 
+def _where(done: torch.Tensor, reset: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """``reset`` where the copy's episode ended (``done``: the env's batch shape), else ``kept``."""
+    return torch.where(done.reshape(done.shape + (1,) * (reset.ndim - done.ndim)), reset, kept)
+
+
 _TRAJ_IDS = ("collector", "traj_ids")
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -147,6 +153,10 @@ class LeanCollector(Collector):
         self._observations = reader
         if not transforms.normalized_keys <= set(reader.keys):
             return "the env's ObservationNorm normalizes keys that are not observations"
+        if transforms.stateful and is_envpool_env(env):
+            # torchrl's MultiThreadedEnv keeps the transformed observations as its own (a
+            # CatFrames' stack fails its next partial reset): EnvPool stacks with stack_num
+            return "the env runs CatFrames or VecNorm over EnvPool (EnvPool stacks: stack_num)"
         if transforms.max_steps is not None and (is_envpool_env(env) or is_same_step(env)):
             return "the env's StepCounter truncates (max_steps) an EnvPool or SAME_STEP env"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
@@ -251,9 +261,8 @@ class LeanCollector(Collector):
             next_obs, reward, terminated, truncated = steps.step(to_gym(outputs["action"]))
             if hook is not None:
                 hook(env_frames)
-            next_obs = transforms.observe(read_obs(next_obs))
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
-            next_state, reward = transforms.step(state, reward)
+            next_state, reward, next_obs = transforms.step(state, reward, read_obs(next_obs))
             truncated = transforms.truncate(next_state, truncated)  # StepCounter's max_steps
             ended = np.asarray(terminated | truncated)  # (| of two 0-d arrays is a scalar)
             for key, value in (
@@ -351,7 +360,12 @@ class LeanCollector(Collector):
         if not done.any():
             return obs, traj_ids
         reset_obs = steps.reset(done.reshape(-1).numpy())
-        obs = self._transforms.observe(self._observations.read(reset_obs))
+        reset_obs = self._transforms.observe_reset(self._observations.read(reset_obs), done)
+        if self._transforms.stateful and not done.all():
+            # the other copies keep the step's observations, as torchrl's _update_during_reset
+            # (recomputed, a VecNorm's would see its updated statistics, a CatFrames' the same)
+            reset_obs = {key: _where(done, value, obs[key]) for key, value in reset_obs.items()}
+        obs = reset_obs
         new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
         traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)
         return obs, traj_ids

@@ -37,9 +37,14 @@ class Observations:
         keys: the torchrl keys, in the env spec's order.
     """
 
-    def __init__(self, keys: list[str], specs: dict[str, Any], gym_keys: dict[str, str]) -> None:
+    def __init__(
+        self,
+        keys: list[str],
+        specs: dict[str, tuple[torch.Size, torch.dtype]],
+        gym_keys: dict[str, str],
+    ) -> None:
         self.keys = keys
-        self._specs = {key: (spec.shape, spec.dtype) for key, spec in specs.items()}
+        self._specs = specs  # key -> (shape, dtype)
         self._gym_keys = gym_keys  # torchrl key -> the Dict space's key ({} for an array)
 
     def read(self, raw: Any) -> dict[str, torch.Tensor]:
@@ -80,7 +85,10 @@ def observations(
             gym_keys["observation" if name == "state" else name] = name
         if sorted(gym_keys) != sorted(keys):
             return f"the env's observation keys {keys} are not its Dict space's {list(space)}"
-    specs = {key: env.observation_spec[key] for key in keys}  # DoubleToFloat: the cast dtype
+    # the env's shape (CatFrames stacks later) in the transformed dtype (DoubleToFloat's cast)
+    specs = {
+        key: (base_env.observation_spec[key].shape, env.observation_spec[key].dtype) for key in keys
+    }
     return Observations(keys, specs, gym_keys)
 
 

@@ -12,10 +12,24 @@ per step on plain tensors, in the order of the ``Compose``, with torchrl's
 arithmetic (``prev + reward``, ``count + 1``, ``reward * scale + loc``,
 ``reward.clamp(min, max)``, zeroed where an episode ends; ``obs * scale + loc``
 or ``(obs - loc) / scale``; ``truncated |= count >= max_steps``, which ends the
-episode; ``DoubleToFloat`` is a cast to the transformed spec's dtype). Any
-other transform (``CatFrames``, ``VecNorm``, ...), or these with non-default
-keys or options, makes :func:`episode_transforms` give a reason, and the
-collector runs torchrl's own rollout.
+episode; ``DoubleToFloat`` is a cast to the transformed spec's dtype).
+
+Two transforms keep a state of their own that torchrl's code updates:
+``CatFrames`` (frame stacking: a buffer of the last N frames per copy) and
+``VecNorm`` / ``VecNormV2`` (running statistics of the observations and
+rewards). The lean loop calls *their own* ``_step`` and ``_reset`` methods, as
+torchrl's ``TransformedEnv`` does, on a small TensorDict of the step's
+observations (and reward) or the reset's observations with the ``"_reset"``
+mask: their state stays the transform's (checkpoints, ``freeze()``, shared
+statistics work unchanged) and their arithmetic is torchrl's. After a reset,
+the copies that did not reset keep the observations of the step, as torchrl's
+``_update_during_reset`` keeps them (VecNorm updates its statistics with every
+copy's reset observation, as in torchrl).
+
+Any other transform, or these with non-default keys or options (renamed
+outputs, stateless ``VecNormV2``, ``CatFrames`` as an inverse or on future
+frames), makes :func:`episode_transforms` give a reason, and the collector runs
+torchrl's own rollout.
 
 Example:
     >>> from torchrl.envs import Compose, RewardSum, StepCounter, TransformedEnv
@@ -25,7 +39,7 @@ Example:
     >>> tracker.keys
     ['episode_reward', 'step_count']
     >>> state = tracker.initial(env.reset())
-    >>> nxt, reward = tracker.step(state, torch.ones(1))
+    >>> nxt, reward, obs = tracker.step(state, torch.ones(1), {"observation": torch.zeros(4)})
     >>> nxt["episode_reward"].tolist(), nxt["step_count"].tolist(), reward.tolist()
     ([1.0], [1], [1.0])
     >>> tracker.reset(nxt, torch.tensor([True]))["step_count"].tolist()
@@ -39,7 +53,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 from torchrl.envs import (
+    CatFrames,
     Compose,
     DoubleToFloat,
     ObservationNorm,
@@ -48,6 +64,8 @@ from torchrl.envs import (
     RewardSum,
     StepCounter,
     TransformedEnv,
+    VecNorm,
+    VecNormV2,
 )
 from torchrl.envs.transforms import VecGymEnvTransform
 
@@ -61,15 +79,19 @@ class EpisodeTransforms:
 
     Attributes:
         keys: the state keys these transforms write at the root and under ``"next"``.
+        normalized_keys: the observation keys the transforms rewrite.
+        stateful: some transform keeps a state of its own (``CatFrames``, ``VecNorm``).
+        max_steps: StepCounter's ``max_steps`` (``None``: no truncation).
     """
 
-    def __init__(self, steps: list[tuple[str, Any]]) -> None:
+    def __init__(self, steps: list[tuple[str, Any]], batch_size: torch.Size) -> None:
         self._steps = steps  # (kind, argument) in the Compose's order
+        self._batch_size = batch_size
         self.keys = [arg for kind, arg in steps if kind in ("sum", "count")]
-        self._norms = [arg for kind, arg in steps if kind == "norm"]
-        #: the observation keys ``ObservationNorm`` rewrites
-        self.normalized_keys = {key for keys, *_ in self._norms for key in keys}
-        #: StepCounter's ``max_steps``: the episode is truncated at that count (``None``: never)
+        own = [arg for kind, arg in steps if kind == "own"]
+        self.normalized_keys = {key for kind, arg in steps if kind == "norm" for key in arg[0]}
+        self.normalized_keys |= {key for t in own for key in t.in_keys if key != "reward"}
+        self.stateful = bool(own)
         self.max_steps = next((arg for kind, arg in steps if kind == "truncate"), None)
 
     def initial(self, carrier: Any) -> dict[str, torch.Tensor]:
@@ -77,9 +99,12 @@ class EpisodeTransforms:
         return {key: carrier.get(key) for key in self.keys}
 
     def step(
-        self, state: dict[str, torch.Tensor], reward: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """The next state and the reward the batch keeps, as the transforms' ``_step``."""
+        self,
+        state: dict[str, torch.Tensor],
+        reward: torch.Tensor,
+        obs: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+        """The next state, reward and observations the batch keeps, as the transforms' ``_step``."""
         nxt: dict[str, torch.Tensor] = {}
         for kind, arg in self._steps:
             if kind == "sum":
@@ -93,14 +118,35 @@ class EpisodeTransforms:
                 reward = reward.clamp(*arg)
             elif kind == "cast" and arg:  # DoubleToFloat on the reward (its observation cast
                 reward = reward.to(torch.float32)  # is the lean loop's read: its spec's dtype)
-        return nxt, reward
+            elif kind == "norm":
+                obs = _normalize(arg, obs)
+            elif kind == "own":  # the transform's own _step, on the step's entries
+                entries = self._own_entries(arg, obs, reward)
+                entries = arg._step(TensorDict(batch_size=self._batch_size), entries)
+                obs = {key: entries.get(key) for key in obs}
+                reward = entries.get("reward", reward)
+        return nxt, reward, obs
 
-    def observe(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The observations the batch keeps, as ``ObservationNorm``'s ``_apply_transform``."""
-        for keys, loc, scale, standard_normal in self._norms:
-            for key in keys:
-                obs[key] = (obs[key] - loc) / scale if standard_normal else obs[key] * scale + loc
+    def observe_reset(
+        self, obs: dict[str, torch.Tensor], done: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The observations after the copies where ``done`` reset, as the transforms' ``_reset``."""
+        for kind, arg in self._steps:
+            if kind == "norm":
+                obs = _normalize(arg, obs)
+            elif kind == "own":
+                mask = TensorDict({"_reset": done}, batch_size=self._batch_size)
+                entries = arg._reset(mask, TensorDict(obs, batch_size=self._batch_size))
+                obs = {key: entries.get(key) for key in obs}
         return obs
+
+    def _own_entries(
+        self, transform: Any, obs: dict[str, torch.Tensor], reward: torch.Tensor
+    ) -> TensorDict:
+        entries = TensorDict(obs, batch_size=self._batch_size)
+        if "reward" in transform.in_keys:
+            entries.set("reward", reward)
+        return entries
 
     def truncate(self, state: dict[str, torch.Tensor], truncated: np.ndarray) -> np.ndarray:
         """``truncated``, and where StepCounter's ``max_steps`` is reached, as its ``_step``."""
@@ -116,6 +162,14 @@ class EpisodeTransforms:
         return {key: torch.where(~done.reshape(v.shape), v, 0) for key, v in nxt.items()}
 
 
+def _normalize(arg: tuple[Any, ...], obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``ObservationNorm``'s ``_apply_transform`` on its keys."""
+    keys, loc, scale, standard_normal = arg
+    for key in keys:
+        obs[key] = (obs[key] - loc) / scale if standard_normal else obs[key] * scale + loc
+    return obs
+
+
 def episode_transforms(env: Any) -> EpisodeTransforms | str:
     """The lean form of ``env``'s transforms, or why there is none.
 
@@ -127,7 +181,7 @@ def episode_transforms(env: Any) -> EpisodeTransforms | str:
         option the lean rollout does not run.
     """
     if not isinstance(env, TransformedEnv):
-        return EpisodeTransforms([])
+        return EpisodeTransforms([], env.batch_size)
     transform = env.transform
     parts = list(transform.transforms) if type(transform) is Compose else [transform]
     steps: list[tuple[str, Any]] = []
@@ -140,14 +194,19 @@ def episode_transforms(env: Any) -> EpisodeTransforms | str:
         step = _lean_step(part)
         if isinstance(step, str):
             return step
-        if step[0] == "cast" and any(kind == "norm" for kind, _ in steps):
-            return "the env normalizes observations (ObservationNorm) before DoubleToFloat"
+        if step[0] == "cast" and any(kind in ("norm", "own") for kind, _ in steps):
+            return f"the env casts (DoubleToFloat) after {_observation_transform(steps)}"
         steps.append(step)
         if type(part) is StepCounter and part.max_steps is not None:
             if any(kind == "truncate" for kind, _ in steps):
                 return "the env has two StepCounters with max_steps"
             steps.append(("truncate", int(part.max_steps)))
-    return EpisodeTransforms(steps)
+    return EpisodeTransforms(steps, env.batch_size)
+
+
+def _observation_transform(steps: list[tuple[str, Any]]) -> str:
+    kind, arg = next(step for step in steps if step[0] in ("norm", "own"))
+    return "ObservationNorm" if kind == "norm" else type(arg).__name__
 
 
 def _lean_step(transform: Any) -> tuple[str, Any] | str:
@@ -190,4 +249,25 @@ def _lean_step(transform: Any) -> tuple[str, Any] | str:
         if transform.in_keys_inv:
             return "the env's DoubleToFloat casts the action back (in_keys_inv)"
         return ("cast", "reward" in keys[0])
+    if kind in (CatFrames, VecNorm, VecNormV2):
+        return _own_step(transform, name)
     return f"the env has a {name} transform"
+
+
+def _own_step(transform: Any, name: str) -> tuple[str, Any] | str:
+    """``("own", transform)`` for a CatFrames or VecNorm the lean loop can call, or why not."""
+    if isinstance(transform, VecNormV2) and not transform.stateful:
+        return "the env's VecNormV2 is stateless (its statistics travel in the data)"
+    keys = (list(transform.in_keys), list(transform.out_keys))
+    if keys[0] != keys[1] or transform.in_keys_inv:
+        return f"the env's {name} renames keys (out_keys) or inverts (in_keys_inv)"
+    if not all(isinstance(key, str) for key in keys[0]):
+        return f"the env's {name} transforms nested keys"
+    if isinstance(transform, CatFrames):
+        if transform.as_inverse or transform.future or transform.mask_key is not None:
+            return "the env's CatFrames is an inverse, looks ahead (future) or masks (mask_key)"
+        if transform.reset_key != "_reset":
+            return f"the env's CatFrames reads the reset key {transform.reset_key!r}"
+        if "reward" in keys[0]:
+            return "the env's CatFrames stacks rewards"
+    return ("own", transform)
