@@ -10,7 +10,12 @@ Two trunks (``network=``), uint8 frames scaled to [0, 1], torchrl's ``ConvNet`` 
 
 The policy logits and the state value are two linear heads on the trunk. torchrl's ``ActorValueOperator`` shares the
 trunk: the actor (trunk + policy head) runs in the workers, the loss trains both
-heads and the trunk once.
+heads and the trunk. The critic is a :class:`SharedTrunkValue`: where the loss
+has just run the actor's trunk on the same frames, the value head reads that
+output instead of running the trunk a second time: one forward and one backward
+pass of the CNN per minibatch instead of two (torchrl's losses call the actor
+and the critic one after the other, each with the trunk), with the same
+gradients.
 
 Example:
     >>> import torch
@@ -27,16 +32,24 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.data import Categorical
 from torchrl.modules import MLP, ActorValueOperator, ConvNet, ProbabilisticActor, ValueOperator
 
 from tdscheme.validation import check_choice
 
-__all__ = ["PIXEL_NETWORKS", "PixelScale", "pixel_actor_critic", "pixel_trunk"]
+__all__ = [
+    "PIXEL_NETWORKS",
+    "PixelScale",
+    "SharedTrunkValue",
+    "pixel_actor_critic",
+    "pixel_trunk",
+]
 
 #: Each trunk's conv layers ``(channels, kernel, stride)`` and its hidden units.
 PIXEL_NETWORKS = {
@@ -50,6 +63,61 @@ class PixelScale(nn.Module):
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         return pixels.to(torch.float32) / 255.0
+
+
+class SharedTrunkValue(TensorDictModuleBase):
+    """trunk + value head that reuses the trunk output the actor just computed, with its graph.
+
+    The trunk's last run with gradients is recorded (its input tensor, its
+    parameters' versions, its output). When this critic is next called with
+    gradients on the *same* observation tensor and the parameters have not changed
+    since (no optimizer step: their versions are the same), that output is the
+    trunk's on these frames with these weights, so the head reads it instead of
+    running the trunk again: torchrl's losses call the actor and then the critic on
+    the same frames (PPO on the same TensorDict, A2C on a shallow copy), and the
+    gradients are the same, summed through one graph. Any other call (without
+    gradients, as the value estimator's; other frames; after a step) runs the
+    trunk. A record is used once, and never pickled.
+
+    Args:
+        trunk: ``observation -> hidden``; shared with the actor.
+        head: ``hidden -> state_value``.
+    """
+
+    def __init__(self, trunk: TensorDictModule, head: TensorDictModule) -> None:
+        super().__init__()
+        self.module = nn.ModuleList([trunk, head])  # the parameter names of torchrl's sequence
+        self.in_keys = list(trunk.in_keys)
+        self.out_keys = [*trunk.out_keys, *head.out_keys]
+        self._record: tuple[torch.Tensor, tuple[int, ...], torch.Tensor] | None = None
+        trunk.module.register_forward_hook(self._remember)
+
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self.module[0].parameters())
+
+    def _remember(self, _: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+        if torch.is_grad_enabled() and output.requires_grad:
+            self._record = (args[0], self._versions(), output)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        trunk, head = self.module
+        record, self._record = self._record, None
+        observation = tensordict.get(self.in_keys[0])
+        if (
+            record is not None
+            and torch.is_grad_enabled()
+            and record[0] is observation
+            and record[1] == self._versions()
+        ):
+            tensordict.set(trunk.out_keys[0], record[2])
+        else:
+            tensordict = trunk(tensordict)
+        return head(tensordict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_record"] = None
+        return state
 
 
 def pixel_trunk(
@@ -108,4 +176,4 @@ def pixel_actor_critic(
     )  # fmt: skip
     value = ValueOperator(nn.Linear(hidden, 1), in_keys=["hidden"])
     shared = ActorValueOperator(trunk, policy, value)
-    return {"actor": shared.get_policy_operator(), "critic": shared.get_value_operator()}
+    return {"actor": shared.get_policy_operator(), "critic": SharedTrunkValue(trunk, value)}

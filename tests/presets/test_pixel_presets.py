@@ -77,3 +77,72 @@ def test_cuda_learner_trains_on_cpu_uint8_batches_and_hands_out_cpu_weights():
     assert math.isfinite(float(metrics["loss"]))
     assert all(p.is_cuda for p in learner.loss_module.parameters())
     assert all(not w.is_cuda for w in learner.policy_weights().values(True, True))
+
+
+def _pixel_batch(n=4, t=8):
+    torch.manual_seed(1)
+    frames = torch.randint(0, 255, (n, t, 4, 84, 84), dtype=torch.uint8)
+    return TensorDict(
+        observation=frames,
+        action=torch.randint(0, 6, (n, t)),
+        action_log_prob=torch.full((n, t), -math.log(6)),
+        advantage=torch.randn(n, t, 1),
+        value_target=torch.randn(n, t, 1),
+        hidden=torch.full((n, t, 256), 7.0),  # the workers' stale trunk output, as batches carry
+        batch_size=[n, t],
+    )
+
+
+@pytest.mark.parametrize("loss_name", ["ClipPPOLoss", "A2CLoss"])
+def test_the_critic_reuses_the_actors_trunk_with_the_same_gradients(loss_name):
+    """One CNN pass per loss call instead of two (actor, then critic), same values and grads."""
+    from tensordict.nn import TensorDictSequential
+    from torchrl import objectives
+
+    torch.manual_seed(0)
+    modules = pixel_actor_critic(num_actions=6)
+    critic = modules["critic"]
+    trunk, head = critic.module
+    twice = TensorDictSequential(trunk, head)  # torchrl's value operator's path
+    calls = []
+    trunk.register_forward_hook(lambda *_: calls.append(1))
+    grads, losses = [], []
+    for value_net in (twice, critic):
+        loss = getattr(objectives, loss_name)(modules["actor"], value_net)
+        calls.clear()
+        out = loss(_pixel_batch())
+        total = sum(v for k, v in out.items() if k.startswith("loss_"))
+        params = [*modules["actor"].parameters(), *head.parameters()]
+        grads.append(torch.autograd.grad(total, params))
+        losses.append({k: v.detach() for k, v in out.items() if k.startswith("loss_")})
+        runs = len(calls)
+    assert runs == 1  # the shared critic ran no trunk of its own (the actor's one run)
+    for key, value in losses[0].items():
+        torch.testing.assert_close(losses[1][key], value, msg=key)
+    for want, got in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_critic_runs_the_trunk_unless_the_actor_just_ran_it_on_the_same_frames():
+    import pickle
+
+    modules = pixel_actor_critic(num_actions=6)
+    actor, critic = modules["actor"], modules["critic"]
+    trunk, head = critic.module
+    batch = _pixel_batch()
+    fresh = head(trunk(batch.exclude("hidden")))["state_value"].detach()
+    # the workers' stale "hidden" in the batch is never read
+    assert torch.allclose(critic(batch.clone())["state_value"], fresh)
+    actor(batch.clone())
+    with torch.no_grad():  # the value estimator's call
+        assert torch.allclose(critic(batch.clone())["state_value"], fresh)
+    actor(batch)
+    with torch.no_grad():
+        for p in trunk.parameters():
+            p.mul_(0.5)  # an optimizer step between: the recorded output is stale
+    halved = head(trunk(batch.exclude("hidden")))["state_value"].detach()
+    assert torch.allclose(critic(batch)["state_value"], halved)
+    actor(batch)
+    assert critic._record is not None and pickle.loads(pickle.dumps(critic))._record is None
+    critic(batch)
+    assert critic._record is None  # used once
