@@ -52,7 +52,9 @@ def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
         return TransformedEnv(make_env("CartPole-v1"), stack)
 
     statuses, logged = fast_path(caplog, stacked_cartpole)
-    reason = "torchrl's rollout: the env has a CatFrames transform"
+    reason = (
+        "torchrl's rollout: the env's CatFrames renames keys (out_keys) or inverts (in_keys_inv)"
+    )
     assert statuses == [reason, reason]
     assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
 
