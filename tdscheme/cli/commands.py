@@ -1,4 +1,4 @@
-"""The ``tdscheme`` command's ``train``, ``eval`` and ``plot`` commands.
+"""The ``tdscheme`` command's ``train``, ``bench``, ``eval`` and ``plot`` commands.
 
 :mod:`tdscheme.cli.main` is the entry point: it parses the command line and makes
 the preset (:mod:`tdscheme.cli.parser`, no torch) before it imports this module
@@ -60,6 +60,9 @@ def run(
         if args.command == "train":
             assert preset is not None, "train needs its preset"
             return _train(args, preset, started, ray_lease)
+        if args.command == "bench":
+            assert preset is not None, "bench needs its preset"
+            return _bench(args, preset, ray_lease)
         return {"eval": _eval, "plot": _plot}[args.command](args)
     except (CheckpointError, FileNotFoundError, PlacementError, ImportError) as err:
         print(f"tdscheme {args.command}: error: {err}", file=sys.stderr)
@@ -91,6 +94,19 @@ def _train(
         print(_stopped_line(summary), file=sys.stderr, flush=True)
         return interrupts.exit_status() or 130
     _print_summary(summary, setup_s, resumed=preset.trainer.resume, trainer=preset.trainer)
+    return 0
+
+
+def _bench(args: argparse.Namespace, preset: Preset, ray_lease: RayLease | None) -> int:
+    from tdscheme.cli.bench import bench, bench_lines
+
+    own = None if ray_lease is not None else RayLease.acquire(preset.scheme.ray_init_config)
+    try:  # the entry point's lease is released by the entry point
+        for line in bench_lines(bench(preset, seconds=args.seconds)):
+            print(line, flush=True)
+    finally:
+        if own is not None:
+            own.release()
     return 0
 
 

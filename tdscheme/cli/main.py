@@ -4,6 +4,7 @@ Usage::
 
     tdscheme train [PRESET] [--SETTING VALUE ...]     # e.g. --total-frames 50000 --lr 1e-3
     tdscheme train --resume RUN_DIR [--SETTING VALUE ...]
+    tdscheme bench [PRESET] [--seconds S] [--SETTING VALUE ...]
     tdscheme eval CHECKPOINT_OR_RUN_DIR [--episodes N]
     tdscheme plot RUN_DIR [--out PNG]
 
@@ -73,14 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     forced_line = None
     verbose = False
     try:
-        from tdscheme.cli.parser import build_parser, train_preset
+        from tdscheme.cli.parser import bench_preset, build_parser, train_preset
 
         args = build_parser().parse_args(argv)  # a usage error exits here with status 2
         verbose = args.verbose
         configure_driver_logging(logging.INFO if verbose else logging.WARNING)
         preset = None
-        if args.command == "train":
-            preset = train_preset(args)  # every setting checked, still before Ray
+        if args.command in ("train", "bench"):
+            # every setting checked, still before Ray
+            preset = train_preset(args) if args.command == "train" else bench_preset(args)
             lease = _start_ray_while_importing(preset.scheme.ray_init_config)
         from tdscheme.cli import commands
 

@@ -27,14 +27,14 @@ from tdscheme.engine.logger_backends import missing_package_error
 from tdscheme.engine.trainer_config import CONFIG_FILE
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
 
-__all__ = ["build_parser", "train_preset"]
+__all__ = ["bench_preset", "build_parser", "train_preset"]
 
 #: Parsed arguments that are not settings of a preset.
-_NOT_SETTINGS = ("command", "command_parser", "verbose", "preset", "resume")
+_NOT_SETTINGS = ("command", "command_parser", "verbose", "preset", "resume", "seconds")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tdscheme`` argument parser with its ``train``, ``eval`` and ``plot`` commands."""
+    """The ``tdscheme`` argument parser: its ``train``, ``bench``, ``eval`` and ``plot`` commands."""
     parser = argparse.ArgumentParser(
         prog="tdscheme", description="TensorDict-native distributed RL on Ray and torchrl."
     )
@@ -59,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
     add_setting_options(train, [get_preset(n) for n in names], skip=("resume",))
     train.set_defaults(command_parser=train)
+
+    bench = commands.add_parser(
+        "bench", help="a preset's collection frames/s here, beside the bare loop's limit",
+        description="Measure a preset's collection on this machine: the bare loop (env steps "
+        "and policy calls in one process), the preset's RayCollector, each worker's fast path.",
+    )  # fmt: skip
+    bench.add_argument(
+        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
+        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
+    )  # fmt: skip
+    bench.add_argument(
+        "--seconds", type=_positive_float, default=10.0,
+        help="each measurement's window (default 10)",
+    )  # fmt: skip
+    add_setting_options(bench, [get_preset(n) for n in names], skip=("resume",))
+    bench.set_defaults(command_parser=bench)
 
     ev = commands.add_parser(
         "eval", help="evaluate a run's checkpoints (test mode) or one checkpoint",
@@ -96,6 +112,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not an int >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a number > 0")
     return value
 
 
@@ -161,6 +184,18 @@ def train_preset(args: argparse.Namespace) -> Preset:
     if missing is not None:
         sub.error(f"argument --logger: {missing}")
     return preset
+
+
+def bench_preset(args: argparse.Namespace) -> Preset:
+    """The preset ``tdscheme bench`` measures: the named one, with the options given."""
+    sub = args.command_parser
+    overrides = train_overrides(args)
+    preset = get_preset(args.preset or DEFAULT_PRESET)
+    _check_known(preset, overrides, sub)
+    try:
+        return preset.override(overrides)
+    except (ValueError, TypeError) as err:
+        sub.error(setting_error(err, overrides))
 
 
 def _check_prioritized(preset: Any, sub: argparse.ArgumentParser) -> None:

@@ -47,11 +47,14 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
+from torchrl.data import Categorical, OneHot
 
-__all__ = ["EnvPoolSteps", "EnvSteps", "SubEnvSteps", "env_steps"]
+__all__ = ["EnvPoolSteps", "EnvSteps", "SubEnvSteps", "action_to_gym", "env_steps"]
 
 
 class EnvSteps:
@@ -197,6 +200,22 @@ def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps:
         return SubEnvSteps(gym_env)
     same_step = mode == AutoresetMode.SAME_STEP
     return EnvSteps(gym_env, batched=isinstance(gym_env, VectorEnv), same_step=same_step)
+
+
+def action_to_gym(env: Any) -> Callable[[torch.Tensor], Any]:
+    """``action tensor -> what the env's step takes``, as the torchrl wrapper's ``read_action``.
+
+    Args:
+        env: the torchrl ``GymWrapper`` / ``MultiThreadedEnv`` (its action spec).
+    """
+    spec, batched = env.action_spec, bool(env.batch_size)
+    if isinstance(spec, OneHot):
+        if batched:
+            return lambda action: action.long().argmax(-1).numpy()
+        return lambda action: int(action.long().argmax(-1))
+    if isinstance(spec, Categorical) and not batched:
+        return lambda action: int(action)
+    return lambda action: action.numpy()
 
 
 def is_envpool_env(env: Any) -> bool:

@@ -76,6 +76,7 @@ from tdscheme.rollout.env_steps import (
     EnvPoolSteps,
     EnvSteps,
     SubEnvSteps,
+    action_to_gym,
     env_steps,
     is_envpool_env,
 )
@@ -298,14 +299,7 @@ class LeanCollector(Collector):
 
     def _action_to_gym(self) -> Any:
         """``action tensor -> what gymnasium's step takes``, as the torchrl wrapper's ``read_action``."""
-        spec, batched = self._base_env.action_spec, bool(self._base_env.batch_size)
-        if isinstance(spec, OneHot):
-            if batched:
-                return lambda action: action.long().argmax(-1).numpy()
-            return lambda action: int(action.long().argmax(-1))
-        if isinstance(spec, Categorical) and not batched:
-            return lambda action: int(action)
-        return lambda action: action.numpy()
+        return action_to_gym(self._base_env)
 
     def _as_carrier(self, inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
         """torchrl's carrier (what its policy reads) from the lean loop's entries."""
