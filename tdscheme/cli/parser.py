@@ -47,10 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a preset", description="Train a preset; every setting can be set."
     )
-    train.add_argument(
-        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
-        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
-    )  # fmt: skip
+    _add_preset_argument(train)
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
     )
@@ -65,10 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure a preset's collection on this machine: the bare loop (env steps "
         "and policy calls in one process), the preset's RayCollector, each worker's fast path.",
     )  # fmt: skip
-    bench.add_argument(
-        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
-        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
-    )  # fmt: skip
+    _add_preset_argument(bench)
     bench.add_argument(
         "--seconds", type=_positive_float, default=10.0,
         help="each measurement's window (default 10)",
@@ -106,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="the PNG to write (default RUN_DIR/learning_curve.png)")
     plot.add_argument("--metric", default="eval/return", help="the metric (default eval/return)")
     return parser
+
+
+def _add_preset_argument(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
+        help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
+    )  # fmt: skip
 
 
 def _positive_int(text: str) -> int:
