@@ -62,10 +62,12 @@ def test_the_bare_loop_measures_plain_envs_and_names_the_others():
             lambda n=num_envs: make_env("CartPole-v1", num_envs=n), policy, seconds=0.2
         )
         assert rate.reason is None and rate.frames_per_s > 0 and rate.frames > 0
+
     # transforms are skipped: the bare loop steps the env under them
-    stacked = lambda: TransformedEnv(
-        make_env("CartPole-v1", num_envs=2), CatFrames(2, -1, in_keys=["observation"])
-    )  # noqa: E731
+    def stacked():
+        stack = CatFrames(2, -1, in_keys=["observation"])
+        return TransformedEnv(make_env("CartPole-v1", num_envs=2), stack)
+
     assert bare_loop_rate(stacked, policy, seconds=0.1).reason is None
     serial = bare_loop_rate(lambda: SerialEnv(2, lambda: make_env("CartPole-v1")), policy,
                             seconds=0.1)  # fmt: skip
