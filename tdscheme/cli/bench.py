@@ -51,7 +51,7 @@ def bench(preset: Any, *, seconds: float) -> dict[str, Any]:
     bare = bare_loop_rate(env_factory, policy, seconds=seconds)
     scheme = preset.scheme
     config = scheme.collector_config(env_factory, policy)
-    frames, start = 0, 0.0
+    frames = 0
     with RayCollector.from_config(config) as collector:
         batches = iter(collector)
         next(batches)  # the workers' start-up and first batch are not counted

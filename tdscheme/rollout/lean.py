@@ -237,7 +237,7 @@ class LeanCollector(Collector):
         # torchrl's carrier holds; the module of a plain policy that does not read them, none
         reads = getattr(call_policy, "reads", _DONE_KEYS)
         step_falses = falses if set(_DONE_KEYS) & set(reads) else {}
-        to_gym, read_obs = self._action_to_gym(), self._observations.read
+        to_gym, read_obs = action_to_gym(env), self._observations.read
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         for t in range(self.frames_per_batch):
@@ -296,10 +296,6 @@ class LeanCollector(Collector):
     def _random_action(self) -> torch.Tensor:
         """One random action per env copy, drawn as torchrl's random frames draw it."""
         return self.env.rand_action(TensorDict(batch_size=self.env.batch_size)).get("action")
-
-    def _action_to_gym(self) -> Any:
-        """``action tensor -> what gymnasium's step takes``, as the torchrl wrapper's ``read_action``."""
-        return action_to_gym(self._base_env)
 
     def _as_carrier(self, inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
         """torchrl's carrier (what its policy reads) from the lean loop's entries."""

@@ -87,6 +87,7 @@ class EpisodeTransforms:
     def __init__(self, steps: list[tuple[str, Any]], batch_size: torch.Size) -> None:
         self._steps = steps  # (kind, argument) in the Compose's order
         self._batch_size = batch_size
+        self._root = TensorDict(batch_size=batch_size)  # the `tensordict` a _step does not read
         self.keys = [arg for kind, arg in steps if kind in ("sum", "count")]
         own = [arg for kind, arg in steps if kind == "own"]
         self.normalized_keys = {key for kind, arg in steps if kind == "norm" for key in arg[0]}
@@ -122,7 +123,7 @@ class EpisodeTransforms:
                 obs = _normalize(arg, obs)
             elif kind == "own":  # the transform's own _step, on the step's entries
                 entries = self._own_entries(arg, obs, reward)
-                entries = arg._step(TensorDict(batch_size=self._batch_size), entries)
+                entries = arg._step(self._root, entries)
                 obs = {key: entries.get(key) for key in obs}
                 reward = entries.get("reward", reward)
         return nxt, reward, obs

@@ -33,7 +33,7 @@ from tdscheme.rollout.lean import LeanCollector
 from tdscheme.runtime.torchrl_names import Collector
 from tdscheme.testing import mlp_policy
 
-from .test_lean import PixelsPolicy, WithPixels, assert_same_frames, same_step_env
+from .test_lean import PixelsPolicy, WithPixels, assert_same_frames, batches, same_step_env
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Support of VecNormV2 for containers with non-empty batch-size:UserWarning"
@@ -41,26 +41,18 @@ pytestmark = pytest.mark.filterwarnings(
 STEPS = 40  # CartPole episodes end after ~10 steps under these policies: resets inside batches
 
 
-def run(cls, env_fn, policy, *, steps=STEPS, num_batches=2, seed=0):
-    """``num_batches`` batches and the env's transform state after them (seeded as a worker)."""
-    torch.manual_seed(seed)
-    env = env_fn()
-    env.set_seed(seed)  # the collector's first reset feeds VecNorm's statistics: seeded too
-    collector = cls(
-        env,
-        policy,
-        frames_per_batch=steps * max(1, env.batch_size.numel()),
-        auto_register_policy_transforms=False,
-    )
-    try:
-        collector.set_seed(seed)
-        collector.reset()
-        it = iter(collector)
-        out = [next(it) for _ in range(num_batches)]
-        state = flat(collector.env.transform.state_dict())
-        return out, getattr(collector, "lean_reason", None), state
-    finally:
-        collector.shutdown()
+def run(cls, env_fn, policy, *, seed=0):
+    """test_lean's ``batches``, and the env's transform state after them (it outlives shutdown)."""
+    made = []
+
+    def seeded_env():  # the collector's first reset feeds VecNorm's statistics: seeded too
+        env = env_fn()
+        env.set_seed(seed)
+        made.append(env)
+        return env
+
+    out, reason = batches(cls, seeded_env, policy, steps=STEPS, seed=seed)
+    return out, reason, flat(made[0].transform.state_dict())
 
 
 def flat(state, prefix=""):
