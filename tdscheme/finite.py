@@ -42,11 +42,13 @@ def nonfinite_advice(*, learner: str = "", frames_setting: str = "") -> str:
         >>> print(nonfinite_advice(learner=" of the driver's Learner"))  # doctest: +NORMALIZE_WHITESPACE
         Check the env's observations and rewards (or the loss); LearnerConfig(max_nonfinite_updates=...)
         of the driver's Learner sets the limit, drop_nonfinite_frames=True drops such frames instead
+        (tdscheme train: --max-nonfinite-updates, --drop-nonfinite-frames)
     """
     return (
         f"Check the env's observations and rewards (or the loss); LearnerConfig("
         f"max_nonfinite_updates=...){learner} sets the limit, drop_nonfinite_frames=True"
-        f"{frames_setting} drops such frames instead"
+        f"{frames_setting} drops such frames instead (tdscheme train: --max-nonfinite-updates, "
+        f"--drop-nonfinite-frames)"
     )
 
 

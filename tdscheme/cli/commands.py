@@ -12,11 +12,14 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from tdscheme.cli.options import setting_error
 from tdscheme.cli.parser import train_overrides
+from tdscheme.collectors.worker.buffer_writer import ReplayBufferDied
+from tdscheme.collectors.worker.checks import NonFiniteInputError
 from tdscheme.engine import CheckpointError, CheckpointManager
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.checkpoint_eval import evaluate_checkpoints, write_scores
@@ -29,11 +32,21 @@ from tdscheme.engine.plot import (
 )
 from tdscheme.engine.run_log import read_metrics
 from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.learner.nonfinite import NonFiniteUpdateError
 from tdscheme.presets import Preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
 from tdscheme.runtime.placement import PlacementError
+from tdscheme.runtime.worker_error import WorkerError
 
-__all__ = ["run"]
+__all__ = ["RUN_FAILURES", "run"]
+
+#: The errors a run ends with when it fails for a reason of its own (a worker past
+#: ``max_restarts``, the replay buffer's actor, NaN updates, a bounded wait): the
+#: command prints them with the run's state and exits 1 (other errors are bugs:
+#: their traceback is printed).
+RUN_FAILURES: tuple[type[BaseException], ...] = (
+    WorkerError, ReplayBufferDied, NonFiniteUpdateError, NonFiniteInputError, TimeoutError,
+)  # fmt: skip
 
 
 def run(
@@ -79,6 +92,7 @@ def _train(
         ray_lease.release()  # the run starts or joins the Ray it asks for instead
     run_dir = Path(preset.trainer.run_dir)
     print(f"tdscheme train {preset.name}: run directory {run_dir}", flush=True)
+    failed: str | None = None
     setup_s = time.time() - _process_start(started)
     if interrupts.stop_requested():  # before any actor starts: nothing to save
         raise KeyboardInterrupt(interrupts.stop_requested())
@@ -86,8 +100,14 @@ def _train(
         trainer = preset.build_trainer()
     except NotImplementedError as err:
         args.command_parser.error(setting_error(err, train_overrides(args)))
-    with trainer:
-        summary = trainer.run()
+    with trainer:  # shuts the workers down before the failure's lines are printed
+        try:
+            summary = trainer.run()
+        except RUN_FAILURES as err:
+            failed = _failed_lines(err, trainer, run_dir, verbose=args.verbose)
+    if failed is not None:
+        print(failed, file=sys.stderr, flush=True)
+        return 1
     if summary["interrupted"]:
         if ray_lease is not None:
             ray_lease.release()  # the run's own leases went with the trainer
@@ -108,6 +128,27 @@ def _bench(args: argparse.Namespace, preset: Preset, ray_lease: RayLease | None)
         if own is not None:
             own.release()
     return 0
+
+
+def _failed_lines(err: BaseException, trainer: Any, run_dir: Path, *, verbose: bool) -> str:
+    """What a run that failed (a worker, the replay buffer, NaN) ends with, in place of a traceback.
+
+    The error's own text (a worker's has its id and remote traceback), the frames
+    trained on, the last checkpoint and how to resume; ``--verbose`` adds where the
+    driver raised it.
+    """
+    where = "".join(traceback.format_exception(err)) if verbose else ""
+    latest = trainer.checkpoints.latest() if trainer.checkpoints is not None else None
+    resume = (
+        f"last checkpoint {latest} (resume with: tdscheme train --resume {run_dir})"
+        if latest is not None
+        else "no checkpoint yet"
+    )
+    return (
+        f"{where}tdscheme train: error: {type(err).__name__}: {err}\n"
+        f"tdscheme train: the run stopped at {trainer.frames} frames; workers shut down; "
+        f"{resume}" + ("" if verbose else " (-v shows where it was raised)")
+    )
 
 
 def _stopped_line(summary: dict[str, Any]) -> str:

@@ -29,6 +29,10 @@ from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset
 
 __all__ = ["bench_preset", "build_parser", "train_preset"]
 
+#: The start of train's and bench's usage line: their options (every preset's settings)
+#: would fill a screen above each usage error; ``-h`` lists them.
+_SHORT_USAGE = "%(prog)s [-h] [PRESET] [--SETTING VALUE ...]"
+
 #: Parsed arguments that are not settings of a preset.
 _NOT_SETTINGS = ("command", "command_parser", "verbose", "preset", "resume", "seconds")
 
@@ -45,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser(
-        "train", help="train a preset", description="Train a preset; every setting can be set."
-    )
+        "train", help="train a preset", description="Train a preset; every setting can be set.",
+        usage=_SHORT_USAGE + " [--resume RUN_DIR]",
+    )  # fmt: skip
     _add_preset_argument(train)
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
@@ -61,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="a preset's collection frames/s here, beside the bare loop's limit",
         description="Measure a preset's collection on this machine: the bare loop (env steps "
         "and policy calls in one process), the preset's RayCollector, each worker's fast path.",
+        usage=_SHORT_USAGE + " [--seconds S]",
     )  # fmt: skip
     _add_preset_argument(bench)
     bench.add_argument(

@@ -285,6 +285,8 @@ def actor_critic_learner(
             max_grad_norm=config.max_grad_norm,
             lr=config.lr,
             device=config.device,
+            max_nonfinite_updates=config.max_nonfinite_updates,
+            drop_nonfinite_frames=config.drop_nonfinite_frames,
         ),
         value_estimator=advantage_estimator(loss, critic, config=config),
         lr_scheduler=scheduler,

@@ -54,7 +54,11 @@ def _learner(loss: Any, policy: nn.Module, config: OffPolicyConfig) -> OffPolicy
             make_target_updater, kind=config.target_update, tau=config.tau,
             hard_update_interval=config.hard_update_interval,
         ),
-        config=LearnerConfig(lr=config.lr, max_grad_norm=config.max_grad_norm, device=config.device),
+        config=LearnerConfig(
+            lr=config.lr, max_grad_norm=config.max_grad_norm, device=config.device,
+            max_nonfinite_updates=config.max_nonfinite_updates,
+            drop_nonfinite_frames=config.drop_nonfinite_frames,
+        ),
         policy=policy,
     )  # fmt: skip
 

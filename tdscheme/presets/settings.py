@@ -97,6 +97,10 @@ class AlgoConfig:
         reward_scale: multiply training rewards by this (episode returns are logged
             unscaled).
         device: where the learner trains (``"cpu"``, ``"cuda"``).
+        max_nonfinite_updates: updates skipped for NaN / inf in a row that stop the
+            run (the learner's ``LearnerConfig.max_nonfinite_updates``).
+        drop_nonfinite_frames: leave the frames holding NaN / inf out (counted)
+            instead of skipping the update (off-policy: out of the replay buffer).
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -119,9 +123,13 @@ class AlgoConfig:
     max_grad_norm: float | None = None
     reward_scale: float = 1.0
     device: str = "cpu"
+    max_nonfinite_updates: int = 3
+    drop_nonfinite_frames: bool = False
 
     def __post_init__(self) -> None:
         self.hidden_sizes = tuple(self.hidden_sizes)
+        check_int("max_nonfinite_updates", self.max_nonfinite_updates, minimum=1)
+        check_bool("drop_nonfinite_frames", self.drop_nonfinite_frames)
         check_choice("env_backend", self.env_backend, ENV_BACKENDS)
         if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
             check_env_id(self.env_id)

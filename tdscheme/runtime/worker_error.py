@@ -80,12 +80,20 @@ def last_exception_line(text: str) -> str:
 
 
 def one_line(reason: str) -> str:
-    r"""A death's reason in one line: Ray's first line and its "because" line, if any.
+    r"""A death's reason in one line: Ray's first line and its "because" sentence, if any.
 
     Example:
         >>> one_line("ActorDiedError: The actor died.\n\tpid: 7\nThe actor is dead because it was killed.")
         'ActorDiedError: The actor died. The actor is dead because it was killed.'
+        >>> one_line("ActorDiedError: The actor died. The actor is dead because its worker process "
+        ...          "has died. Worker exit type: SYSTEM_ERROR Worker exit detail: ... Some causes")
+        'ActorDiedError: The actor died. The actor is dead because its worker process has died.'
     """
     lines = [line.strip() for line in reason.splitlines() if line.strip()]
     because = [line for line in lines[1:] if "because" in line]
-    return " ".join(lines[:1] + because[:1])
+    text = " ".join(lines[:1] + because[:1])
+    sentences = re.split(r"(?<=\.)\s+", text)
+    for end, sentence in enumerate(sentences, 1):
+        if "because" in sentence:  # Ray's exit details and "common causes" follow it
+            return " ".join(sentences[:end])
+    return text

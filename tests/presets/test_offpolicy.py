@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import pickle
 import signal
 import subprocess
@@ -190,6 +191,47 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
         sorted(p.name for p in manager.directory.iterdir() if p.name.startswith("replay_"))[-1]
         == f"replay_{step + 128:012d}"
     )
+
+
+@pytest.mark.timeout(300)
+def test_the_buffer_actor_killed_mid_run_ends_the_command_in_two_lines_with_its_resume(
+    ray_clean, tmp_path
+):
+    """A run whose Ray-held buffer dies ends with the error and how to resume, not a traceback."""
+    from ray._private.state import state  # the GCS actor table (no dashboard in tests)
+
+    run_dir = tmp_path / "run"
+    address = ray_clean.get_runtime_context().gcs_address
+    settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
+                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address},
+                "buffer_location": "ray"}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tdscheme.cli", "train", "td3-pendulum", *cli_options(settings),
+         "--run-dir", str(run_dir)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    manager = CheckpointManager(run_dir / "checkpoints")
+    try:
+        wait_for_checkpoint(proc, manager, timeout_s=200)
+        (pid,) = [
+            info["Pid"]
+            for info in state.actor_table(None).values()
+            if info["ActorClassName"] == "OneLineReprReplayBuffer" and info["State"] == "ALIVE"
+        ]
+        os.kill(pid, signal.SIGKILL)  # as a user (or the OOM killer) would
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        code = proc.wait(timeout=120)
+        printed = proc.stderr.read()
+        proc.stderr.close()
+    assert code == 1, printed
+    assert "Traceback (most recent call last)" not in printed, printed
+    error, stopped = printed.strip().splitlines()[-2:]
+    assert error.startswith("tdscheme train: error: ReplayBufferDied: the replay buffer's actor")
+    assert f"resume with: tdscheme train --resume {run_dir}" in stopped, stopped
+    assert str(manager.latest()) in stopped
 
 
 @pytest.mark.slow

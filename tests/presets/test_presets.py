@@ -108,6 +108,8 @@ def test_short_real_run_through_the_api(ray_clean, tmp_path, name):
         ("max_grad_norm", -1.0, "None or a number > 0"),
         ("activation", "gelu", "'elu', 'relu', 'tanh'"),
         ("env_backend", "mujoco", "'gymnasium', 'envpool'"),
+        ("max_nonfinite_updates", 0, "an int >= 1"),
+        ("drop_nonfinite_frames", "yes", "True or False"),
     ],
 )
 def test_algo_configs_share_their_common_fields_and_checks(field, value, accepted):
@@ -121,3 +123,22 @@ def test_algo_configs_share_their_common_fields_and_checks(field, value, accepte
     for config, defaults in ((ActorCriticConfig(), (16, "tanh", 0.5)),
                              (OffPolicyConfig(), (8, "relu", None))):  # fmt: skip
         assert (config.num_envs, config.activation, config.max_grad_norm) == defaults
+
+
+@pytest.mark.parametrize(
+    "name", ["ppo-cartpole", "impala-cartpole", "sac-pendulum", "dqn-cartpole"]
+)
+def test_the_nonfinite_guard_settings_reach_the_learner(name):
+    """``--max-nonfinite-updates`` / ``--drop-nonfinite-frames`` set the learner's guard.
+
+    (What the guard does with NaN frames and updates: tests/faults/test_nonfinite.py and
+    tests/scheme/test_offpolicy.py; the Scheme hands ``drop_nonfinite_frames`` to a Ray-held
+    buffer's workers from the learner's config.)
+    """
+    preset = get_preset(name)
+    defaults = preset.learner_factory()(**preset.policy_factory()()).config
+    assert (defaults.max_nonfinite_updates, defaults.drop_nonfinite_frames) == (3, False)
+    preset = preset.override({"max_nonfinite_updates": 5, "drop_nonfinite_frames": True})
+    assert preset_from_dict(preset.to_dict()) == preset
+    config = preset.learner_factory()(**preset.policy_factory()()).config
+    assert (config.max_nonfinite_updates, config.drop_nonfinite_frames) == (5, True)
