@@ -26,6 +26,7 @@ from tdscheme.collectors.torchrl_compat.learner_sync import LearnerWeightSync
 from tdscheme.collectors.torchrl_compat.remote_calls import RemoteCalls
 from tdscheme.collectors.torchrl_compat.state import CollectorState
 from tdscheme.collectors.torchrl_compat.surface import TorchrlSurface
+from tdscheme.episodes import FinishedEpisodes
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
@@ -182,6 +183,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
     @documented_by(StatsReport.report)
     def stats(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         return self._report.report(workers, timeout=timeout)
+
+    @documented_by(CollectorStats.take_written_episodes)
+    def written_episodes(self) -> FinishedEpisodes:
+        return self._stats.take_written_episodes()
 
     @documented_by(StatsReport.counters)
     def counters(self, *, alive_max_age_s: float = 10.0) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -213,7 +212,9 @@ class Trainer:
                 metrics = self.scheme.step()
                 metrics["time/elapsed_s"] = self.elapsed_s
                 self._log(metrics)
-                postfix = {"return": metrics.get("train/episode_return", math.nan)}
+                postfix = {}  # a step where no episode ended keeps the last return shown
+                if "train/episode_return" in metrics:
+                    postfix["return"] = metrics["train/episode_return"]
                 # eval workers' results (logged at their weights' frames), or an inline one
                 evaluated = self._evals.collect()
                 if self._evals.due(self.frames):

@@ -42,7 +42,7 @@ from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.driver import PushInterval
-from tdscheme.scheme.metrics import episode_metrics, numeric_stats
+from tdscheme.scheme.metrics import episode_metrics, episode_return_metrics, numeric_stats
 from tdscheme.scheme.ray_buffer import BoundedRayBuffer
 
 __all__ = ["OffPolicyDriver", "check_buffer"]
@@ -181,7 +181,8 @@ class OffPolicyDriver:
 
         Returns:
             ``(frames collected into the buffer, metrics)``: ``time/wait_s``,
-            ``time/learn_s``, episodes (``"driver"`` buffers), ``learner/<name>``
+            ``time/learn_s``, episodes (``train/episode_return``: of a Ray-held
+            buffer, those the workers wrote since the last step), ``learner/<name>``
             (means over the step's updates), ``replay/<name>`` (see
             :meth:`replay_metrics`), ``policy_lag/*`` of the sampled frames and
             ``collector/<name>``.
@@ -194,6 +195,7 @@ class OffPolicyDriver:
         metrics: dict[str, float] = {}
         if self.ray_held:
             frames = self._await_writes()
+            metrics.update(episode_return_metrics(*self.collector.written_episodes()))
         else:
             batch = self._next_batch()
             frames = self._extend(batch)

@@ -20,6 +20,7 @@ from tdscheme import RayCollector
 from tdscheme.collectors.worker.actor import WorkerBatch
 from tdscheme.collectors.worker.buffer_writer import BufferWriter, last_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
+from tdscheme.presets import get_preset
 from tdscheme.testing import make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}
@@ -135,6 +136,28 @@ def test_background_collection_stops_at_total_frames(buffer):
         assert stats["frames"] == written(buffer) == 1000
         assert stats["completed"] and stats["total_frames"] == 1000
         assert stats["workers_alive"] == 2 and stats["worker_frames"] == 1000
+
+
+def test_the_episodes_written_are_reported_once_each(buffer):
+    """The driver never sees the frames; the workers report the episodes that end in them."""
+    # CartPole recording its episodes (torchrl's RewardSum and StepCounter), a preset's env
+    recording_env = get_preset("ppo-cartpole").override({"num_envs": 1}).factories()["env_factory"]
+    with RayCollector(
+        recording_env, mlp_policy(4, 2), frames_per_batch=128, total_frames=1000,
+        num_collectors=2, replay_buffer=buffer, **SMALL,
+    ) as collector:  # fmt: skip
+        collector.start()
+        _wait_for(lambda: not collector.is_running)
+        episodes = collector.written_episodes()
+        assert collector.written_episodes() == ([], None)  # each is reported once
+    data = buffer[:]
+    done = data["next", "done"].squeeze(-1)
+    assert len(episodes.returns) == int(done.sum()) > 10
+    # the same episodes as the buffer's done frames hold (the workers' order differs)
+    assert sorted(episodes.returns) == sorted(
+        data["next", "episode_reward"][done].squeeze(-1).tolist()
+    )
+    assert sorted(episodes.lengths) == sorted(data["next", "step_count"][done].squeeze(-1).tolist())
 
 
 def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):

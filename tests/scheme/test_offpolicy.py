@@ -20,8 +20,11 @@ from tdscheme import Learner, LearnerConfig, Scheme, SchemeConfig
 from tdscheme.envs import make_env
 from tdscheme.envs.faulty import make_faulty_env
 from tdscheme.learner import OffPolicyLearner, make_target_updater
+from tdscheme.presets import get_preset
 
 ENV = functools.partial(make_env, "CartPole-v1")
+# CartPole recording its episodes (torchrl's RewardSum and StepCounter), as a preset's
+RECORDING_ENV = get_preset("dqn-cartpole").override({"num_envs": 1}).factories()["env_factory"]
 
 
 def dqn_modules() -> dict[str, torch.nn.Module]:
@@ -53,9 +56,11 @@ def ray_buffer() -> RayReplayBuffer:
     return RayReplayBuffer(storage=functools.partial(LazyTensorStorage, 10_000), batch_size=32)
 
 
-def scheme(storage_factory=local_buffer, learner_factory=dqn_learner, **config) -> Scheme:
+def scheme(
+    storage_factory=local_buffer, learner_factory=dqn_learner, env_factory=ENV, **config
+) -> Scheme:
     return Scheme(
-        env_factory=ENV, policy_factory=dqn_modules, learner_factory=learner_factory,
+        env_factory=env_factory, policy_factory=dqn_modules, learner_factory=learner_factory,
         storage_factory=storage_factory, config=SchemeConfig(**config),
     )  # fmt: skip
 
@@ -85,6 +90,7 @@ def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
     with scheme(
         storage, num_collectors=2, frames_per_batch=64, utd_ratio=utd, init_random_frames=init,
         buffer_location=location, collector_resources={"num_cpus": 0.5},
+        env_factory=RECORDING_ENV,
     ) as s:  # fmt: skip
         history = run_until(s, 400)
         last = history[-1]
@@ -109,6 +115,9 @@ def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
             counted = [b["frames"] - a["frames"] for a, b in itertools.pairwise(history)]
             assert max([history[0]["frames"], *counted]) <= 64, counted
             assert last["replay/frames_pending"] >= 0
+            # the driver never sees the frames: the workers report the episodes they wrote
+            returns = [m["train/episode_return"] for m in history if "train/episode_return" in m]
+            assert returns and all(1 <= r <= 500 for r in returns), returns
             # the learner paces the writers: with no step, they hold once a step's frames
             # (prefetch_batches=1 x 64) wait, past it only a batch each (32) and the requests
             # in flight (2 each)

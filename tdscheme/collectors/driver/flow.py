@@ -288,6 +288,9 @@ class BatchFlow:
             stats.collect_s += r.collect_s
             stats.encode_s += r.encode_s
             stats.bytes_received += r.payload.nbytes if r.payload is not None else 0
+            if r.episodes is not None:  # written into the replay buffer
+                lengths = r.episodes.lengths or [None] * len(r.episodes.returns)
+                stats.written_episodes.extend(zip(r.episodes.returns, lengths, strict=True))
         stats.batches += 1
         self.pool.poll_acks()
         return batch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections import Counter
@@ -9,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.driver.ledger import FrameLedger
+from tdscheme.episodes import FinishedEpisodes
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.parts import CollectorParts
@@ -41,6 +43,8 @@ class CollectorStats:
         ledger: where every frame asked of a worker went, each request booked when
             sent and when resolved.
         hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
+        written_episodes: ``(return, length)`` of the episodes that ended in frames the
+            workers wrote into the replay buffer, until :meth:`take_written_episodes`.
     """
 
     batches: int = 0
@@ -58,6 +62,28 @@ class CollectorStats:
     started_at: float | None = None
     ledger: FrameLedger = dataclasses.field(default_factory=FrameLedger)
     hung: int = 0
+    written_episodes: collections.deque = dataclasses.field(default_factory=collections.deque)
+
+    def take_written_episodes(self) -> FinishedEpisodes:
+        """Returns (and lengths) of the episodes that ended in frames written into the replay buffer.
+
+        Each is returned once: those written since the last call. The driver never
+        sees the frames its workers write; they report these with each write.
+        Thread-safe (background collection adds to them meanwhile).
+
+        Example:
+            >>> stats = CollectorStats()
+            >>> stats.written_episodes.extend([(2.0, 2.0), (4.0, None)])
+            >>> stats.take_written_episodes(), stats.take_written_episodes()
+            (FinishedEpisodes(returns=[2.0, 4.0], lengths=None), FinishedEpisodes(returns=[], lengths=None))
+        """
+        taken = []
+        while self.written_episodes:  # the background thread appends meanwhile
+            taken.append(self.written_episodes.popleft())
+        lengths = [length for _, length in taken]
+        return FinishedEpisodes(
+            [ret for ret, _ in taken], None if None in lengths or not taken else lengths
+        )
 
     @property
     def frames(self) -> int:

@@ -31,6 +31,7 @@ from tdscheme.collectors.worker.checks import (
 from tdscheme.collectors.worker.progress import count_env_steps
 from tdscheme.collectors.worker.scheme_receiver import SchemeReceiverMixin
 from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
+from tdscheme.episodes import finished_episodes
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime.torchrl_names import (
@@ -201,6 +202,7 @@ class CollectorWorker(SchemeReceiverMixin):
                 elif batch.frames:
                     # the reply goes with the write: if this worker dies before replying,
                     # the driver finds it in the buffer (replay.last_write)
+                    batch.episodes = finished_episodes(td)
                     self._writer.extend(td, record=batch)
         batch.encode_s = time.perf_counter() - collected
         return batch

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from tdscheme.episodes import FinishedEpisodes
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.transport import Payload
 
@@ -89,6 +90,8 @@ class WorkerBatch:
         incarnation: the worker's restarts when it collected the batch (set by the driver).
         next_traj_id: the id the worker's collector gives its next trajectory (``None``
             when the collector does not say): a rebuilt worker starts from the largest.
+        episodes: with a replay buffer, the episodes that ended in the frames written
+            (their returns, as the driver reads them from a batch it receives).
     """
 
     worker_id: int
@@ -103,3 +106,4 @@ class WorkerBatch:
     frames_dropped: int = 0
     incarnation: int = 0
     next_traj_id: int | None = None
+    episodes: FinishedEpisodes | None = None
