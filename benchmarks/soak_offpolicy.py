@@ -57,6 +57,10 @@ class Faults(threading.Thread):
         self.events: list[dict[str, Any]] = []
         self.started_at = time.monotonic()
 
+    def now(self) -> float:
+        """Seconds since the soak started (the faults' clock)."""
+        return time.monotonic() - self.started_at
+
     def run(self) -> None:
         next_kill, victim = self.kill_every_s, 0
         buffer_done = self.buffer_kill_at_s is None
@@ -111,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     faults = Faults(args.kill_every_s, args.buffer_kill_at_s)
     eval_env = preset.factories()["eval_env_factory"]()
     curve: list[dict[str, Any]] = []
+    returns: list[tuple[float, float, float]] = []  # (t_s, mean training return, episodes)
     unbalanced = mismatched = resumes = rolled_back = 0
     restarts = lost = 0
     started = time.monotonic()
@@ -123,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         while scheme.frames_left != 0 and time.monotonic() - started < args.minutes * 60:
             try:
-                scheme.step()
+                metrics = scheme.step()
             except (ReplayBufferDied, WorkerError) as err:
                 if "replay buffer's actor died" not in str(err):
                     raise
@@ -139,6 +144,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 scheme.set_total_frames(args.total_frames)
                 faults.scheme, resumes = scheme, resumes + 1
                 continue
+            if "train/episode_return" in metrics:  # the episodes the workers wrote
+                returns.append((faults.now(), metrics["train/episode_return"],
+                                metrics["train/episodes"]))  # fmt: skip
             stats = scheme.collector.counters()
             ledger = stats["ledger"]
             if not ledger["balanced"] or ledger["collected"] != sum(ledger[p] for p in PARTS):
@@ -151,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if scheme.frames - last_eval >= args.eval_every_frames:
                 last_eval = scheme.frames
                 result = evaluate(eval_env, scheme.policy, episodes=5)
-                point = {"t_s": round(time.monotonic() - started, 1), "frames": scheme.frames,
+                point = {"t_s": round(faults.now(), 1), "frames": scheme.frames,
                          "eval_return": round(result.mean_return, 1)}  # fmt: skip
                 curve.append(point)
                 print(json.dumps(point), flush=True)
@@ -176,7 +184,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steps_unbalanced": unbalanced,
         "steps_written_mismatch": mismatched,
         "curve": curve,
+        "recovery": recovery(faults.events, returns, curve, window_s=args.window_s),
     }
+
+
+def recovery(
+    events: list[dict[str, Any]],
+    returns: list[tuple[float, float, float]],
+    curve: list[dict[str, Any]],
+    *,
+    window_s: float,
+) -> list[dict[str, Any]]:
+    """Per fault: the training return in the ``window_s`` before and after it, and the evals around it.
+
+    The training return is the mean over the episodes the workers wrote in the
+    window (each step's ``train/episode_return``, weighted by its episodes).
+    """
+
+    def mean(low: float, high: float) -> float | None:
+        inside = [(r, n) for t, r, n in returns if low <= t < high]
+        episodes = sum(n for _, n in inside)
+        return round(sum(r * n for r, n in inside) / episodes, 1) if episodes else None
+
+    out = []
+    for event in events:
+        if event["fault"] == "skipped":
+            continue
+        t = event["t_s"]
+        before = [p["eval_return"] for p in curve if p["t_s"] < t]
+        after = [p["eval_return"] for p in curve if p["t_s"] >= t]
+        out.append({
+            "t_s": t, "fault": event["fault"],
+            "train_before": mean(t - window_s, t), "train_after": mean(t, t + window_s),
+            "eval_before": before[-1] if before else None, "eval_after": after[0] if after else None,
+        })  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -188,6 +230,10 @@ def main() -> None:
     parser.add_argument("--checkpoint-every-frames", type=int, default=5_000)
     parser.add_argument("--eval-every-frames", type=int, default=5_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--window-s", type=float, default=30.0,
+        help="the training return is averaged this long before and after each fault",
+    )  # fmt: skip
     args = parser.parse_args()
     print(json.dumps({"machine": machine_info()}), flush=True)
     r = run(args)
@@ -204,6 +250,11 @@ def main() -> None:
         f"{r['restarts']} | {r['resumes']} ({r['frames_rolled_back']:,}) | {r['frames_lost']:,} | "
         f"{r['ledger']['unaccounted']} | {'balanced' if ok else 'UNBALANCED'} | {curve} |"
     )
+    print(f"\n| t (s) | fault | training return {args.window_s:g} s before | after | "
+          "eval before | eval after |\n|---|---|---|---|---|---|")  # fmt: skip
+    for f in r["recovery"]:
+        print(f"| {f['t_s']:g} | {f['fault']} | {f['train_before']} | {f['train_after']} | "
+              f"{f['eval_before']} | {f['eval_after']} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -271,6 +271,63 @@ def preset_ray_buffer_on_two_cpus() -> dict[str, Any]:
                detail=f"frames={summary['frames']} of 1024")  # fmt: skip
 
 
+def cli_buffer_actor_killed() -> dict[str, Any]:
+    """``tdscheme train --buffer-location ray``, the buffer's actor SIGKILLed mid-run.
+
+    The command must exit 1 within the bound with two lines (the error naming the
+    replay buffer; the frames, the last checkpoint and the resume command), no
+    traceback, and no Ray process left behind.
+    """
+    import subprocess
+
+    from fault_rows.bad_input import TDSCHEME, _ray_processes
+
+    fault, bound_s = "CLI run, the Ray-held buffer's actor SIGKILLed mid-run", 60.0
+    work = Path(tempfile.mkdtemp(prefix="b", dir="/tmp"))
+    ray_tmp = work / "ray"
+    ray_tmp.mkdir()
+    run_dir = work / "run"
+    proc = subprocess.Popen(
+        [*TDSCHEME, "train", "td3-pendulum", "--buffer-location", "ray",
+         "--checkpoint-replay-buffer", "--num-collectors", "1", "--num-envs", "2",
+         "--frames-per-batch", "128", "--init-random-frames", "128", "--total-frames",
+         "100000000", "--checkpoint-every-frames", "256", "--eval-every-frames", "0",
+         "--collector-resources", '{"num_cpus": 0.5}', "--progress", "false",
+         "--run-dir", str(run_dir)],
+        env=dict(os.environ, RAY_TMPDIR=str(ray_tmp)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, cwd=work,
+    )  # fmt: skip
+    checkpoints = run_dir / "checkpoints"
+    _wait(lambda: proc.poll() is not None or any(checkpoints.glob("ckpt_*.pt")), 240.0)
+    started = proc.poll() is None and any(checkpoints.glob("ckpt_*.pt"))
+    buffers = _ray_processes("ray::OneLineReprReplayBuffer")
+    if not started or len(buffers) != 1:
+        proc.kill()
+        detail = f"no checkpoint or no single buffer actor ({buffers}); exit {proc.poll()}"
+        return row(fault, "wrong result", 0.0, bound_s, detail=detail)
+    start = time.perf_counter()
+    os.kill(int(buffers[0]), signal.SIGKILL)
+    try:
+        _, printed = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return row(fault, "hang", time.perf_counter() - start, bound_s, detail="no exit in 120 s")
+    seconds = time.perf_counter() - start
+    time.sleep(2.0)
+    left = _ray_processes(str(ray_tmp))
+    lines = printed.splitlines()  # Ray may relay the killed actor's last output around them
+    at = [i for i, line in enumerate(lines) if line.startswith("tdscheme train: error:")]
+    last = lines[at[0] : at[0] + 2] if len(at) == 1 else []
+    ok = (
+        proc.returncode == 1 and not left and "Traceback" not in printed and len(last) == 2
+        and last[0].startswith("tdscheme train: error: ReplayBufferDied: the replay buffer's")
+        and f"resume with: tdscheme train --resume {run_dir}" in last[1]
+    )  # fmt: skip
+    detail = (f"exit {proc.returncode}; Ray processes left: {len(left)}; "
+              + " / ".join(line[:110] for line in last))  # fmt: skip
+    return row(fault, "clean error" if ok else "wrong result", seconds, bound_s, detail=detail)
+
+
 ROWS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
     (fn.__name__, fn)
     for fn in (
@@ -283,6 +340,7 @@ ROWS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         background_nan_rewards_dropped,
         buffer_actor_hung,
         preset_ray_buffer_on_two_cpus,
+        cli_buffer_actor_killed,
     )
 ]
 

@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +30,6 @@ from torchrl.data import (
     Bounded,
     LazyTensorStorage,
     OneHot,
-    ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
@@ -45,8 +43,8 @@ from torchrl.modules import (
     ValueOperator,
 )
 
+from tdscheme.collectors.torchrl_compat.replay_buffer import ray_buffer_kwargs
 from tdscheme.envs import make_env
-from tdscheme.log_levels import driver_log_level
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
 from tdscheme.validation import check_choice, invalid
@@ -54,9 +52,7 @@ from tdscheme.validation import check_choice, invalid
 __all__ = [
     "OFFPOLICY_ALGOS",
     "OffPolicyConfig",
-    "OneLineReprReplayBuffer",
     "offpolicy_modules",
-    "ray_buffer_options",
     "replay_buffer",
 ]
 
@@ -167,36 +163,6 @@ class _Rescale(nn.Module):
         return self.center + self.half_width * x
 
 
-class OneLineReprReplayBuffer(ReplayBuffer):
-    """torchrl's ``ReplayBuffer`` with a one-line repr, for the actor of a Ray-held buffer.
-
-    Ray prints an actor's repr as the prefix of its log lines; torchrl's spans ten
-    lines, the rest of which spill onto the driver's terminal when the actor starts.
-
-    Example:
-        >>> OneLineReprReplayBuffer(storage=LazyTensorStorage(8), batch_size=4)
-        ReplayBuffer(LazyTensorStorage, batch_size=4)
-    """
-
-    def __repr__(self) -> str:
-        return f"ReplayBuffer({type(self._storage).__name__}, batch_size={self._batch_size})"
-
-
-def ray_buffer_options() -> dict[str, Any]:
-    """Ray options for a Ray-held buffer's actor that only stores: no CPU, quiet logs.
-
-    It takes no CPU from the collectors' budget (on 2 cores, torchrl's default of 1
-    CPU leaves room for one collector only), and logs at the driver's level, so its
-    INFO records (each prefixed with the buffer's many-line repr) stay in its process.
-
-    Example:
-        >>> ray_buffer_options()["num_cpus"]
-        0
-    """
-    level = logging.getLevelName(driver_log_level())
-    return {"num_cpus": 0, "runtime_env": {"env_vars": {"RL_LOGGING_LEVEL": level}}}
-
-
 def replay_buffer(
     *,
     size: int,
@@ -232,10 +198,7 @@ def replay_buffer(
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
         storage = functools.partial(LazyTensorStorage, size, ndim=ndim)
-        return RayReplayBuffer(
-            storage=storage, batch_size=batch_size, remote_config=ray_buffer_options(),
-            replay_buffer_cls=OneLineReprReplayBuffer,
-        )  # fmt: skip
+        return RayReplayBuffer(storage=storage, batch_size=batch_size, **ray_buffer_kwargs())
     if prioritized:
         return TensorDictPrioritizedReplayBuffer(
             alpha=alpha, beta=beta, storage=LazyTensorStorage(size), batch_size=batch_size

@@ -13,10 +13,11 @@ import pytest
 import ray
 import torch
 from tensordict import TensorDict
-from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler
+from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
+from tdscheme.collectors import ray_buffer_kwargs
 from tdscheme.collectors.worker.actor import WorkerBatch
 from tdscheme.collectors.worker.buffer_writer import BufferWriter, last_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
@@ -158,6 +159,27 @@ def test_the_episodes_written_are_reported_once_each(buffer):
         data["next", "episode_reward"][done].squeeze(-1).tolist()
     )
     assert sorted(episodes.lengths) == sorted(data["next", "step_count"][done].squeeze(-1).tolist())
+
+
+def test_ray_buffer_kwargs_make_a_buffer_actor_of_the_class_asked_with_a_one_line_repr(
+    ray_clean,
+):
+    """Ray prints an actor's repr as its output's prefix: torchrl's spans ten lines."""
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 1000), batch_size=8,
+        **ray_buffer_kwargs(TensorDictReplayBuffer),
+    )  # fmt: skip
+    try:
+        with RayCollector(
+            env, mlp_policy(4, 2), frames_per_batch=100, total_frames=200, num_collectors=1,
+            replay_buffer=rb, **SMALL,
+        ) as collector:  # fmt: skip
+            list(collector)
+        assert len(rb) == 200 and rb.sample()["observation"].shape == (8, 4)
+        shown = ray.get(rb._rb.__ray_call__.remote(repr), timeout=30)
+        assert shown == "TensorDictReplayBuffer(LazyTensorStorage, batch_size=8)"
+    finally:
+        rb.shutdown()
 
 
 def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):

@@ -228,7 +228,10 @@ def test_the_buffer_actor_killed_mid_run_ends_the_command_in_two_lines_with_its_
         proc.stderr.close()
     assert code == 1, printed
     assert "Traceback (most recent call last)" not in printed, printed
-    error, stopped = printed.strip().splitlines()[-2:]
+    # the two lines, together (Ray may relay the killed actor's last output around them)
+    lines = printed.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("tdscheme train: error:")]
+    error, stopped = lines[at : at + 2]
     assert error.startswith("tdscheme train: error: ReplayBufferDied: the replay buffer's actor")
     assert f"resume with: tdscheme train --resume {run_dir}" in stopped, stopped
     assert str(manager.latest()) in stopped

@@ -36,7 +36,8 @@ def resource_arguments(config: RayCollectorConfig) -> str:
     if is_ray_replay_buffer(config.replay_buffer):
         text += (
             ". The Ray-held replay_buffer's actor holds resources of its own (torchrl's "
-            "default: 1 CPU): build it with remote_config={'num_cpus': 0} if it only stores"
+            "default: 1 CPU): build it with remote_config={'num_cpus': 0} if it only stores "
+            "(RayReplayBuffer(..., **tdscheme.collectors.ray_buffer_kwargs()) does)"
         )
     return text
 
