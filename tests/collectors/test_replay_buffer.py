@@ -438,3 +438,12 @@ def test_buffer_writer_writes_exactly_what_extend_writes(buffer):
     for key in td.keys(True, True):
         assert stored[key].dtype == td[key].dtype, key
         assert torch.equal(stored[key][:6], td[key]) and torch.equal(stored[key][6:], td[key]), key
+
+
+def test_written_episodes_kept_for_a_loop_that_never_takes_them_are_bounded():
+    from tdscheme.collectors.driver.stats import KEPT_EPISODES, CollectorStats
+
+    stats = CollectorStats()
+    stats.written_episodes.extend((float(i), 1.0) for i in range(KEPT_EPISODES + 5))
+    taken = stats.take_written_episodes()
+    assert len(taken.returns) == KEPT_EPISODES and taken.returns[0] == 5.0  # the newest kept

@@ -15,6 +15,9 @@ from tdscheme.episodes import FinishedEpisodes
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.parts import CollectorParts
 
+#: The most written episodes kept for :meth:`CollectorStats.take_written_episodes`.
+KEPT_EPISODES = 100_000
+
 
 @dataclasses.dataclass
 class CollectorStats:
@@ -44,7 +47,8 @@ class CollectorStats:
             sent and when resolved.
         hung: workers declared hung (no progress for ``worker_stall_timeout_s``).
         written_episodes: ``(return, length)`` of the episodes that ended in frames the
-            workers wrote into the replay buffer, until :meth:`take_written_episodes`.
+            workers wrote into the replay buffer, until :meth:`take_written_episodes` (the
+            newest ``KEPT_EPISODES`` of them: a loop that never takes them holds no more).
     """
 
     batches: int = 0
@@ -62,12 +66,15 @@ class CollectorStats:
     started_at: float | None = None
     ledger: FrameLedger = dataclasses.field(default_factory=FrameLedger)
     hung: int = 0
-    written_episodes: collections.deque = dataclasses.field(default_factory=collections.deque)
+    written_episodes: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=KEPT_EPISODES)
+    )
 
     def take_written_episodes(self) -> FinishedEpisodes:
         """Returns (and lengths) of the episodes that ended in frames written into the replay buffer.
 
-        Each is returned once: those written since the last call. The driver never
+        Each is returned once: those written since the last call (the newest
+        100,000 of them, if more were written meanwhile). The driver never
         sees the frames its workers write; they report these with each write.
         Thread-safe (background collection adds to them meanwhile).
 
