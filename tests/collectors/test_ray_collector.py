@@ -11,7 +11,7 @@ import torch
 
 from tdscheme import RayCollector, WorkerError
 from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
-from tdscheme.testing import bias_policy, cartpole_modules, make_env, mlp_policy
+from tdscheme.testing import bias_policy, cartpole_modules, kill_and_wait, make_env, mlp_policy
 
 SMALL = {"num_cpus": 0.5}
 cartpole = functools.partial(make_env, "CartPole-v1")
@@ -264,6 +264,23 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
     assert replaced, "the replaced worker produced no batch"
     assert single(replaced[-1]["action"]) == pytest.approx(-0.25)
     assert single(replaced[-1][POLICY_VERSION_KEY]) == 1
+
+
+def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_share(ray_clean):
+    """init_random_frames is a run's warm-up, not each incarnation's (found by the off-policy soak:
+    every collector restart wrote its random share again and the training return dipped)."""
+    with RayCollector(
+        pendulum, bias_policy(3, 1, bias=0.5), frames_per_batch=100, total_frames=1000,
+        init_random_frames=200, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        random_batches = []
+        for i, batch in enumerate(collector):
+            policy_actions = bool((batch["action"] == 0.5).all())
+            random_batches += [] if policy_actions else [i]
+            if i == 3:  # past the share of 200 random frames: the worker dies
+                kill_and_wait(collector.workers[0])
+        assert collector.stats()["restarts"] == 1
+    assert random_batches == [0, 1]  # the first incarnation's 200 frames, none after
 
 
 def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):

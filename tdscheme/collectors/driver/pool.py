@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -68,6 +69,7 @@ class WorkerPool(ActorPool):
         self._fast_path: dict[int, bool | str | None] = {}
         self._rebuilt: dict[int, Any] = {}  # worker -> its rebuilt actor's started() future
         self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
+        self._frames_done: Counter = Counter()  # worker -> frames it collected, all incarnations
 
     # -- building ------------------------------------------------------------------
 
@@ -135,7 +137,7 @@ class WorkerPool(ActorPool):
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
 
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]
-        """Replaces a dead worker with a fresh one (current weights and version, fresh seed).
+        """Replaces a dead worker: current weights and version, fresh seed, init_random_frames left.
 
         With ``min_workers``, a worker past ``max_restarts`` is retired instead
         (logged; :attr:`retired`) while at least ``min_workers`` others remain.
@@ -149,7 +151,7 @@ class WorkerPool(ActorPool):
         try:
             super().restart(
                 worker_id, reason, weights=self._weights_ref, policy_version=self._version,
-                first_traj_id=first_traj_id,
+                first_traj_id=first_traj_id, frames_done=self._frames_done[worker_id],
             )  # fmt: skip
         except WorkerError as err:
             remaining = len(self.active_ids()) - 1
@@ -210,6 +212,7 @@ class WorkerPool(ActorPool):
             if current:
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
             return None
+        self._frames_done[worker_id] += value.frames + value.frames_discarded + value.frames_dropped
         if value.next_traj_id is not None:
             seen = self._next_traj_ids.get(worker_id, 0)
             self._next_traj_ids[worker_id] = max(seen, value.next_traj_id)

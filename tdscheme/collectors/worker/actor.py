@@ -69,6 +69,7 @@ class CollectorWorker(SchemeReceiverMixin):
         first_traj_id: a rebuilt worker's first trajectory id, past every id its
             earlier incarnations used (a torchrl ``Collector`` counts from it), so
             that no trajectory is spliced across a restart.
+        frames_done: frames its earlier incarnations collected (``init_random_frames`` left).
 
     Example:
         >>> from tdscheme.testing import make_env, bias_policy
@@ -91,6 +92,7 @@ class CollectorWorker(SchemeReceiverMixin):
         policy_version: int = 0,
         log_level: int | None = None,
         first_traj_id: int = 0,
+        frames_done: int = 0,
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
@@ -106,7 +108,7 @@ class CollectorWorker(SchemeReceiverMixin):
         self._write_lock = threading.Lock()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
         self.env_steps = 0  # progress, read by the driver through progress()
-        self._collector = build_collector(spec, worker_id, first_traj_id)
+        self._collector = build_collector(spec, worker_id, first_traj_id, frames_done)
         self._steps_counted = count_env_steps(self._collector, self._add_steps)
         if seed is not None:
             self.set_seed(seed)

@@ -25,14 +25,18 @@ from tdscheme.runtime.torchrl_names import (
 __all__ = ["build_collector", "fast_path", "writable_carrier"]
 
 
-def build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) -> Any:
+def build_collector(
+    spec: WorkerSpec, worker_id: int, first_traj_id: int = 0, frames_done: int = 0
+) -> Any:
     """The torchrl collector a worker wraps, built from its spec in the worker's process.
 
     One env built from the factory (its keys checked against the policy's first),
     or a list of factories for a multi-process collector; torchrl's defaults for the
     class, the spec's collector arguments over them; a rebuilt worker's trajectory
-    ids start past its earlier incarnations'; a preemptible worker steps one env
-    step per iteration, so the driver can cut it off at any step.
+    ids start past its earlier incarnations', and it takes random actions only for
+    what its earlier incarnations (``frames_done``) left of ``init_random_frames``
+    (whole batches); a preemptible worker steps one env step per iteration, so the
+    driver can cut it off at any step.
     """
     env = spec.create_env_fn
     if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
@@ -49,6 +53,9 @@ def build_collector(spec: WorkerSpec, worker_id: int, first_traj_id: int = 0) ->
     if first_traj_id and takes_trajectory_pool(spec.collector_class):
         # a rebuilt worker: its trajectory ids go on past its previous incarnation's
         kwargs.setdefault("traj_pool", trajectory_pool(first_traj_id))
+    if frames_done and (kwargs.get("init_random_frames") or 0) > 0:
+        left = max(0, kwargs["init_random_frames"] - frames_done)
+        kwargs["init_random_frames"] = left - left % spec.frames_per_batch
     frames = spec.frames_per_batch
     if spec.preemptible:
         # One env step per iteration; the batch is assembled step by step.
