@@ -266,12 +266,18 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
     assert single(replaced[-1][POLICY_VERSION_KEY]) == 1
 
 
-def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_share(ray_clean):
+@pytest.mark.parametrize("collector_class", [None, "Collector"])
+def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_share(
+    ray_clean, collector_class
+):
     """init_random_frames is a run's warm-up, not each incarnation's (found by the off-policy soak:
     every collector restart wrote its random share again and the training return dipped)."""
+    from torchrl.collectors import Collector
+
+    chosen = {} if collector_class is None else {"collector_class": Collector}
     with RayCollector(
         pendulum, bias_policy(3, 1, bias=0.5), frames_per_batch=100, total_frames=1000,
-        init_random_frames=200, remote_configs=SMALL,
+        init_random_frames=200, remote_configs=SMALL, **chosen,
     ) as collector:  # fmt: skip
         random_batches = []
         for i, batch in enumerate(collector):
@@ -279,6 +285,8 @@ def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_shar
             random_batches += [] if policy_actions else [i]
             if i == 3:  # past the share of 200 random frames: the worker dies
                 kill_and_wait(collector.workers[0])
+            if i == 6:  # its frame count goes on from its predecessor's (as a checkpoint holds)
+                assert collector.state_dict()[0]["frames"] >= 600
         assert collector.stats()["restarts"] == 1
     assert random_batches == [0, 1]  # the first incarnation's 200 frames, none after
 

@@ -33,10 +33,10 @@ def build_collector(
     One env built from the factory (its keys checked against the policy's first),
     or a list of factories for a multi-process collector; torchrl's defaults for the
     class, the spec's collector arguments over them; a rebuilt worker's trajectory
-    ids start past its earlier incarnations', and it takes random actions only for
-    what its earlier incarnations (``frames_done``) left of ``init_random_frames``
-    (whole batches); a preemptible worker steps one env step per iteration, so the
-    driver can cut it off at any step.
+    ids start past its earlier incarnations', and its frame count goes on from
+    theirs (``frames_done``), so it takes random actions only for what they left of
+    ``init_random_frames`` and its checkpoints hold the whole count; a preemptible
+    worker steps one env step per iteration, so the driver can cut it off at any step.
     """
     env = spec.create_env_fn
     if spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class):
@@ -53,16 +53,20 @@ def build_collector(
     if first_traj_id and takes_trajectory_pool(spec.collector_class):
         # a rebuilt worker: its trajectory ids go on past its previous incarnation's
         kwargs.setdefault("traj_pool", trajectory_pool(first_traj_id))
-    if frames_done and (kwargs.get("init_random_frames") or 0) > 0:
+    multi = isinstance(env, list)  # its sub-collectors count their own frames
+    if multi and frames_done and (kwargs.get("init_random_frames") or 0) > 0:
         left = max(0, kwargs["init_random_frames"] - frames_done)
         kwargs["init_random_frames"] = left - left % spec.frames_per_batch
     frames = spec.frames_per_batch
     if spec.preemptible:
         # One env step per iteration; the batch is assembled step by step.
         frames = _env_batch_numel(env)
-    return spec.collector_class(
+    collector = spec.collector_class(
         env, spec.policy, frames_per_batch=frames, total_frames=-1, **kwargs
     )
+    if frames_done and not multi:  # as torchrl's own load_state_dict restores it
+        collector._frames = frames_done
+    return collector
 
 
 def fast_path(collector: Any) -> bool | str:
