@@ -114,6 +114,19 @@ def wait_for_checkpoint(proc: subprocess.Popen, manager: CheckpointManager, time
     raise AssertionError(f"no checkpoint; exit code {proc.poll()}: {proc.stderr.read()}")
 
 
+def checkpointing_run(ray_session, run_dir: Path, preset: str, location: str) -> subprocess.Popen:
+    """``tdscheme train PRESET`` in a subprocess joining the test Ray, checkpointing every 256 frames."""
+    address = ray_session.get_runtime_context().gcs_address
+    settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
+                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address},
+                "buffer_location": location}  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "tdscheme.cli", "train", preset, *cli_options(settings),
+         "--run-dir", str(run_dir)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("location", ["driver", "ray"])
 def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
@@ -125,15 +138,7 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
     frames trained on: those are trained on after the resume, not lost or counted twice).
     """
     run_dir = tmp_path / "run"
-    address = ray_clean.get_runtime_context().gcs_address
-    settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
-                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address},
-                "buffer_location": location}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tdscheme.cli", "train", "dqn-cartpole", *cli_options(settings),
-         "--run-dir", str(run_dir)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = checkpointing_run(ray_clean, run_dir, "dqn-cartpole", location)
     manager = CheckpointManager(run_dir / "checkpoints")
     try:
         wait_for_checkpoint(proc, manager, timeout_s=200)
@@ -201,15 +206,7 @@ def test_the_buffer_actor_killed_mid_run_ends_the_command_in_two_lines_with_its_
     from ray._private.state import state  # the GCS actor table (no dashboard in tests)
 
     run_dir = tmp_path / "run"
-    address = ray_clean.get_runtime_context().gcs_address
-    settings = {**TINY, "total_frames": 1_000_000, "checkpoint_every_frames": 256,
-                "checkpoint_replay_buffer": True, "ray_init_config": {"address": address},
-                "buffer_location": "ray"}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tdscheme.cli", "train", "td3-pendulum", *cli_options(settings),
-         "--run-dir", str(run_dir)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = checkpointing_run(ray_clean, run_dir, "td3-pendulum", "ray")
     manager = CheckpointManager(run_dir / "checkpoints")
     try:
         wait_for_checkpoint(proc, manager, timeout_s=200)
