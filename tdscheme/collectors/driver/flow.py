@@ -289,8 +289,7 @@ class BatchFlow:
             stats.encode_s += r.encode_s
             stats.bytes_received += r.payload.nbytes if r.payload is not None else 0
             if r.episodes is not None:  # written into the replay buffer
-                lengths = r.episodes.lengths or [None] * len(r.episodes.returns)
-                stats.written_episodes.extend(zip(r.episodes.returns, lengths, strict=True))
+                stats.add_written_episodes(r.episodes)
         stats.batches += 1
         self.pool.poll_acks()
         return batch

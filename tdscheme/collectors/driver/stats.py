@@ -70,6 +70,11 @@ class CollectorStats:
         default_factory=lambda: collections.deque(maxlen=KEPT_EPISODES)
     )
 
+    def add_written_episodes(self, episodes: FinishedEpisodes) -> None:
+        """Keeps the episodes a worker reported with a write, for :meth:`take_written_episodes`."""
+        lengths = episodes.lengths or [None] * len(episodes.returns)
+        self.written_episodes.extend(zip(episodes.returns, lengths, strict=True))
+
     def take_written_episodes(self) -> FinishedEpisodes:
         """Returns (and lengths) of the episodes that ended in frames written into the replay buffer.
 
@@ -80,7 +85,8 @@ class CollectorStats:
 
         Example:
             >>> stats = CollectorStats()
-            >>> stats.written_episodes.extend([(2.0, 2.0), (4.0, None)])
+            >>> stats.add_written_episodes(FinishedEpisodes([2.0], [2.0]))
+            >>> stats.add_written_episodes(FinishedEpisodes([4.0], None))
             >>> stats.take_written_episodes(), stats.take_written_episodes()
             (FinishedEpisodes(returns=[2.0, 4.0], lengths=None), FinishedEpisodes(returns=[], lengths=None))
         """

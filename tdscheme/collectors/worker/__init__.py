@@ -7,6 +7,8 @@
 * :mod:`~tdscheme.collectors.worker.progress`: the env steps it reports while it collects.
 * :mod:`~tdscheme.collectors.worker.checks`: the policy's keys, NaN / inf from the env.
 * :mod:`~tdscheme.collectors.worker.scheme_receiver`: torchrl's learner weight calls.
+* :mod:`~tdscheme.collectors.worker.remote_calls`: torchrl RayCollector's ``map_fn`` /
+  ``get_distant_attr`` calls.
 """
 
 from __future__ import annotations

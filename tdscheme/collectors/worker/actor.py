@@ -29,6 +29,7 @@ from tdscheme.collectors.worker.checks import (
     env_output_error,
 )
 from tdscheme.collectors.worker.progress import count_env_steps
+from tdscheme.collectors.worker.remote_calls import RemoteCallsMixin
 from tdscheme.collectors.worker.scheme_receiver import SchemeReceiverMixin
 from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.episodes import finished_episodes
@@ -49,7 +50,7 @@ __all__ = ["WORKER_STATE_KEY", "CollectorWorker", "WorkerBatch", "WorkerSpec"]
 WORKER_STATE_KEY = "tdscheme"
 
 
-class CollectorWorker(SchemeReceiverMixin):
+class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
     """Steps one torchrl collector and returns encoded, stamped batches.
 
     Weights come from the driver (:meth:`set_weights`) or, when a torchrl learner
@@ -379,20 +380,6 @@ class CollectorWorker(SchemeReceiverMixin):
         self._collector.load_state_dict(state, strict=strict)
         if own is not None:
             self.policy_version = int(own["policy_version"])
-
-    def cascade_execute(
-        self, attr_path: str, args: tuple = (), kwargs: Mapping[str, Any] | None = None
-    ) -> Any:
-        """Calls the wrapped collector's ``cascade_execute(attr_path, *args, **kwargs)``.
-
-        torchrl's: ``attr_path`` names a method (or attribute) of the collector,
-        e.g. ``"env.reset"`` or ``"policy.forward"``; an attribute is returned as it is.
-        """
-        return self._collector.cascade_execute(attr_path, *args, **dict(kwargs or {}))
-
-    def get_distant_attr(self, attr: str) -> Any:
-        """The wrapped collector's attribute at ``attr`` (a torchrl path, e.g. ``"env.batch_size"``)."""
-        return self._collector.get_distant_attr(attr)
 
     def shutdown(self) -> None:
         """Closes the wrapped collector and its envs. Idempotent."""
