@@ -7,7 +7,7 @@ Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
     ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'appo-pong', 'dqn-cartpole',
      'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum',
-     'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
+     'ppo-pong', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -28,7 +28,7 @@ from tdscheme.presets.offpolicy import (
     sac_pendulum,
     td3_pendulum,
 )
-from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
+from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum, ppo_pong
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
 
@@ -60,6 +60,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "appo-cartpole": appo_cartpole,
     "impala-pong": impala_pong,
     "appo-pong": appo_pong,
+    "ppo-pong": ppo_pong,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

@@ -279,6 +279,7 @@ def actor_critic_learner(
         )
     return Learner(
         loss,
+        optimizer=partial(torch.optim.Adam, lr=config.lr, eps=config.adam_eps),
         config=LearnerConfig(
             num_epochs=config.num_epochs,
             minibatch_size=config.minibatch_size,

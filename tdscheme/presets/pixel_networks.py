@@ -8,7 +8,8 @@ Two trunks (``network=``), uint8 frames scaled to [0, 1], torchrl's ``ConvNet`` 
 * ``"nature"``: Mnih et al. 2015's network, the one torchrl's IMPALA example
   (``sota-implementations/impala``) trains: conv 32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units.
 
-The policy logits and the state value are two linear heads on the trunk. torchrl's ``ActorValueOperator`` shares the
+The policy logits and the state value are two linear heads on the trunk; every layer
+starts orthogonal with zero biases (CleanRL's and SB3's Atari initialization). torchrl's ``ActorValueOperator`` shares the
 trunk: the actor (trunk + policy head) runs in the workers, the loss trains both
 heads and the trunk. The critic is a :class:`SharedTrunkValue`: where the loss
 has just run the actor's trunk on the same frames, the value head reads that
@@ -166,14 +167,26 @@ def pixel_actor_critic(
     )
     hidden = PIXEL_NETWORKS[network][1]
     head = nn.Linear(hidden, num_actions)
-    with torch.no_grad():  # a near-uniform first policy (CleanRL's small last layer)
-        head.weight.mul_(0.01)
-        head.bias.zero_()
+    value_head = nn.Linear(hidden, 1)
+    # Orthogonal weights and zero biases, as CleanRL's and SB3's Atari networks: gain sqrt(2)
+    # in the ReLU trunk, 0.01 for the policy (a near-uniform first policy), 1 for the value
+    _orthogonal_(trunk.module, gain=2**0.5)
+    _orthogonal_(head, gain=0.01)
+    _orthogonal_(value_head, gain=1.0)
     policy = ProbabilisticActor(
         TensorDictModule(head, in_keys=["hidden"], out_keys=["logits"]), in_keys=["logits"],
         out_keys=["action"], distribution_class=torch.distributions.Categorical,
         spec=Categorical(num_actions), return_log_prob=True,
     )  # fmt: skip
-    value = ValueOperator(nn.Linear(hidden, 1), in_keys=["hidden"])
+    value = ValueOperator(value_head, in_keys=["hidden"])
     shared = ActorValueOperator(trunk, policy, value)
     return {"actor": shared.get_policy_operator(), "critic": SharedTrunkValue(trunk, value)}
+
+
+def _orthogonal_(module: nn.Module, *, gain: float) -> None:
+    """Orthogonal weights (scaled by ``gain``) and zero biases for every conv and linear layer."""
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(layer.weight, gain)
+                nn.init.zeros_(layer.bias)

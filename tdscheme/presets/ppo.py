@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from tdscheme.learner import Learner
 
-__all__ = ["ppo_cartpole", "ppo_learner", "ppo_pendulum"]
+__all__ = ["ppo_cartpole", "ppo_learner", "ppo_pendulum", "ppo_pong"]
 
 
 def ppo_learner(
@@ -107,5 +107,49 @@ def ppo_pendulum() -> Preset:
             eval_every_frames=32_768,
             eval_episodes=10,
             target_return=-200.0,
+        ),
+    )
+
+
+def ppo_pong() -> Preset:
+    """Synchronous PPO on Pong from pixels: CleanRL's and the RL Zoo's Atari PPO settings.
+
+    8 envs in all (2 workers of 4, EnvPool) x 128 steps per batch, strictly on-policy
+    (the workers wait for the new weights); 4 epochs of 4 minibatches of 256 frames;
+    Adam at 2.5e-4 decayed linearly to 0 over the run, PPO clip 0.1, entropy 0.01,
+    value 0.5, gradient clip 0.5, GAE (0.99, 0.95), normalized advantages; Mnih et
+    al.'s CNN shared by the policy and value heads; the Atari preprocessing of
+    :func:`~tdscheme.envs.make_atari_env` (rewards clipped for training), Adam's
+    epsilon 1e-5 and orthogonal initialization. These are
+    the hyperparameters of CleanRL's ``ppo_atari_envpool.py`` and of the RL Zoo's
+    ``atari`` entry in ``ppo.yml``. ``frames`` count agent steps (x4 emulator frames).
+    The learner takes both torch threads (``num_threads=2``): strictly on-policy, the
+    workers wait while it trains.
+    """
+    return Preset(
+        name="ppo-pong",
+        learner_builder=ppo_learner,
+        algo=ActorCriticConfig(
+            env_id="ALE/Pong-v5",
+            env_backend="envpool",
+            num_envs=4,
+            eval_num_envs=4,
+            lr=2.5e-4,
+            max_grad_norm=0.5,
+            num_epochs=4,
+            minibatch_size=256,
+            clip_epsilon=0.1,
+            entropy_coef=0.01,
+            pixel_network="nature",
+            adam_eps=1e-5,
+        ),
+        scheme=SchemeConfig(num_collectors=2, frames_per_batch=1024, sync=True, max_policy_lag=0),
+        trainer=TrainerConfig(
+            total_frames=2_000_000,
+            eval_every_frames=100_000,
+            eval_episodes=4,
+            target_return=18.0,
+            checkpoint_every_frames=100_000,
+            num_threads=2,
         ),
     )

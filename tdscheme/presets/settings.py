@@ -177,6 +177,7 @@ class ActorCriticConfig(AlgoConfig):
         vtrace_c_clip: V-trace's trace-cutting clip (c-bar).
         pixel_network: the CNN of a pixel env (an Atari id): ``"shallow"`` (the IMPALA
             paper's) or ``"nature"`` (Mnih et al.'s, torchrl's IMPALA example's).
+        adam_eps: Adam's epsilon (torch's default 1e-8; CleanRL's and SB3's PPO use 1e-5).
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -204,6 +205,7 @@ class ActorCriticConfig(AlgoConfig):
     vtrace_rho_clip: float = 1.0
     vtrace_c_clip: float = 1.0
     pixel_network: str = dataclasses.field(default="shallow", metadata={"choices": PIXEL_NETWORKS})
+    adam_eps: float = 1e-8
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -220,6 +222,7 @@ class ActorCriticConfig(AlgoConfig):
         check_choice("loss_critic_type", self.loss_critic_type, ("l2", "l1", "smooth_l1"))
         check_choice("advantage", self.advantage, ADVANTAGES)
         check_choice("pixel_network", self.pixel_network, PIXEL_NETWORKS)
+        _check_number("adam_eps", self.adam_eps, 0, low_open=True)
         for name in ("vtrace_rho_clip", "vtrace_c_clip"):
             _check_number(name, getattr(self, name), 0, low_open=True)
 

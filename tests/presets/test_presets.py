@@ -22,7 +22,7 @@ def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
                             "ppo-cartpole-dd", "dqn-cartpole", "sac-pendulum", "td3-pendulum",
                             "sac-halfcheetah", "impala-cartpole", "appo-cartpole", "impala-pong",
-                            "appo-pong"}  # fmt: skip
+                            "appo-pong", "ppo-pong"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
     assert a == b and a.scheme is not b.scheme
