@@ -1,22 +1,26 @@
 """torchrl's RayCollector client scripts, run with torchrl's class and with tdscheme's.
 
-A drop-in is judged by what its users already run. This runner takes the copies of four
-torchrl 0.14 client scripts kept beside it (see README.md here), and runs each twice in
-fresh processes: as it is (torchrl's ``RayCollector``) and with its one import line
-swapped for ``from tdscheme import RayCollector``, which is all a user changes. The swap
-is made on a copy in a temporary folder; the runner checks that the line occurs once and
-that nothing else differs. Run from the repository root::
+A drop-in is judged by what its users already run. This runner takes four scripts that
+pytorch/rl ships as users of ``torchrl.collectors.distributed.RayCollector`` from a pytorch/rl
+tree obtained at run time (``--torchrl-src``, a checkout; or ``--from-sdist``, torchrl's source
+distribution from the package index), copies each into a temporary folder, applies the named
+patches of ``client_scripts.py`` there (2 cores, no GPU, today's packages), and runs it twice in
+fresh processes: as patched (torchrl's class) and with its ``RayCollector`` import line swapped
+for ``from tdscheme import RayCollector``, which is all a user changes. Before the tdscheme
+run it checks that the two copies differ by that line alone. Run from the repository root::
 
-    .venv/bin/python benchmarks/torchrl_clients/run.py --out /tmp/clients.md
-    .venv/bin/python benchmarks/torchrl_clients/run.py --scripts ray_collect --peers tdscheme
+    .venv/bin/python benchmarks/torchrl_clients/run.py --torchrl-src ~/rl --out /tmp/clients.md
+    .venv/bin/python benchmarks/torchrl_clients/run.py --torchrl-src ~/rl --scripts ray_collect
 
 Each run has its own process group and its own local Ray (the scripts start it), killed
 when the run ends or passes ``--timeout-s``. A script whose optional packages are missing
-(``pip install -c constraints.txt -e ".[clients]"``) is recorded as ``skip`` with the reason.
+(``pip install -c constraints.txt -e ".[clients]"``) is recorded as ``skip`` with the reason;
+so is every script when no source is given or none can be had.
 
-Output: one JSON line per run (machine and versions included), then a markdown table
-(script, each peer's outcome and wall seconds, the failure's last line), also written to
-``--out``. Exit status 0 whatever the outcomes.
+Output: one JSON line per run (machine, versions and the scripts' source included), then the
+source and a markdown table (script, each peer's outcome and wall seconds, the failure's last
+line), also written to ``--out``. Exit status 0 whatever the outcomes, 2 when a patch does not
+apply to the given source (the source is not the release the patches were written for).
 """
 
 from __future__ import annotations
@@ -36,57 +40,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/report.py
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the modules beside this one; benchmarks/report.py
 
-#: The line a user writes instead of the script's torchrl import.
-TDSCHEME_IMPORT = "from tdscheme import RayCollector"
-PEERS = ("torchrl", "tdscheme")
-
-
-@dataclass(frozen=True)
-class ClientScript:
-    """One torchrl client script: where it is, its import line, how it runs shrunk."""
-
-    name: str
-    folder: str
-    script: str
-    torchrl_import: str
-    args: tuple[str, ...] = ()
-    needs: tuple[str, ...] = ()
-    timeout_s: float = 600.0
-
-
-#: IMPALA shrunk for 2 cores through hydra overrides: 2 workers, 8 updates, no wandb.
-IMPALA_OVERRIDES = (
-    "collector.num_workers=2",
-    "collector.total_frames=1920",
-    "loss.batch_size=2",
-    "logger.backend=null",
-    "ray_init_config.num_cpus=2",
-    "remote_worker_resources.num_gpus=0",
-    "remote_worker_resources.memory=536870912",
+from client_scripts import TDSCHEME_IMPORT, ClientScript, client_scripts  # noqa: E402
+from patching import PatchError, apply_patches, changed_lines, swap_import  # noqa: E402
+from torchrl_source import (  # noqa: E402
+    HOW_TO_GET_ONE,
+    SourceUnavailable,
+    TorchrlSource,
+    from_checkout,
+    from_sdist,
 )
 
-SCRIPTS = (
-    ClientScript(
-        "ray_collect.py", ".", "ray_collect.py",
-        "from torchrl.collectors.distributed.ray import RayCollector", timeout_s=300.0,
-    ),
-    ClientScript(
-        "ray_train.py", ".", "ray_train.py",
-        "from torchrl.collectors.distributed.ray import RayCollector",
-        needs=("matplotlib", "mujoco", "imageio"),
-    ),
-    ClientScript(
-        "ray_buffer_infra.py", ".", "ray_buffer_infra.py",
-        "from torchrl.collectors.distributed.ray import RayCollector", timeout_s=300.0,
-    ),
-    ClientScript(
-        "impala_multi_node_ray.py", "impala", "impala_multi_node_ray.py",
-        "from torchrl.collectors.distributed import RayCollector", args=IMPALA_OVERRIDES,
-        needs=("hydra", "ale_py"),
-    ),
-)  # fmt: skip
+PEERS = ("torchrl", "tdscheme")
 
 
 @dataclass
@@ -101,35 +67,60 @@ class Run:
     log: str = ""
 
 
-def swap_import(text: str, old: str, new: str) -> str:
-    """``text`` with the one line ``old`` (any indentation) replaced by ``new``.
+def patched_texts(client: ClientScript, source: TorchrlSource, peer: str) -> dict[str, str]:
+    """The client's files from ``source``, patched; for tdscheme, with the import swapped too.
+
+    Args:
+        client: the script.
+        source: the pytorch/rl tree.
+        peer: ``"torchrl"`` or ``"tdscheme"``.
+
+    Returns:
+        File name to patched text, for the script's files.
 
     Raises:
-        ValueError: ``old`` is not on exactly one line.
+        PatchError: a patch or the swap does not apply exactly once; or, for tdscheme, the
+            result differs from the torchrl run's script by more than the import line.
     """
-    lines = text.splitlines(keepends=True)
-    hits = [i for i, line in enumerate(lines) if line.strip() == old]
-    if len(hits) != 1:
-        raise ValueError(f"{old!r} is on {len(hits)} lines; expected exactly one")
-    line = lines[hits[0]]
-    lines[hits[0]] = line[: len(line) - len(line.lstrip())] + new + "\n"
-    return "".join(lines)
+    origin = source.origin()
+    folder = source.root / client.folder
+    texts = {name: (folder / name).read_text() for name in client.files}
+    texts = apply_patches(texts, client.patches, origin=origin)
+    if peer == "torchrl":
+        return texts
+    try:
+        swapped = swap_import(texts[client.script], client.torchrl_import, TDSCHEME_IMPORT)
+    except PatchError as error:
+        raise PatchError(f"import swap in {client.script} (from {origin}): {error}") from None
+    changed = [(a.strip(), b.strip()) for a, b in changed_lines(texts[client.script], swapped)]
+    if changed != [(client.torchrl_import, TDSCHEME_IMPORT)]:
+        raise PatchError(f"{client.script}: the swap changed {changed}, not the import alone")
+    return {**texts, client.script: swapped}
 
 
-def prepare(client: ClientScript, peer: str, workdir: Path) -> Path:
-    """Copies the script's folder into ``workdir``; for tdscheme, with the import swapped."""
-    src = HERE / client.folder / client.script
-    if client.folder == ".":  # a single-file script
-        shutil.copy2(src, workdir / client.script)
-    else:  # a script with its modules and configs
-        shutil.copytree(
-            src.parent, workdir / client.folder, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    script = workdir / client.folder / client.script
-    text = script.read_text()
-    new = client.torchrl_import if peer == "torchrl" else TDSCHEME_IMPORT
-    script.write_text(swap_import(text, client.torchrl_import, new))
-    return script
+def prepare(client: ClientScript, source: TorchrlSource, peer: str, workdir: Path) -> Path:
+    """Writes the client's patched files, and our modules it imports, into ``workdir``.
+
+    Returns:
+        The path of the script to run (``workdir / client.script``).
+    """
+    for name, text in patched_texts(client, source, peer).items():
+        (workdir / name).write_text(text)
+    for module in client.modules:
+        shutil.copy2(HERE / module, workdir / module)
+    return workdir / client.script
+
+
+def script_env(folder: Path) -> dict[str, str]:
+    """The environment a prepared script runs in: ``folder`` first on ``PYTHONPATH``.
+
+    Ray puts the driver script's folder on its workers' ``sys.path`` only while the driver's
+    working directory is that folder; IMPALA's hydra config changes it (``hydra.job.chdir``).
+    Local Ray workers inherit the driver's environment, so ``PYTHONPATH`` lets them import
+    the modules copied beside the script (``torch_resize.py``) wherever the driver stands.
+    """
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
 
 
 def missing(client: ClientScript) -> list[str]:
@@ -142,21 +133,27 @@ def failure_line(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in reversed(lines):
         head = line.split(":", 1)[0]
-        if head.endswith(("Error", "Exception", "Interrupt")) or head == "AssertionError":
+        if head.endswith(("Error", "Exception", "Interrupt")):
             return line[:300]
     return lines[-1][:300] if lines else ""
 
 
-def run_once(client: ClientScript, peer: str, log_dir: Path, timeout_s: float) -> Run:
-    """Runs ``client`` with ``peer``'s class in its own process group; kills the group after."""
+def run_once(
+    client: ClientScript, source: TorchrlSource, peer: str, log_dir: Path, timeout_s: float
+) -> Run:
+    """Runs ``client`` with ``peer``'s class in its own process group; kills the group after.
+
+    Raises:
+        PatchError: the patches or the swap do not apply to ``source`` (see :func:`prepare`).
+    """
     lacking = missing(client)
     if lacking:
         reason = f"missing {', '.join(lacking)} (pip install -c constraints.txt -e '.[clients]')"
-        return Run(client.name, peer, "skip", 0.0, reason)
-    log = log_dir / f"{Path(client.script).stem}.{peer}.log"
+        return Run(client.script, peer, "skip", 0.0, reason)
+    log = log_dir / f"{client.name}.{peer}.log"
     with tempfile.TemporaryDirectory(prefix="tdscheme-client-") as tmp:
-        script = prepare(client, peer, Path(tmp))
-        env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+        script = prepare(client, source, peer, Path(tmp))
+        env = script_env(script.parent)
         start = time.monotonic()
         with open(log, "w") as out:
             proc = subprocess.Popen(
@@ -167,17 +164,19 @@ def run_once(client: ClientScript, peer: str, log_dir: Path, timeout_s: float) -
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 rc = None
-            finally:
+            finally:  # the script's Ray processes are in its group: none outlives the run
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         wall_s = time.monotonic() - start
     output = log.read_text(errors="replace")
     if rc == 0:
-        return Run(client.name, peer, "ok", wall_s, log=str(log))
+        return Run(client.script, peer, "ok", wall_s, log=str(log))
     if rc is None:
-        return Run(client.name, peer, "timeout", wall_s, f"no exit in {timeout_s:.0f} s", str(log))
-    return Run(client.name, peer, "fail", wall_s, f"rc={rc}: {failure_line(output)}", str(log))
+        return Run(
+            client.script, peer, "timeout", wall_s, f"no exit in {timeout_s:.0f} s", str(log)
+        )
+    return Run(client.script, peer, "fail", wall_s, f"rc={rc}: {failure_line(output)}", str(log))
 
 
 def table(runs: list[Run], peers: list[str]) -> str:
@@ -192,14 +191,29 @@ def table(runs: list[Run], peers: list[str]) -> str:
         failures = [
             f"{p}: {by_peer[p].failure}" for p in peers if p in by_peer and by_peer[p].failure
         ]
-        text = "; ".join(failures).replace("|", "\\|")
+        text = "; ".join(dict.fromkeys(failures)).replace("|", "\\|")
         rows.append("| " + " | ".join([f"`{name}`", *cells, text]) + " |")
     return "\n".join(rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    names = [Path(c.script).stem for c in SCRIPTS]
+    names = [c.name for c in client_scripts()]
+    parser.add_argument(
+        "--torchrl-src",
+        default=os.environ.get("TORCHRL_SRC") or None,
+        help="a pytorch/rl checkout's root (default: $TORCHRL_SRC)",
+    )
+    parser.add_argument(
+        "--from-sdist",
+        action="store_true",
+        help="without --torchrl-src: pip download torchrl's sdist (installed version) instead",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=str(Path(tempfile.gettempdir()) / "tdscheme-torchrl-sdist"),
+        help="where --from-sdist keeps the archive and its unpacked tree",
+    )
     parser.add_argument("--scripts", default=",".join(names), help=f"comma-separated, of {names}")
     parser.add_argument(
         "--peers", default=",".join(PEERS), help="comma-separated, of torchrl,tdscheme"
@@ -210,37 +224,73 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--log-dir", default=None, help="where each run's output goes (default: a temp dir)"
     )
-    parser.add_argument("--out", default=None, help="also write the markdown table here")
+    parser.add_argument("--out", default=None, help="also write the markdown here")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from report import machine_info
+def obtain_source(args: argparse.Namespace) -> TorchrlSource:
+    """The pytorch/rl tree the arguments name.
 
-    wanted = args.scripts.split(",")
+    Raises:
+        SourceUnavailable: none was named, or the named one cannot be had.
+    """
+    if args.torchrl_src:
+        return from_checkout(args.torchrl_src)
+    if args.from_sdist:
+        import torchrl
+
+        return from_sdist(torchrl.__version__.split("+")[0], Path(args.cache_dir))
+    raise SourceUnavailable(f"no torchrl source given: {HOW_TO_GET_ONE}, or pass --from-sdist")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the chosen scripts with the chosen peers; prints JSON lines and the table.
+
+    Returns:
+        0, or 2 when a patch does not apply to the source.
+    """
+    args = parse_args(argv)
+    wanted = [s for s in args.scripts.split(",") if s]
     peers = [p for p in args.peers.split(",") if p]
+    clients = [c for c in client_scripts() if c.name in wanted]
     unknown = [p for p in peers if p not in PEERS] + [
-        s for s in wanted if s not in {Path(c.script).stem for c in SCRIPTS}
+        s for s in wanted if s not in {c.name for c in client_scripts()}
     ]
     if unknown:
-        raise SystemExit(f"unknown script or peer {unknown}; accepted: {SCRIPTS=} {PEERS=}")
+        raise SystemExit(f"unknown script or peer {unknown}; see --help")
+    from report import machine_info
+
+    machine = machine_info()
+    try:
+        source = obtain_source(args)
+    except SourceUnavailable as error:
+        print(f"skipping torchrl's client scripts: {error}", file=sys.stderr)
+        source, where = None, f"torchrl scripts: none ({error})"
+    else:
+        where = f"torchrl scripts from the {source.origin()}"
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="tdscheme-clients-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    machine = machine_info()
-    runs = []
-    for client in SCRIPTS:
-        if Path(client.script).stem not in wanted:
-            continue
+    runs, status = [], 0
+    for client in clients:
         for peer in peers:
-            run = run_once(client, peer, log_dir, args.timeout_s or client.timeout_s)
+            if source is None:
+                run = Run(client.script, peer, "skip", 0.0, "no torchrl source (see above)")
+            else:
+                try:
+                    run = run_once(
+                        client, source, peer, log_dir, args.timeout_s or client.timeout_s
+                    )
+                except PatchError as error:
+                    print(f"error: {error}", file=sys.stderr)
+                    run, status = Run(client.script, peer, "patch-error", 0.0, str(error)), 2
             runs.append(run)
-            print(json.dumps({**asdict(run), "machine": machine}), flush=True)
-    markdown = table(runs, peers)
+            described = source.describe() if source else None
+            print(json.dumps({**asdict(run), "source": described, "machine": machine}), flush=True)
+    markdown = where + "\n\n" + table(runs, peers)
     print(markdown)
     if args.out:
         Path(args.out).write_text(markdown + "\n")
-    return 0
+    return status
 
 
 if __name__ == "__main__":
