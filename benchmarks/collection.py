@@ -191,7 +191,7 @@ def torchrl_collector(env_fn: Callable, policy: Any, **kwargs: Any) -> Any:
 
 def tdscheme_torchrl_class(env_fn: Callable, policy: Any, **kwargs: Any) -> Any:
     """tdscheme with ``collector_class=Collector``: torchrl's class in each worker, exactly."""
-    from tdscheme.runtime.torchrl_names import Collector
+    from tdscheme.rollout.torchrl_names import Collector
 
     return tdscheme_collector(env_fn, policy, collector_class=Collector, **kwargs)
 

@@ -36,7 +36,7 @@ from torchrl.envs import CatFrames, Compose, RewardSum, StepCounter, Transformed
 
 from tdscheme.envs import make_env
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 
 ENVS = ("plain", "stacked", "normalized", "both")
 NUM_ENVS = 64

@@ -30,7 +30,7 @@ import torch
 
 from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
 from tdscheme.envs import make_env
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 
 
 def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) -> dict:

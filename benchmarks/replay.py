@@ -33,8 +33,8 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors.worker.buffer_writer import BufferWriter
 from tdscheme.envs import make_env
+from tdscheme.replay.ray_held import BufferWriter
 
 SECTIONS = ("background", "overshoot", "buffer")
 TITLE = "Background collection into a Ray-held replay buffer"

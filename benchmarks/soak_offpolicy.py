@@ -37,10 +37,10 @@ from typing import Any
 import ray
 from report import machine_info
 
-from tdscheme import Scheme, WorkerError
+from tdscheme import Scheme
 from tdscheme.engine import evaluate
+from tdscheme.errors import ReplayBufferDied, WorkerError
 from tdscheme.presets import get_preset
-from tdscheme.scheme.ray_buffer import ReplayBufferDied
 
 PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
 

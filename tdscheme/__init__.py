@@ -6,7 +6,6 @@ The public names are imported lazily (PEP 562): a Ray worker that unpickles a
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from tdscheme.lazy import lazy_exports
@@ -22,14 +21,28 @@ _EXPORTS = {
     "SchemeConfig": "tdscheme.scheme",
     "Trainer": "tdscheme.engine",
     "TrainerConfig": "tdscheme.engine",
-    "WorkerError": "tdscheme.collectors",
+    "WorkerError": "tdscheme.errors",
+    "PlacementError": "tdscheme.errors",
+    "ReplayBufferDied": "tdscheme.errors",
+    "NonFiniteInputError": "tdscheme.errors",
+    "NonFiniteUpdateError": "tdscheme.errors",
+    "CheckpointError": "tdscheme.errors",
+    "GradientWorkerError": "tdscheme.errors",
+    "EvalWorkerError": "tdscheme.errors",
 }
 
 __all__ = [
+    "CheckpointError",
+    "EvalWorkerError",
+    "GradientWorkerError",
     "Learner",
     "LearnerConfig",
+    "NonFiniteInputError",
+    "NonFiniteUpdateError",
+    "PlacementError",
     "RayCollector",
     "RayCollectorConfig",
+    "ReplayBufferDied",
     "Scheme",
     "SchemeConfig",
     "Trainer",
@@ -39,29 +52,10 @@ __all__ = [
 ]
 
 
-def _silence_gym_notice() -> None:
-    """Keeps gym's import banner out of every tdscheme process's stderr.
-
-    No tdscheme extra installs the old ``gym`` any more (EnvPool 0.8 needed it,
-    1.2 does not), but where it is installed torchrl imports it, so each process
-    that imports torchrl (the driver and every worker) would print gym's four-line
-    deprecation notice; tdscheme uses gymnasium, never gym. The notice lives in ``gym_notices``, read once
-    by ``gym``'s ``__init__``; emptying it before that import silences it.
-    """
-    if "gym" in sys.modules:
-        return
-    try:
-        from gym_notices import notices
-    except ImportError:
-        return
-    notices.notices.clear()
-
-
-_silence_gym_notice()
-
 if TYPE_CHECKING:
-    from tdscheme.collectors import RayCollector, RayCollectorConfig, WorkerError
+    from tdscheme.collectors import RayCollector, RayCollectorConfig
     from tdscheme.engine import Trainer, TrainerConfig
+    from tdscheme.errors import WorkerError
     from tdscheme.learner import Learner, LearnerConfig
     from tdscheme.scheme import Scheme, SchemeConfig
 

@@ -15,7 +15,7 @@ from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.envs import make_env, make_envpool_env
 from tdscheme.presets.actor_critic import ActorCriticConfig, actor_critic_modules
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.transport import TensorDictCodec
 from tests.rollout.test_lean import assert_same_frames
 

@@ -22,19 +22,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
 
 #: Floors, lowest first: a room may import rooms on its own floor only where noted.
 FLOORS: list[set[str]] = [
-    {
-        "keys",
-        "validation",
-        "log_levels",
-        "lazy",
-        "episodes",
-        "envs",
-        "transport",
-        "runtime",
-        "finite",
-        "stragglers",
-    },
-    {"rollout", "learner"},
+    {"keys", "validation", "log_levels", "lazy", "errors", "finite", "stragglers", "episodes"},
+    {"envs", "transport", "runtime"},
+    {"rollout", "replay", "learner"},
     {"collectors", "gradient_workers"},
     {"scheme"},
     {"engine"},
@@ -42,7 +32,7 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 #: Rooms of the ground floor that other ground-floor rooms may import (leaves).
-GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "finite", "stragglers"}
+GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "errors", "finite", "stragglers"}
 #: Downward imports that are still wrong: (importer's room, imported room).
 FORBIDDEN = {("collectors", "learner")}
 

@@ -90,7 +90,7 @@ def _scheme(env_kwargs: dict[str, Any], **learner_config: Any) -> Any:
 
 
 def _nonfinite_run(fault: str, value: float, where: str) -> dict[str, Any]:
-    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+    from tdscheme.errors import NonFiniteUpdateError
 
     _ray()
     env = {"nonfinite_at_step": 100, "nonfinite_in": where, "nonfinite_value": value,
@@ -137,7 +137,7 @@ def nan_reward_dropped() -> dict[str, Any]:
 
 
 def nan_observation_run() -> dict[str, Any]:
-    from tdscheme import WorkerError
+    from tdscheme.errors import WorkerError
 
     _ray()
     env = {"nonfinite_at_step": 100, "nonfinite_in": "observation", "nonfinite_every": True}
@@ -252,8 +252,9 @@ def _config_row(fault: str, build_name: str, kwargs: dict[str, Any], names: tupl
 
 def policy_in_keys_mismatch() -> dict[str, Any]:
     from fault_rows._parts import linear_policy
-    from tdscheme import RayCollector, WorkerError
+    from tdscheme import RayCollector
     from tdscheme.envs import make_env
+    from tdscheme.errors import WorkerError
 
     _ray()
 
@@ -272,8 +273,9 @@ def policy_out_keys_mismatch() -> dict[str, Any]:
     import torch
     from tensordict.nn import TensorDictModule
 
-    from tdscheme import RayCollector, WorkerError
+    from tdscheme import RayCollector
     from tdscheme.envs import make_env
+    from tdscheme.errors import WorkerError
 
     _ray()
     policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["act"])
@@ -309,7 +311,8 @@ def _damage(path: Path, how: str) -> None:
 
 def checkpoint_by_name(how: str) -> Callable[[], dict[str, Any]]:
     def fn() -> dict[str, Any]:
-        from tdscheme.engine.checkpoint import CheckpointError, load_checkpoint
+        from tdscheme.engine.checkpoint import load_checkpoint
+        from tdscheme.errors import CheckpointError
 
         with tempfile.TemporaryDirectory() as d:
             _, _, new = _two_checkpoints(Path(d))
@@ -344,7 +347,7 @@ def checkpoint_fallback(how: str) -> Callable[[], dict[str, Any]]:
 
 
 def checkpoint_all_damaged() -> dict[str, Any]:
-    from tdscheme.engine.checkpoint import CheckpointError
+    from tdscheme.errors import CheckpointError
 
     with tempfile.TemporaryDirectory() as d:
         manager, old, new = _two_checkpoints(Path(d))

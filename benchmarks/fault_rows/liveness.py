@@ -109,7 +109,7 @@ def _collect(
 def _expect_error(
     fault: str, bound_s: float, build: Callable[[], Any], names: tuple[str, ...]
 ) -> dict[str, Any]:
-    from tdscheme.runtime.placement import PlacementError
+    from tdscheme.errors import PlacementError
 
     with _ray():
         start = time.perf_counter()
@@ -336,7 +336,7 @@ def hung_worker_every_incarnation_is_an_error() -> dict[str, Any]:
 
     from tdscheme import RayCollector
     from tdscheme.envs import make_faulty_env
-    from tdscheme.runtime.actor_pool import WorkerError
+    from tdscheme.errors import WorkerError
 
     with _ray():
         start = time.perf_counter()
@@ -373,7 +373,7 @@ def elastic_min_workers() -> dict[str, Any]:
 def restarts_exhausted_without_min_workers() -> dict[str, Any]:
     from tdscheme import RayCollector
     from tdscheme.envs import make_faulty_env
-    from tdscheme.runtime.actor_pool import WorkerError
+    from tdscheme.errors import WorkerError
 
     with _ray():
         start = time.perf_counter()
@@ -511,7 +511,7 @@ def grad_worker_hung_is_rebuilt() -> dict[str, Any]:
 
 def grad_worker_nonfinite_named() -> dict[str, Any]:
     from tdscheme.envs import make_faulty_env
-    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+    from tdscheme.errors import NonFiniteUpdateError
 
     fault = "a gradient worker's env gives reward=inf from step 65 (synchronous)"
     bad = functools.partial(

@@ -229,7 +229,7 @@ def buffer_actor_hung() -> dict[str, Any]:
     import torch
     from tensordict import TensorDict
 
-    from tdscheme.scheme.ray_buffer import BoundedRayBuffer
+    from tdscheme.replay.ray_held import BoundedRayBuffer
 
     fault, bound_s = "the Ray-held buffer's process stopped (SIGSTOP) during sample()", 10.0
     with _ray(), _buffer() as rb:

@@ -18,9 +18,7 @@ from typing import Any
 
 from tdscheme.cli.options import setting_error
 from tdscheme.cli.parser import train_overrides
-from tdscheme.collectors.worker.buffer_writer import ReplayBufferDied
-from tdscheme.collectors.worker.checks import NonFiniteInputError
-from tdscheme.engine import CheckpointError, CheckpointManager
+from tdscheme.engine import CheckpointManager
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.checkpoint_eval import evaluate_checkpoints, write_scores
 from tdscheme.engine.plot import (
@@ -32,11 +30,16 @@ from tdscheme.engine.plot import (
 )
 from tdscheme.engine.run_log import read_metrics
 from tdscheme.engine.trainer_config import TrainerConfig
-from tdscheme.learner.nonfinite import NonFiniteUpdateError
+from tdscheme.errors import (
+    CheckpointError,
+    NonFiniteInputError,
+    NonFiniteUpdateError,
+    PlacementError,
+    ReplayBufferDied,
+    WorkerError,
+)
 from tdscheme.presets import Preset, preset_from_dict
 from tdscheme.runtime import RayLease, interrupts
-from tdscheme.runtime.placement import PlacementError
-from tdscheme.runtime.worker_error import WorkerError
 
 __all__ = ["RUN_FAILURES", "run"]
 

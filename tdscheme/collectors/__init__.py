@@ -14,9 +14,7 @@ _EXPORTS = {
     "RayCollector": "tdscheme.collectors.ray_collector",
     "RayCollectorConfig": "tdscheme.collectors.config",
     "WORKER_ID_KEY": "tdscheme.keys",
-    "WorkerError": "tdscheme.collectors.driver.pool",
     "WorkerSpec": "tdscheme.collectors.worker.spec",
-    "ray_buffer_kwargs": "tdscheme.collectors.torchrl_compat.replay_buffer",
 }
 
 __all__ = [
@@ -27,16 +25,12 @@ __all__ = [
     "PreemptionConfig",
     "RayCollector",
     "RayCollectorConfig",
-    "WorkerError",
     "WorkerSpec",
-    "ray_buffer_kwargs",
 ]
 
 if typing.TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
-    from tdscheme.collectors.driver.pool import WorkerError
     from tdscheme.collectors.ray_collector import RayCollector
-    from tdscheme.collectors.torchrl_compat.replay_buffer import ray_buffer_kwargs
     from tdscheme.collectors.worker.actor import CollectorWorker
     from tdscheme.collectors.worker.spec import WorkerSpec
     from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY

@@ -17,10 +17,10 @@ from tdscheme.collectors.torchrl_compat.args import (
     is_policy_service,
     with_env_creators,
 )
-from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
 from tdscheme.collectors.worker.spec import WorkerSpec
+from tdscheme.replay.ray_held import is_ray_replay_buffer
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import default_exploration_type, resolve_collector_class
+from tdscheme.rollout.torchrl_names import default_exploration_type, resolve_collector_class
 from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import invalid
@@ -121,7 +121,7 @@ class RayCollectorConfig:
             while every worker still answers pings.
         actor_start_timeout_s: a worker Ray has not placed (or whose constructor
             has not returned) this long after it was asked for is a
-            :class:`~tdscheme.runtime.placement.PlacementError`; requests the
+            :class:`~tdscheme.errors.PlacementError`; requests the
             cluster could never satisfy (``num_collectors`` x ``remote_configs`` past
             its total resources) are one at once (:mod:`tdscheme.runtime.placement`).
         placement: ``"check"`` (default): a request beyond the cluster's resources

@@ -27,8 +27,8 @@ from tdscheme.collectors.torchrl_compat.remote_calls import RemoteCalls
 from tdscheme.collectors.torchrl_compat.state import CollectorState
 from tdscheme.collectors.torchrl_compat.surface import TorchrlSurface
 from tdscheme.episodes import FinishedEpisodes
+from tdscheme.rollout.torchrl_names import BaseCollector
 from tdscheme.runtime import RayLease
-from tdscheme.runtime.torchrl_names import BaseCollector
 from tdscheme.transport import TensorDictCodec
 from tdscheme.validation import check_frame_budget
 

@@ -13,7 +13,6 @@ import typing
 from tdscheme.lazy import lazy_exports
 
 _EXPORTS = {
-    "CheckpointError": "tdscheme.engine.checkpoint",
     "CheckpointManager": "tdscheme.engine.checkpoint",
     "EvalResult": "tdscheme.engine.evaluation",
     "Progress": "tdscheme.engine.progress",
@@ -30,7 +29,6 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "CheckpointError",
     "CheckpointManager",
     "EvalResult",
     "Progress",
@@ -47,7 +45,7 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from tdscheme.engine.checkpoint import CheckpointError, CheckpointManager
+    from tdscheme.engine.checkpoint import CheckpointManager
     from tdscheme.engine.evaluation import EvalResult, evaluate
     from tdscheme.engine.plot import plot_learning_curve
     from tdscheme.engine.progress import Progress

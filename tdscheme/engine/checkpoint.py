@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.engine.atomic import TMP_SUFFIX, atomic_write
+from tdscheme.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,6 @@ VERSION = 1
 
 _NAME_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 _TMP_PREFIX = ".ckpt_"  # atomic_write names its temporary file ".<name>.<random>.tmp"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file exists but cannot be used: corrupt, truncated, unsafe or foreign."""
 
 
 def to_safe(obj: Any) -> Any:
@@ -178,7 +175,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         ...     load_checkpoint(Path(d, "bad.pt"))
         Traceback (most recent call last):
         ...
-        tdscheme.engine.checkpoint.CheckpointError: checkpoint file ... is corrupt, ...
+        tdscheme.errors.CheckpointError: checkpoint file ... is corrupt, ...
     """
     return _load_payload(Path(path))["state"]
 

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from tdscheme.engine.atomic import write_text_atomic
-from tdscheme.engine.checkpoint import CheckpointError, load_checkpoint
+from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.eval_pool import EvalPool
 from tdscheme.engine.eval_worker import EvalReply, EvalWorker, EvalWorkerSpec
 from tdscheme.engine.evaluation import EvalResult
+from tdscheme.errors import CheckpointError
 
 __all__ = ["SCORES_FILE", "CheckpointScore", "evaluate_checkpoints", "write_scores"]
 
@@ -71,7 +72,7 @@ def evaluate_checkpoints(
 
     Raises:
         CheckpointError: the first checkpoint has no preset config, or none can be read.
-        tdscheme.engine.eval_pool.EvalWorkerError: an evaluation failed in a worker.
+        tdscheme.errors.EvalWorkerError: an evaluation failed in a worker.
     """
     if not paths:
         raise ValueError("paths=[] is invalid; accepted: one checkpoint file or more")

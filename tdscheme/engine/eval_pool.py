@@ -25,17 +25,12 @@ import ray
 from tensordict import TensorDictBase
 
 from tdscheme.engine.eval_worker import EvalReply, EvalWorker, EvalWorkerSpec
-from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError
+from tdscheme.errors import EvalWorkerError
+from tdscheme.runtime.actor_pool import DIED, ActorPool
 
-__all__ = ["EvalPool", "EvalWorkerError"]
+__all__ = ["EvalPool"]
 
 logger = logging.getLogger(__name__)
-
-
-class EvalWorkerError(WorkerError):
-    """An error raised inside an eval worker (or its death past ``max_restarts``), on the driver."""
-
-    role = "eval worker"
 
 
 @dataclasses.dataclass
@@ -60,7 +55,7 @@ class EvalPool(ActorPool):
     Raises:
         EvalWorkerError: a worker's constructor raised (a bad env factory); at the first
             evaluation, as the workers are built in the background.
-        tdscheme.runtime.placement.PlacementError: the workers could not be placed (at
+        tdscheme.errors.PlacementError: the workers could not be placed (at
             once when the cluster could never hold them, else at the first evaluation).
     """
 

@@ -67,7 +67,7 @@ class Trainer:
     Raises:
         TypeError: ``scheme`` is neither a Scheme nor a function returning one.
         FileNotFoundError: ``resume=True`` and ``run_dir`` has no checkpoint.
-        tdscheme.engine.CheckpointError: ``resume=True`` and every checkpoint is damaged.
+        tdscheme.errors.CheckpointError: ``resume=True`` and every checkpoint is damaged.
 
     Example:
         >>> # Needs Ray; see tdscheme.presets and the `tdscheme train` command

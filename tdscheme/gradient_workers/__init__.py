@@ -24,7 +24,6 @@ _EXPORTS = {
     "GradientCoordinator": "tdscheme.gradient_workers.coordinator",
     "GradientResult": "tdscheme.gradient_workers.worker",
     "GradientWorker": "tdscheme.gradient_workers.worker",
-    "GradientWorkerError": "tdscheme.gradient_workers.pool",
     "GradientWorkerSpec": "tdscheme.gradient_workers.config",
     "GradientWorkersConfig": "tdscheme.gradient_workers.config",
     "SynchronousCoordinator": "tdscheme.gradient_workers.synchronous",
@@ -37,7 +36,6 @@ __all__ = [
     "GradientCoordinator",
     "GradientResult",
     "GradientWorker",
-    "GradientWorkerError",
     "GradientWorkerSpec",
     "GradientWorkersConfig",
     "SynchronousCoordinator",
@@ -50,7 +48,6 @@ if typing.TYPE_CHECKING:
     from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
     from tdscheme.gradient_workers.coordinator import GradientCoordinator
     from tdscheme.gradient_workers.decentralized import DecentralizedCoordinator
-    from tdscheme.gradient_workers.pool import GradientWorkerError
     from tdscheme.gradient_workers.synchronous import SynchronousCoordinator
     from tdscheme.gradient_workers.worker import GradientResult, GradientWorker
 

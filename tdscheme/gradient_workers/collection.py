@@ -1,8 +1,10 @@
 """A gradient worker's own collection: ``num_collectors`` local torchrl collectors and episode returns.
 
-The collectors are tdscheme's :class:`~tdscheme.rollout.lean.LeanCollector` by default,
-as in collector workers: torchrl's ``Collector`` with the lean rollout where it can run
-(the same frames, faster), torchrl's own rollout elsewhere.
+The collectors are built and stepped as collector workers build theirs
+(:class:`~tdscheme.rollout.worker_collector.WorkerCollector`: the policy's keys checked,
+NaN observations named, env steps counted), tdscheme's
+:class:`~tdscheme.rollout.lean.LeanCollector` by default: torchrl's ``Collector`` with the
+lean rollout where it can run (the same frames, faster), torchrl's own rollout elsewhere.
 
 Episode returns follow :mod:`tdscheme.episodes` (the recorded return wins), as on the
 driver's collector path.
@@ -24,7 +26,7 @@ from torch import nn
 
 from tdscheme.episodes import EpisodeTracker
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import default_collector_kwargs
+from tdscheme.rollout.worker_collector import WorkerCollector
 
 __all__ = ["LocalCollection"]
 
@@ -66,29 +68,30 @@ class LocalCollection:
     ) -> None:
         #: the class of every collector (the user's, or LeanCollector)
         self.collector_class = LeanCollector if collector_class is None else collector_class
-        kwargs = default_collector_kwargs(self.collector_class)
-        kwargs.update(collector_kwargs or {})  # the user's values win
-        self._collectors = [
-            self.collector_class(
+        self._rollouts = [
+            WorkerCollector(
                 env_factory,
                 policy,
                 frames_per_batch=frames_per_collector,
-                total_frames=-1,
-                **kwargs,
-            )
+                collector_class=self.collector_class,
+                collector_kwargs=collector_kwargs,
+            )  # fmt: skip
             for _ in range(num_collectors)
         ]
         if seed is not None:
             self.set_seed(seed)
-        self._iterators = [iter(c) for c in self._collectors]
-        self._trackers = [EpisodeTracker() for _ in self._collectors]
+        self._trackers = [EpisodeTracker() for _ in self._rollouts]
 
     def set_seed(self, seed: int) -> None:
         """Seeds collector ``i`` with ``seed + i`` and resets its envs (episodes restart)."""
-        for i, collector in enumerate(self._collectors):
-            collector.set_seed(seed + i)
-            collector.reset()
-        self._trackers = [EpisodeTracker() for _ in self._collectors]
+        for i, rollout in enumerate(self._rollouts):
+            rollout.collector.set_seed(seed + i)
+            rollout.collector.reset()
+        self._trackers = [EpisodeTracker() for _ in self._rollouts]
+
+    def progress(self) -> int:
+        """Env steps taken so far by every collector (frames)."""
+        return sum(rollout.progress() for rollout in self._rollouts)
 
     def collect(self) -> tuple[TensorDictBase, list[float]]:
         """Steps every collector for one batch.
@@ -99,8 +102,8 @@ class LocalCollection:
             episodes that ended in it.
         """
         batches, returns = [], []
-        for iterator, tracker in zip(self._iterators, self._trackers, strict=True):
-            batch = next(iterator)
+        for rollout, tracker in zip(self._rollouts, self._trackers, strict=True):
+            batch = rollout.next_batch()
             returns.extend(tracker.update(batch))
             batches.append(batch)
         if len(batches) == 1:
@@ -109,7 +112,6 @@ class LocalCollection:
 
     def shutdown(self) -> None:
         """Shuts every collector (and its env) down. Idempotent."""
-        collectors, self._collectors = self._collectors, []
-        self._iterators = []
-        for collector in collectors:
-            collector.shutdown()
+        rollouts, self._rollouts = self._rollouts, []
+        for rollout in rollouts:
+            rollout.shutdown()

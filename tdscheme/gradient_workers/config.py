@@ -240,7 +240,7 @@ def check_mode_rules(
 def _single_process_collector_class(collector_class: Any) -> type:
     """Resolves a user's ``collector_class``; a gradient worker steps one env per collector."""
     # imported here: building a config (the command's check of a preset) imports no torchrl
-    from tdscheme.runtime.torchrl_names import is_multi_collector, resolve_collector_class
+    from tdscheme.rollout.torchrl_names import is_multi_collector, resolve_collector_class
 
     resolved = resolve_collector_class(collector_class)
     if is_multi_collector(resolved):

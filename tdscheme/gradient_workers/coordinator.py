@@ -154,7 +154,7 @@ class GradientCoordinator:
             GradientWorkerError: a worker raised, or died or hung more than
                 ``max_restarts`` times (the message names it, and ``timeout_s``
                 for a hang).
-            tdscheme.learner.nonfinite.NonFiniteUpdateError: a worker sent
+            tdscheme.errors.NonFiniteUpdateError: a worker sent
                 ``max_nonfinite_updates`` (the driver Learner's config) non-finite
                 gradients in a row, or that many steps in a row made no update
                 for them.

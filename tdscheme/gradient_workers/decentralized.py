@@ -17,7 +17,7 @@ broken group, every worker (the new one included) loads the full Learner state
 of a survivor (or, if none survived, the driver's mirror: rank 0's weights and
 the driver's own optimizer state), all of them form a new group, and the step is
 run again. An exception raised inside a worker (not a death) ends the step with
-a :class:`~tdscheme.gradient_workers.pool.GradientWorkerError`; the group may
+a :class:`~tdscheme.errors.GradientWorkerError`; the group may
 then be broken, so shut the coordinator down.
 """
 
@@ -27,9 +27,10 @@ import logging
 import time
 from typing import Any
 
+from tdscheme.errors import GradientWorkerError
 from tdscheme.gradient_workers.coordinator import GradientCoordinator
 from tdscheme.gradient_workers.metrics import Timer, step_metrics
-from tdscheme.gradient_workers.pool import DIED, GradientWorkerError
+from tdscheme.gradient_workers.pool import DIED
 from tdscheme.gradient_workers.worker import GradientResult
 
 __all__ = ["DecentralizedCoordinator"]

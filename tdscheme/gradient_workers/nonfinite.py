@@ -10,7 +10,7 @@ one warning line names the worker and what was not finite, and the
 ``max_nonfinite_updates``-th (the driver Learner's ``LearnerConfig``) non-finite
 gradient in a row from one worker, or the ``max_nonfinite_updates``-th step in a
 row that made no update because of them, stops the run with a
-:class:`~tdscheme.learner.nonfinite.NonFiniteUpdateError` naming the workers.
+:class:`~tdscheme.errors.NonFiniteUpdateError` naming the workers.
 
 Example:
     >>> from tdscheme.gradient_workers.worker import GradientResult
@@ -25,16 +25,16 @@ Example:
     >>> tracker.check()
     Traceback (most recent call last):
     ...
-    tdscheme.learner.nonfinite.NonFiniteUpdateError: gradient worker 1 sent max_nonfinite_updates=2 ...
+    tdscheme.errors.NonFiniteUpdateError: gradient worker 1 sent max_nonfinite_updates=2 ...
 """
 
 from __future__ import annotations
 
 import logging
 
+from tdscheme.errors import NonFiniteUpdateError
 from tdscheme.finite import nonfinite_advice
 from tdscheme.gradient_workers.worker import GradientResult
-from tdscheme.learner.nonfinite import NonFiniteUpdateError
 
 __all__ = ["NonFiniteGradients"]
 

@@ -15,22 +15,12 @@ from typing import Any
 
 import ray
 
+from tdscheme.errors import GradientWorkerError
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.gradient_workers.worker import GradientWorker
-from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError
+from tdscheme.runtime.actor_pool import DIED, ActorPool
 
-__all__ = ["DIED", "GradientWorkerError", "GradientWorkerPool"]
-
-
-class GradientWorkerError(WorkerError):
-    """An error raised inside a gradient worker (or its death past ``max_restarts``), on the driver.
-
-    Attributes:
-        worker_id: the worker that failed.
-        remote_traceback: the traceback text from the worker process.
-    """
-
-    role = "gradient worker"
+__all__ = ["DIED", "GradientWorkerPool"]
 
 
 class GradientWorkerPool(ActorPool):

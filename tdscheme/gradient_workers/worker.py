@@ -331,6 +331,11 @@ class GradientWorker:
         """Liveness check answered even while computing; returns the worker id."""
         return self.worker_id
 
+    @ray.method(concurrency_group="control")
+    def progress(self) -> int:
+        """Env steps its collectors took so far (frames), answered even while computing."""
+        return self._collection.progress()
+
     def shutdown(self) -> None:
         """Leaves the process group and shuts the collectors down. Idempotent."""
         self.destroy_process_group()

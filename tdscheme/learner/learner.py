@@ -167,7 +167,7 @@ class Learner:
         Raises:
             TypeError: ``batch`` is not a TensorDict.
             ValueError: ``batch`` has no batch dimension or no valid frame.
-            tdscheme.learner.nonfinite.NonFiniteUpdateError:
+            tdscheme.errors.NonFiniteUpdateError:
                 ``config.max_nonfinite_updates`` updates in a row were skipped.
         """
         dropped = 0

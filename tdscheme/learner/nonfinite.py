@@ -28,7 +28,7 @@ Example:
     >>> guard.skipped("non-finite values in 'reward'")
     Traceback (most recent call last):
     ...
-    tdscheme.learner.nonfinite.NonFiniteUpdateError: 2 updates in a row were skipped ...
+    tdscheme.errors.NonFiniteUpdateError: 2 updates in a row were skipped ...
     >>> dropping = NonFiniteGuard(max_in_a_row=3, drop_frames=True)
     >>> kept, dropped = dropping.drop_frames(batch)
     >>> dropped, kept["collector", "mask"].tolist(), kept["reward"].tolist()
@@ -42,14 +42,11 @@ from collections.abc import Iterable, Mapping
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.errors import NonFiniteUpdateError
 from tdscheme.finite import bad_frames, nonfinite_advice, nonfinite_entries, nonfinite_keys
 from tdscheme.keys import MASK_KEY, WORKER_ID_KEY
 
-__all__ = ["NonFiniteGuard", "NonFiniteUpdateError", "SkippedStep"]
-
-
-class NonFiniteUpdateError(RuntimeError):
-    """Too many updates in a row met NaN or inf (``LearnerConfig.max_nonfinite_updates``)."""
+__all__ = ["NonFiniteGuard", "SkippedStep"]
 
 
 class SkippedStep(Exception):  # noqa: N818 - a signal between two Learner methods, not an error

@@ -171,7 +171,7 @@ class OffPolicyLearner(Learner):
 
         Raises:
             TypeError: the sample is not a TensorDict.
-            tdscheme.learner.nonfinite.NonFiniteUpdateError:
+            tdscheme.errors.NonFiniteUpdateError:
                 ``config.max_nonfinite_updates`` steps in a row were skipped.
             ValueError: priorities are to be written and the sample has no ``index``
                 or the loss wrote no priority.

@@ -43,10 +43,10 @@ from torchrl.modules import (
     ValueOperator,
 )
 
-from tdscheme.collectors.torchrl_compat.replay_buffer import ray_buffer_kwargs
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
+from tdscheme.replay.ray_held import ray_buffer_kwargs
 from tdscheme.validation import check_choice, invalid
 
 __all__ = [

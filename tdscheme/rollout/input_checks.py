@@ -25,10 +25,10 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from tdscheme.errors import NonFiniteInputError
 from tdscheme.finite import first_bad_frame, nonfinite_keys
 
 __all__ = [
-    "NonFiniteInputError",
     "check_policy_keys",
     "count_all_nonfinite",
     "describe_nonfinite",
@@ -97,10 +97,6 @@ def _tuple(key: Any) -> tuple[str, ...]:
 # policy raises it checks the env output the policy was given, so that a NaN observation is
 # reported as one (NonFiniteInputError) instead of as torch's "probability tensor contains
 # either inf, nan or element < 0".
-
-
-class NonFiniteInputError(RuntimeError):
-    """An env returned NaN or inf where the policy reads it (the policy then failed)."""
 
 
 def describe_nonfinite(td: TensorDictBase, *, worker_id: int, first_step: int) -> str | None:

@@ -81,8 +81,8 @@ from tdscheme.rollout.env_steps import (
     is_envpool_env,
 )
 from tdscheme.rollout.observations import observations
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.rollout.transforms import episode_transforms
-from tdscheme.runtime.torchrl_names import Collector
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,10 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from tdscheme.errors import ACTOR_DIED, WorkerError
 from tdscheme.log_levels import driver_log_level
 from tdscheme.runtime import placement
-from tdscheme.runtime.worker_error import ACTOR_DIED, WorkerError, last_exception_line, one_line
+from tdscheme.runtime.error_text import last_exception_line, one_line
 
 __all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
 

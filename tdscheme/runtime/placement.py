@@ -34,16 +34,14 @@ from typing import Any
 
 import ray
 
-__all__ = ["PlacementError", "check_fits", "requested_resources", "shortfall", "wait_started"]
+from tdscheme.errors import PlacementError
+
+__all__ = ["check_fits", "requested_resources", "shortfall", "wait_started"]
 
 logger = logging.getLogger(__name__)
 
 #: Ray option -> the resource name Ray reports in ``cluster_resources()``.
 _OPTION_RESOURCES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
-
-
-class PlacementError(RuntimeError):
-    """Actors that Ray cannot place (impossible) or did not place in time (pending)."""
 
 
 def requested_resources(options: Mapping[str, Any]) -> Counter:

@@ -108,7 +108,7 @@ class GradWorkerDriver(NoReplayBuffer):
         learner: the driver's Learner; the workers start from its state.
 
     Raises:
-        tdscheme.gradient_workers.GradientWorkerError: a worker failed to start.
+        tdscheme.errors.GradientWorkerError: a worker failed to start.
     """
 
     #: The key of this driver's part of ``Scheme.state_dict()``.

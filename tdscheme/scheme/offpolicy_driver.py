@@ -36,14 +36,14 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
-from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer, without_nonfinite
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
+from tdscheme.replay.frames import without_nonfinite
+from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.driver import PushInterval
 from tdscheme.scheme.metrics import episode_metrics, episode_return_metrics, numeric_stats
-from tdscheme.scheme.ray_buffer import BoundedRayBuffer
 
 __all__ = ["OffPolicyDriver", "check_buffer"]
 

@@ -115,7 +115,7 @@ class Scheme:
         TypeError: a factory is not callable, or returns the wrong type.
         ValueError: ``policy_factory`` returns a dict without an ``"actor"``, or
             ``storage_factory`` is given with ``num_grad_workers > 0``.
-        tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed to start.
+        tdscheme.errors.GradientWorkerError: a gradient worker failed to start.
 
     Example:
         >>> # Needs Ray; see examples/ and tdscheme.presets
@@ -202,7 +202,7 @@ class Scheme:
             RuntimeError: the scheme is shut down, or :meth:`set_total_frames`'s
                 budget is spent (:attr:`frames_left` is 0).
             tdscheme.WorkerError: a collector worker failed for good.
-            tdscheme.gradient_workers.GradientWorkerError: a gradient worker failed
+            tdscheme.errors.GradientWorkerError: a gradient worker failed
                 for good.
             TimeoutError: no batch or gradient arrived within ``config.batch_timeout_s``.
         """

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from tdscheme.collectors import PreemptionConfig, RayCollector, RayCollectorConfig
 from tdscheme.collectors.config import default_remote_config
 from tdscheme.collectors.driver.stacking import pad_time, stack_rollouts
-from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
+from tdscheme.rollout.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
 
 env = functools.partial(make_env, "CartPole-v1")

@@ -9,8 +9,9 @@ import pytest
 import ray
 import torch
 
-from tdscheme import RayCollector, WorkerError
+from tdscheme import RayCollector
 from tdscheme.collectors import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+from tdscheme.errors import WorkerError
 from tdscheme.testing import bias_policy, cartpole_modules, kill_and_wait, make_env, mlp_policy
 
 SMALL = {"num_cpus": 0.5}

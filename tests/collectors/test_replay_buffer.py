@@ -17,11 +17,11 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler, TensorDi
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors import ray_buffer_kwargs
 from tdscheme.collectors.worker.actor import WorkerBatch
-from tdscheme.collectors.worker.buffer_writer import BufferWriter, last_write
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.presets import get_preset
+from tdscheme.replay import ray_buffer_kwargs
+from tdscheme.replay.ray_held import BufferWriter, last_write
 from tdscheme.testing import make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}

@@ -13,13 +13,8 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme.engine import checkpoint
-from tdscheme.engine.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    load_checkpoint,
-    save_checkpoint,
-    to_safe,
-)
+from tdscheme.engine.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint, to_safe
+from tdscheme.errors import CheckpointError
 
 
 def _learner_state() -> dict:

@@ -9,9 +9,10 @@ import ray
 from tensordict import TensorDict
 
 from tdscheme.engine import TrainerConfig, read_metrics
-from tdscheme.engine.eval_pool import EvalPool, EvalWorkerError
+from tdscheme.engine.eval_pool import EvalPool
 from tdscheme.engine.eval_worker import EvalWorker, EvalWorkerSpec
 from tdscheme.envs.faulty import make_faulty_env
+from tdscheme.errors import EvalWorkerError
 from tdscheme.presets import get_preset
 from tdscheme.testing import bias_policy, make_env
 

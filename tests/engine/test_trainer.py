@@ -9,9 +9,10 @@ import math
 import pytest
 import torch
 
-from tdscheme.engine import CheckpointError, CheckpointManager, Trainer, TrainerConfig, read_metrics
+from tdscheme.engine import CheckpointManager, Trainer, TrainerConfig, read_metrics
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.evaluation import evaluate
+from tdscheme.errors import CheckpointError
 from tdscheme.presets import get_preset
 from tdscheme.testing import assert_same, bias_policy, make_env
 

@@ -11,7 +11,7 @@ from torchrl.data import Categorical
 
 from tdscheme.envs import make_atari_env, make_env
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.transport import TensorDictCodec
 from tests.rollout.test_lean import assert_same_frames
 

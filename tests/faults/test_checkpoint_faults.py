@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from tdscheme.engine import CheckpointError, CheckpointManager
+from tdscheme.engine import CheckpointManager
+from tdscheme.errors import CheckpointError
 
 
 @pytest.mark.timeout(120)

@@ -10,9 +10,10 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 
-from tdscheme import RayCollector, RayCollectorConfig, SchemeConfig, WorkerError
+from tdscheme import RayCollector, RayCollectorConfig, SchemeConfig
 from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
 from tdscheme.engine import TrainerConfig
+from tdscheme.errors import WorkerError
 from tdscheme.presets import ActorCriticConfig
 from tdscheme.testing import bias_policy, make_env
 

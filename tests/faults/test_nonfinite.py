@@ -10,10 +10,9 @@ from tensordict import TensorDict
 
 from tdscheme import Scheme, SchemeConfig
 from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
-from tdscheme.collectors.worker.checks import NonFiniteInputError
+from tdscheme.errors import NonFiniteInputError, NonFiniteUpdateError
 from tdscheme.keys import WORKER_ID_KEY
 from tdscheme.learner import Learner, LearnerConfig
-from tdscheme.learner.nonfinite import NonFiniteUpdateError
 from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
 
@@ -210,7 +209,8 @@ def test_a_worker_whose_frames_are_all_nonfinite_stops_instead_of_writing_nothin
     from torchrl.data import LazyTensorStorage
     from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
-    from tdscheme import RayCollector, WorkerError
+    from tdscheme import RayCollector
+    from tdscheme.errors import WorkerError
     from tdscheme.testing import mlp_policy
 
     rb = RayReplayBuffer(

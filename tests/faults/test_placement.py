@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from tdscheme import RayCollector
-from tdscheme.runtime.placement import PlacementError
+from tdscheme.errors import PlacementError
 from tdscheme.testing import make_env
 
 

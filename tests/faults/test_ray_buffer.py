@@ -15,8 +15,9 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from tdscheme import RayCollector, WorkerError
-from tdscheme.scheme.ray_buffer import BoundedRayBuffer, ReplayBufferDied
+from tdscheme import RayCollector
+from tdscheme.errors import ReplayBufferDied, WorkerError
+from tdscheme.replay.ray_held import BoundedRayBuffer
 from tdscheme.testing import kill_and_wait, make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}

@@ -13,7 +13,8 @@ import functools
 
 import pytest
 
-from tdscheme import RayCollector, WorkerError
+from tdscheme import RayCollector
+from tdscheme.errors import WorkerError
 from tdscheme.testing import make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}

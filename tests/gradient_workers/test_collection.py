@@ -11,7 +11,7 @@ from tdscheme.envs import make_env
 from tdscheme.gradient_workers import GradientWorker, GradientWorkersConfig, GradientWorkerSpec
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.testing import cartpole_learner, cartpole_modules
 from tdscheme.transport import TensorDictCodec
 
@@ -37,7 +37,7 @@ def collected(collector_class, *, num_batches: int = 3):
         collector_class=collector_class,
     )  # fmt: skip
     try:
-        reasons = [c.lean_reason for c in collection._collectors if collector_class is None]
+        reasons = [r.collector.lean_reason for r in collection._rollouts if collector_class is None]
         return (
             collection.collector_class,
             reasons,

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tdscheme.gradient_workers import GradientWorkerError, build_gradient_coordinator
+from tdscheme.errors import GradientWorkerError
+from tdscheme.gradient_workers import build_gradient_coordinator
 from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
 from .helpers import cartpole, new_learner, small_config

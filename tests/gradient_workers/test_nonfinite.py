@@ -14,8 +14,8 @@ import logging
 import pytest
 import torch
 
+from tdscheme.errors import NonFiniteUpdateError
 from tdscheme.gradient_workers import build_gradient_coordinator
-from tdscheme.learner.nonfinite import NonFiniteUpdateError
 from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 from tdscheme.transport import TensorDictCodec
 

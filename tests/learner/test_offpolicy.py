@@ -242,8 +242,8 @@ def test_bad_updaters_are_clear_errors():
 
 def test_a_non_finite_sample_is_skipped_and_counted_then_stops_the_run():
     """As Learner.update: NaN rewards skip the step (no update, no target copy), K in a row stop."""
+    from tdscheme.errors import NonFiniteUpdateError
     from tdscheme.learner import LearnerConfig
-    from tdscheme.learner.nonfinite import NonFiniteUpdateError
 
     qnet = QValueActor(
         MLP(in_features=OBS, out_features=ACT, num_cells=[16]),

@@ -26,12 +26,12 @@ from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.collectors.driver.specs import worker_specs
-from tdscheme.collectors.worker.build import build_collector, fast_path
 from tdscheme.envs import make_env
 from tdscheme.presets import PRESETS, get_preset
 from tdscheme.presets.actor_critic import train_env
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
+from tdscheme.rollout.worker_collector import WorkerCollector
 from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
 from tdscheme.transport import TensorDictCodec
 
@@ -371,11 +371,15 @@ def test_the_presets_workers_run_the_lean_loop(name):
     config = preset.scheme.collector_config(
         factories["env_factory"], learner.policy, offpolicy=True
     )
-    collector = build_collector(worker_specs(config)[0], 0)
+    spec = worker_specs(config)[0]
+    rollout = WorkerCollector(
+        spec.create_env_fn, spec.policy, frames_per_batch=spec.frames_per_batch,
+        collector_class=spec.collector_class, collector_kwargs=spec.collector_kwargs,
+    )  # fmt: skip
     try:
-        assert fast_path(collector) is True
+        assert rollout.fast_path() is True
     finally:
-        collector.shutdown()
+        rollout.shutdown()
 
 
 @pytest.mark.parametrize("num_envs", [1, 8])

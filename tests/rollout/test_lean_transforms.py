@@ -30,7 +30,7 @@ from torchrl.envs import (
 
 from tdscheme.envs import make_env
 from tdscheme.rollout.lean import LeanCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.testing import mlp_policy
 
 from .test_lean import PixelsPolicy, WithPixels, assert_same_frames, batches, same_step_env

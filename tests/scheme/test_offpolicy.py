@@ -167,7 +167,7 @@ def test_a_state_with_the_old_counter_inside_replay_loads(ray_clean):
 def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean):
     """A NaN loss is no raw SkippedStep out of Scheme.step: counted, then NonFiniteUpdateError."""
     from tdscheme.envs.faulty import make_faulty_env
-    from tdscheme.learner.nonfinite import NonFiniteUpdateError
+    from tdscheme.errors import NonFiniteUpdateError
 
     learner = functools.partial(dqn_learner, config=LearnerConfig(max_nonfinite_updates=40))
     env = functools.partial(

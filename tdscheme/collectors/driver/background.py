@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tdscheme.runtime.worker_error import WorkerError
+from tdscheme.errors import WorkerError
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.parts import CollectorParts

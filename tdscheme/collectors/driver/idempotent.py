@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tdscheme.runtime.worker_error import ACTOR_DIED, WorkerError
+from tdscheme.errors import ACTOR_DIED, WorkerError
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.pool import WorkerPool

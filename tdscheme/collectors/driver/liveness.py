@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from tdscheme.runtime.actor_pool import DIED, WorkerError
+from tdscheme.errors import WorkerError
+from tdscheme.runtime.actor_pool import DIED
 
 __all__ = ["StallMonitor"]
 

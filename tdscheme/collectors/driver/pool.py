@@ -23,8 +23,9 @@ from ray.exceptions import RayActorError, RayTaskError
 from tdscheme.collectors.driver.idempotent import call_every_worker
 from tdscheme.collectors.worker.actor import CollectorWorker
 from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
-from tdscheme.runtime.actor_pool import DIED, ActorPool, WorkerError, incarnation_seed
-from tdscheme.runtime.torchrl_names import is_multi_collector
+from tdscheme.errors import WorkerError
+from tdscheme.rollout.torchrl_names import is_multi_collector
+from tdscheme.runtime.actor_pool import DIED, ActorPool, incarnation_seed
 
 __all__ = ["WorkerError", "WorkerPool", "incarnation_seed"]
 

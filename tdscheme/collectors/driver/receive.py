@@ -20,8 +20,8 @@ from tdscheme.collectors.driver.in_flight import RequestsInFlight
 from tdscheme.collectors.driver.liveness import StallMonitor
 from tdscheme.collectors.driver.pool import WorkerPool
 from tdscheme.collectors.driver.stats import CollectorStats
-from tdscheme.collectors.worker.buffer_writer import last_write
 from tdscheme.collectors.worker.spec import WorkerBatch
+from tdscheme.replay.ray_held import last_write
 
 __all__ = ["Receiver"]
 
@@ -97,7 +97,7 @@ class Receiver:
         return result
 
     def _written_before_death(self, worker_id: int, batch_id: int) -> WorkerBatch | None:
-        """The reply of a worker that died after writing its batch (see :mod:`.buffer_writer`)."""
+        """The reply of a worker that died after writing its batch (see :mod:`tdscheme.replay.ray_held`)."""
         if self.config.replay_buffer is None:
             return None
         record = last_write(self.config.replay_buffer, worker_id)

@@ -12,8 +12,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.torchrl_compat.args import for_worker_collector, is_policy_service
-from tdscheme.collectors.worker.buffer_writer import is_ray_replay_buffer
 from tdscheme.collectors.worker.spec import WorkerSpec
+from tdscheme.replay.ray_held import is_ray_replay_buffer
 
 if TYPE_CHECKING:
     from tdscheme.collectors.config import RayCollectorConfig
@@ -37,7 +37,7 @@ def resource_arguments(config: RayCollectorConfig) -> str:
         text += (
             ". The Ray-held replay_buffer's actor holds resources of its own (torchrl's "
             "default: 1 CPU): build it with remote_config={'num_cpus': 0} if it only stores "
-            "(RayReplayBuffer(..., **tdscheme.collectors.ray_buffer_kwargs()) does)"
+            "(RayReplayBuffer(..., **tdscheme.replay.ray_buffer_kwargs()) does)"
         )
     return text
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from torch import nn
 
-from tdscheme.runtime.torchrl_names import (
+from tdscheme.rollout.torchrl_names import (
     env_creator_class,
     is_multi_collector,
     ray_weight_scheme_class,
@@ -132,7 +132,7 @@ def for_worker_collector(
         A new dict.
 
     Example:
-        >>> from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector
+        >>> from tdscheme.rollout.torchrl_names import Collector, MultiSyncCollector
         >>> for_worker_collector({"device": "cpu"}, collector_class=Collector, policy=None,
         ...                      policy_factory=None, trust_policy=True)
         {'device': 'cpu', 'trust_policy': True}

@@ -38,7 +38,7 @@ from tdscheme.collectors.driver.parts import CollectorParts
 from tdscheme.collectors.driver.weight_schema import check_finite
 from tdscheme.collectors.driver.weights import POLICY_MODEL_ID, WeightPusher, weights_from
 from tdscheme.collectors.torchrl_compat.args import is_policy_service
-from tdscheme.runtime.torchrl_names import ray_weight_scheme_class
+from tdscheme.rollout.torchrl_names import ray_weight_scheme_class
 
 __all__ = ["LearnerWeightSync"]
 

@@ -3,7 +3,6 @@
 * :mod:`~tdscheme.collectors.worker.actor`: :class:`CollectorWorker`, one torchrl
   collector stepped on request, its batches stamped and encoded.
 * :mod:`~tdscheme.collectors.worker.spec`: what a worker is built from and returns.
-* :mod:`~tdscheme.collectors.worker.buffer_writer`: its writes into a Ray-held buffer.
 * :mod:`~tdscheme.collectors.worker.progress`: the env steps it reports while it collects.
 * :mod:`~tdscheme.collectors.worker.checks`: the policy's keys, NaN / inf from the env.
 * :mod:`~tdscheme.collectors.worker.scheme_receiver`: torchrl's learner weight calls.

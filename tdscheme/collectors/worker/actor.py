@@ -17,29 +17,17 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.worker.buffer_writer import (
-    BufferWriter,
-    frames_to_write,
-    without_nonfinite,
-)
-from tdscheme.collectors.worker.build import build_collector, fast_path, writable_carrier
-from tdscheme.collectors.worker.checks import (
-    count_all_nonfinite,
-    describe_nonfinite,
-    env_output_error,
-)
-from tdscheme.collectors.worker.progress import count_env_steps
 from tdscheme.collectors.worker.remote_calls import RemoteCallsMixin
 from tdscheme.collectors.worker.scheme_receiver import SchemeReceiverMixin
 from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
-from tdscheme.runtime.torchrl_names import (
-    env_output_keys,
-    is_multi_collector,
-    next_trajectory_id,
-)
+from tdscheme.replay.frames import frames_to_write, without_nonfinite
+from tdscheme.replay.ray_held import BufferWriter
+from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinite
+from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
+from tdscheme.rollout.worker_collector import WorkerCollector
 from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
@@ -108,18 +96,19 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
         # push is acknowledged, no write of frames it makes too stale is still in flight
         self._write_lock = threading.Lock()
         self._staged: tuple[TensorDictBase | Payload, int] | None = None
-        self.env_steps = 0  # progress, read by the driver through progress()
-        self._collector = build_collector(spec, worker_id, first_traj_id, frames_done)
-        self._steps_counted = count_env_steps(self._collector, self._add_steps)
+        self._rollout = WorkerCollector(
+            spec.create_env_fn, spec.policy, frames_per_batch=spec.frames_per_batch,
+            collector_class=spec.collector_class, collector_kwargs=spec.collector_kwargs,
+            policy_factory=spec.policy_factory, worker_id=worker_id,
+            num_workers_per_collector=spec.num_workers_per_collector,
+            preemptible=spec.preemptible, first_traj_id=first_traj_id, frames_done=frames_done,
+        )  # fmt: skip
+        self._collector = self._rollout.collector  # torchrl's calls go to it (torchrl_compat)
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:
             self._load_weights(weights)
-        self._iterator = iter(self._collector)
-        self._steps_per_batch: int | None = None
-        self._frames_seen = 0  # frames collected over the worker's life (steps, for messages)
         self._all_nonfinite = 0  # batches in a row whose frames were all dropped for NaN / inf
-        self._env_keys = env_output_keys(self._collector)
         logger.info(
             "collector worker %d ready: %s, %d frames per batch, seed %s, policy version %d",
             worker_id, type(self._collector).__name__, spec.frames_per_batch, seed, policy_version,
@@ -146,26 +135,15 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
         start = time.perf_counter()
         self._apply_staged_weights(min_policy_version)
         version = self.policy_version
-        try:
-            if self.spec.preemptible:
-                td, preempted = self._collect_steps(batch_id)
-            else:
-                td, preempted = next(self._iterator), False
-        except Exception as err:  # a NaN observation fails the policy: name it
-            named = env_output_error(
-                err, env_keys=self._env_keys, worker_id=self.worker_id,
-                first_step=self._frames_seen,
-            )  # fmt: skip
-            if named is None:
-                raise
-            raise named from err
+        first_step = self._rollout.frames_seen
+        if self.spec.preemptible:
+            td, preempted = self._collect_steps(batch_id)
+        else:
+            td, preempted = self._rollout.next_batch(), False
         frames = td.numel()
-        nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=self._frames_seen)
+        nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
         if nonfinite is not None:
             logger.warning("batch %d has %s", batch_id, nonfinite)
-        self._frames_seen += frames
-        if not self._steps_counted:
-            self._add_steps(frames)
         td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
         td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
         collected = time.perf_counter()
@@ -195,7 +173,7 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
                 )
                 self._all_nonfinite = count_all_nonfinite(
                     self._all_nonfinite, td, kept,
-                    worker_id=self.worker_id, first_step=self._frames_seen - frames,
+                    worker_id=self.worker_id, first_step=first_step,
                 )  # fmt: skip
                 td = kept
             batch.frames = td.batch_size.numel()  # TensorDict.numel() is 1 for an empty batch
@@ -224,7 +202,7 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
         while frames < self.spec.frames_per_batch:
             if steps and self._preempt_upto >= batch_id:
                 break
-            step = next(self._iterator)
+            step = self._rollout.next_batch()
             steps.append(step)
             frames += step.numel()
         td = torch.cat(steps, dim=-1) if len(steps) > 1 else steps[0]
@@ -239,13 +217,10 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
         """
         self._preempt_upto = max(self._preempt_upto, batch_id)
 
-    def _add_steps(self, frames: int) -> None:
-        self.env_steps += frames
-
     @ray.method(concurrency_group="control")
     def progress(self) -> int:
         """Env steps taken so far (frames), answered even while collecting."""
-        return self.env_steps
+        return self._rollout.progress()
 
     @ray.method(concurrency_group="control")
     def started(self) -> dict[str, Any]:
@@ -253,9 +228,9 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
 
         ``batch_frames`` is :meth:`batch_frames`; ``fast_path`` is ``True`` when the
         collector runs tdscheme's lean rollout, else why torchrl's rollout runs
-        (:func:`~tdscheme.collectors.worker.build.fast_path`).
+        (:func:`~tdscheme.rollout.worker_collector.fast_path`).
         """
-        return {"batch_frames": self.batch_frames(), "fast_path": fast_path(self._collector)}
+        return {"batch_frames": self.batch_frames(), "fast_path": self._rollout.fast_path()}
 
     @ray.method(concurrency_group="control")
     def batch_frames(self) -> int | None:
@@ -349,11 +324,7 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
         Returns:
             The seed torchrl chains to next.
         """
-        torch.manual_seed(seed)
-        next_seed = self._collector.set_seed(seed, static_seed)
-        writable_carrier(self._collector)
-        self._collector.reset()  # the first frames come from a seeded reset too
-        return next_seed
+        return self._rollout.set_seed(seed, static_seed)
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped torchrl collector's state (as torchrl's) plus this worker's policy version.
@@ -383,6 +354,5 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
 
     def shutdown(self) -> None:
         """Closes the wrapped collector and its envs. Idempotent."""
-        collector, self._collector = self._collector, None
-        if collector is not None:
-            collector.shutdown()
+        self._collector = None
+        self._rollout.shutdown()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from torchrl.testing.mocking_classes import CountingEnv
 
-from tdscheme import RayCollector, WorkerError
+from tdscheme import RayCollector
+from tdscheme.errors import WorkerError
 from tdscheme.testing import CountingPolicy
 
 SMALL = {"num_cpus": 0.5}

@@ -73,7 +73,7 @@ def test_former_tdscheme_state_from_old_checkpoints_still_loads(ray_clean):
 
 def test_a_worker_killed_during_a_checkpoint_is_rebuilt_not_the_end_of_the_run(ray_clean):
     """Found by the off-policy soak: a collector killed as the Trainer saved stopped the run."""
-    from tdscheme import WorkerError
+    from tdscheme.errors import WorkerError
 
     with counting_collector() as collector:
         it = iter(collector)

@@ -9,7 +9,7 @@ from torchrl.envs import EnvCreator
 from torchrl.weight_update import RayWeightSyncScheme, SharedMemWeightSyncScheme
 
 from tdscheme.collectors import RayCollectorConfig
-from tdscheme.runtime.torchrl_names import Collector, MultiAsyncCollector, MultiSyncCollector
+from tdscheme.rollout.torchrl_names import Collector, MultiAsyncCollector, MultiSyncCollector
 from tdscheme.testing import CountingPolicy, make_env
 
 env = functools.partial(make_env, "CartPole-v1")

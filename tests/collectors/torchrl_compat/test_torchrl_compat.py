@@ -11,7 +11,7 @@ from torchrl.testing.mocking_classes import ContinuousActionVecMockEnv, Counting
 
 from tdscheme import RayCollector
 from tdscheme.keys import WORKER_ID_KEY
-from tdscheme.runtime.torchrl_names import (
+from tdscheme.rollout.torchrl_names import (
     BaseCollector,
     Collector,
     MultiAsyncCollector,

@@ -7,7 +7,7 @@ import torch
 from torchrl.testing.mocking_classes import CountingEnv
 
 from tdscheme import RayCollector
-from tdscheme.runtime.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.testing import CountingPolicy
 
 SMALL = {"num_cpus": 0.5}

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from tdscheme.collectors import POLICY_VERSION_KEY, WORKER_ID_KEY, CollectorWorker, WorkerSpec
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
-from tdscheme.runtime.torchrl_names import Collector, MultiSyncCollector, default_collector_kwargs
+from tdscheme.rollout.torchrl_names import Collector, MultiSyncCollector, default_collector_kwargs
 from tdscheme.testing import bias_policy, make_env
 from tdscheme.transport import TensorDictCodec
 

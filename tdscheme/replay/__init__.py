@@ -1,0 +1,31 @@
+"""Replay buffers fed by remote workers: what they write, and the Ray-held buffers they write into.
+
+* :mod:`~tdscheme.replay.frames`: the frames a worker writes (cut to a budget, NaN / inf
+  left out), in torchrl's layout.
+* :mod:`~tdscheme.replay.ray_held`: torchrl's Ray-held buffers, built quiet
+  (:func:`~tdscheme.replay.ray_held.ray_buffer_kwargs`), written by workers through
+  tdscheme's codec, called with a time bound, a dead actor named.
+
+Used by the collector workers (writes), the driver (a dead worker's last write) and the
+off-policy training loop (samples); none of them imports another for it.
+"""
+
+from __future__ import annotations
+
+import typing
+
+from tdscheme.lazy import lazy_exports
+
+__all__ = ["BoundedRayBuffer", "is_ray_replay_buffer", "ray_buffer_kwargs"]
+
+if typing.TYPE_CHECKING:
+    from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer, ray_buffer_kwargs
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "BoundedRayBuffer": "tdscheme.replay.ray_held",
+        "is_ray_replay_buffer": "tdscheme.replay.ray_held",
+        "ray_buffer_kwargs": "tdscheme.replay.ray_held",
+    },
+)
