@@ -19,13 +19,13 @@ worker's ratios to inline (ratio of medians and median of per-seed ratios).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
 from typing import Any
 
+from harness import json_line, paired_ratios
 from report import machine_info, print_tables, write_markdown
 
 from tdscheme.engine.run_log import read_metrics
@@ -63,12 +63,14 @@ def table(rows: list[dict[str, Any]]) -> list[list[str]]:
         runs = [r for r in rows if r["run"] == name]
         fps = statistics.median(r["train_fps"] for r in runs)
         base = statistics.median(r["train_fps"] for r in inline.values())
-        ratios = [r["train_fps"] / inline[r["seed"]]["train_fps"] for r in runs]
+        ratios = paired_ratios(
+            [r["train_fps"] for r in runs], [inline[r["seed"]]["train_fps"] for r in runs]
+        )
         out.append([
             name, f"{sum(r['reached'] for r in runs)}/{len(runs)}",
             f"{statistics.median(r['target_frames'] or r['frames'] for r in runs):.0f}",
             f"{statistics.median(r['target_s'] or r['loop_s'] for r in runs):.1f}",
-            f"{fps:.0f}", f"{fps / base:.2f}", f"{statistics.median(ratios):.2f}",
+            f"{fps:.0f}", f"{fps / base:.2f}", f"{ratios.median_of_ratios:.2f}",
             f"{sum(r['evaluations'] for r in runs)} ({sum(r['skipped'] for r in runs)})",
         ])  # fmt: skip
     return out
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in RUNS:
             rows.append(run(name, seed))
-            print(json.dumps({**rows[-1], **machine_info()}), flush=True)
+            json_line({**rows[-1], **machine_info()})
     tables = {"ppo-cartpole to 475: inline evaluation vs an eval worker": table(rows)}
     print_tables(tables)
     if args.out:

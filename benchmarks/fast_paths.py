@@ -17,9 +17,9 @@ Sections (``--sections``, default all):
 
 * ``disabled``: tdscheme and torchrl step ``tdscheme.envs.make_env("CartPole-v1",
   num_envs=64)`` (a gymnasium ``SyncVectorEnv``, ``AutoresetMode.DISABLED``: torchrl
-  resets the envs that ended). ``collection.py``'s ``batched`` rows, measured by its
-  ``section_batched``: frames/s over 3x ``--frames`` frames (at least 2 batches) after
-  one warm-up batch, and construction to first batch.
+  resets the envs that ended). ``collection.py``'s ``batched`` rows, measured by
+  ``collection_rates.section_batched``: frames/s over 3x ``--frames`` frames (at least
+  2 batches) after one warm-up batch, and construction to first batch.
 * ``same_step``: the same, tdscheme and torchrl stepping torchrl's ``GymWrapper`` around
   a ``SyncVectorEnv`` of 64 CartPole-v1 with ``AutoresetMode.SAME_STEP``
   (:func:`same_step_env`).
@@ -51,10 +51,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import collection  # benchmarks/collection.py, next to this script (Ray workers see it too)
+import collection_runs
 import gymnasium as gym
 import peers
 import torch
-from collection import Measurement
+from collection_rates import section_batched
+from collection_runs import Measurement, failure, log
+from harness import deadline, settle
 from peers import mlp_policy
 from replay import frames_written, ray_buffer, stop, write_rate
 from report import Recorder, parse_section_args, run_sections
@@ -71,7 +74,7 @@ TITLE = "Issue 23's fast paths: tdscheme vs a hand-written Ray collector (and to
 
 
 @dataclass
-class Settings(collection.Settings):
+class Settings(collection_runs.Settings):
     """What one run measures: ``collection.py``'s settings, and the background windows."""
 
     warmup_s: float = 10.0
@@ -96,12 +99,12 @@ def same_step_env(env_id: str, num_envs: int) -> Any:
 
 
 def section_disabled(rec: Recorder, s: Settings) -> None:
-    collection.section_batched(rec, s, section="disabled")
+    section_batched(rec, s, section="disabled")
 
 
 def section_same_step(rec: Recorder, s: Settings) -> None:
     env_fn = functools.partial(same_step_env, ENV_ID, NUM_ENVS)
-    collection.section_batched(rec, s, section="same_step", env_fn=env_fn)
+    section_batched(rec, s, section="same_step", env_fn=env_fn)
 
 
 def background_collector(impl: str, buffer: Any) -> Any:
@@ -113,7 +116,11 @@ def background_collector(impl: str, buffer: Any) -> Any:
             worker_cls=peers.MinimalBufferWriter, worker_kwargs=writer,
         )  # fmt: skip
     torch.manual_seed(0)
-    factory = collection.tdscheme_collector if impl == "tdscheme" else collection.torchrl_collector
+    factory = (
+        collection_runs.tdscheme_collector
+        if impl == "tdscheme"
+        else collection_runs.torchrl_collector
+    )
     return factory(
         functools.partial(make_env, ENV_ID, num_envs=NUM_ENVS), mlp_policy(4, 2),
         frames_per_batch=FRAMES_PER_BATCH, sync=False, replay_buffer=buffer,
@@ -126,7 +133,7 @@ def background_rate(impl: str, s: Settings) -> float:
     buffer = ray_buffer(BUFFER_FRAMES, row=FRAMES_PER_BATCH // NUM_ENVS)
     collector = None
     try:
-        with collection.deadline(s.timeout_s + s.warmup_s + s.window_s):
+        with deadline(s.timeout_s + s.warmup_s + s.window_s):
             with warnings.catch_warnings():  # torchrl: init_random_frames with sync=False
                 warnings.filterwarnings("ignore", message=".*init_random_frames.*")
                 collector = background_collector(impl, buffer)
@@ -159,13 +166,13 @@ def section_background(rec: Recorder, s: Settings) -> None:
     for impl in ("tdscheme", HAND, "torchrl"):
         row = dict(section="background", impl=impl, env=ENV_ID, order="first-ready",
                    config=config)  # fmt: skip
-        collection.log(" | ".join(row.values()))
+        log(" | ".join(row.values()))
         value, note = None, ""
         try:
             value = background_rate(impl, s)
         except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
-            note = collection.failure(err)
-        collection.settle()
+            note = failure(err)
+        settle()
         rec.add(Measurement(**row, metric="frames_written_per_s", value=value, unit="frames/s",
                             note=note))  # fmt: skip
 

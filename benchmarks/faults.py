@@ -53,6 +53,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import fresh_ray_env, json_line
+
 HERE = Path(__file__).resolve().parent
 ROWS_PACKAGE = "fault_rows"
 OUTCOMES = ("survived", "clean error", "hang", "wrong result")
@@ -110,8 +112,7 @@ def run_row(module_name: str, row_name: str, timeout_s: float) -> dict[str, Any]
     """Runs one row in a subprocess (own session, own RAY_TMPDIR); returns its result."""
     workdir = Path(tempfile.mkdtemp(prefix="tdscheme-fault-"))
     result_file = workdir / "result.json"
-    env = dict(os.environ, RAY_TMPDIR=str(workdir / "ray"), TMPDIR=str(workdir))
-    env.pop("RAY_ADDRESS", None)
+    env = fresh_ray_env(workdir / "ray", TMPDIR=str(workdir))
     (workdir / "ray").mkdir()
     command = [sys.executable, str(Path(__file__).resolve()), "--run-row", module_name, row_name]
     command += ["--result-file", str(result_file)]
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_row(module, name, timeout or args.timeout_s)
         result["row"] = f"{module.split('.')[-1]}:{name}"
         results.append(result)
-        print(json.dumps({**result, **env}, default=str), flush=True)
+        json_line({**result, **env})
     print()
     text = table(results)
     print(text)

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness import stderr_log
 from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.envs import make_env
@@ -105,8 +106,7 @@ class Measurement:
     note: str = ""
 
 
-def log(msg: str) -> None:
-    print(f"[grad_workers] {msg}", file=sys.stderr, flush=True)
+log = stderr_log("grad_workers")
 
 
 # ---------------------------------------------------------------- throughput

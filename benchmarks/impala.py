@@ -3,7 +3,7 @@
 Three sections (``--sections``), run from the repository root::
 
     .venv/bin/python benchmarks/impala.py --sections cartpole --seeds 0,1,2
-    .venv/bin/python benchmarks/impala.py --sections pong --frames 20000
+    .venv/bin/python benchmarks/impala.py --sections pong --frames 20000 --torchrl-src PATH
     .venv/bin/python benchmarks/impala.py --sections soak --minutes 30 --run-dir runs/pong
 
 * ``cartpole``: ``impala-cartpole``, ``appo-cartpole`` and ``ppo-cartpole`` to an
@@ -11,8 +11,8 @@ Three sections (``--sections``), run from the repository root::
   frames and seconds of training to the evaluation that reached it.
 * ``pong``: ``--frames`` agent steps (4 emulator frames each) of IMPALA on Pong, no
   evaluation, side by side: torchrl's own ``sota-implementations/impala`` script
-  (``benchmarks/torchrl_clients/impala``, on torchrl's RayCollector) shrunk to 2 CPU
-  workers, and tdscheme's ``impala-pong`` with the same frames per batch (320 agent
+  (read from the pytorch/rl checkout ``--torchrl-src`` and patched at run time by
+  ``benchmarks/torchrl_clients``, on torchrl's RayCollector) shrunk to 2 CPU workers, and tdscheme's ``impala-pong`` with the same frames per batch (320 agent
   steps), the same loss and one learner update per batch, twice: as the preset is
   (EnvPool, the shallow CNN) and with torchrl's env engine and network (ale-py through
   gymnasium, the "nature" CNN). Each row: frames collected per second of the training
@@ -50,7 +50,7 @@ from tdscheme.presets import get_preset
 from tdscheme.runtime import interrupts
 
 BENCHMARKS = Path(__file__).resolve().parent
-TORCHRL_IMPALA = BENCHMARKS / "torchrl_clients" / "impala" / "impala_multi_node_ray.py"
+sys.path.insert(0, str(BENCHMARKS / "torchrl_clients"))  # the runner of torchrl's scripts
 CARTPOLE = ("impala-cartpole", "appo-cartpole", "ppo-cartpole")
 #: Agent steps per batch in the pong section (IMPALA's 20-step unroll x 16 envs).
 PONG_BATCH = 320
@@ -126,8 +126,19 @@ def pong_tdscheme(label: str, frames: int, overrides: dict[str, Any]) -> dict[st
     }  # fmt: skip
 
 
-def pong_torchrl(frames: int, timeout_s: float) -> dict[str, Any]:
-    """torchrl's IMPALA script, 2 workers, one update per batch of PONG_BATCH agent steps."""
+def pong_torchrl(frames: int, timeout_s: float, torchrl_src: str | None) -> dict[str, Any]:
+    """torchrl's IMPALA script, 2 workers, one update per batch of PONG_BATCH agent steps.
+
+    The script is read from the pytorch/rl checkout ``torchrl_src`` and patched there as
+    ``benchmarks/torchrl_clients/run.py`` patches it (nothing of it is kept here).
+    """
+    from client_scripts import client_scripts
+    from run import prepare, script_env
+    from torchrl_source import SourceUnavailable, from_checkout
+
+    if torchrl_src is None:
+        raise SourceUnavailable("pong's torchrl run needs --torchrl-src (a pytorch/rl checkout)")
+    client = next(c for c in client_scripts() if c.name == "impala_multi_node_ray")
     overrides = [
         "collector.num_workers=2", f"collector.frames_per_batch={PONG_BATCH * 4}",
         f"collector.total_frames={frames * 4}", "loss.batch_size=1", "logger.backend=null",
@@ -135,11 +146,11 @@ def pong_torchrl(frames: int, timeout_s: float) -> dict[str, Any]:
         "remote_worker_resources.num_gpus=0", "remote_worker_resources.memory=1073741824",
         "local_device=cpu",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    with tempfile.TemporaryDirectory() as out_dir:
+    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as out_dir:
+        script = prepare(client, from_checkout(torchrl_src), "torchrl", Path(workdir))
         proc = subprocess.run(
-            [sys.executable, str(TORCHRL_IMPALA), *overrides, f"hydra.run.dir={out_dir}"],
-            cwd=TORCHRL_IMPALA.parent, env=env, capture_output=True, text=True,
+            [sys.executable, str(script), *overrides, f"hydra.run.dir={out_dir}"],
+            cwd=workdir, env=script_env(Path(workdir)), capture_output=True, text=True,
             timeout=timeout_s, check=False,
         )  # fmt: skip
     lines = [x for x in proc.stdout.splitlines() if x.startswith("impala-report: ")]
@@ -157,9 +168,11 @@ def pong_torchrl(frames: int, timeout_s: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def pong(frames: int, runs: list[str], timeout_s: float) -> list[dict[str, Any]]:
+def pong(
+    frames: int, runs: list[str], timeout_s: float, torchrl_src: str | None = None
+) -> list[dict[str, Any]]:
     choices = {
-        "torchrl": lambda: pong_torchrl(frames, timeout_s),
+        "torchrl": lambda: pong_torchrl(frames, timeout_s, torchrl_src),
         "tdscheme-same": lambda: pong_tdscheme(
             "tdscheme impala-pong (gymnasium, nature CNN)", frames,
             {"env_backend": "gymnasium", "pixel_network": "nature"},
@@ -268,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=20_000, help="pong: agent steps per run")
     parser.add_argument("--runs", default="torchrl,tdscheme-same,tdscheme", help="pong: runs")
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="pong: torchrl's limit")
+    parser.add_argument("--torchrl-src", default=os.environ.get("TORCHRL_SRC"),
+                        help="pong: a pytorch/rl checkout holding torchrl's IMPALA script")  # fmt: skip
     parser.add_argument("--preset", default="impala-pong", help="soak: the preset")
     parser.add_argument("--minutes", type=float, default=30.0, help="soak: minutes")
     parser.add_argument("--eval-every-frames", type=int, default=100_000, help="soak")
@@ -281,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",")]
         tables["CartPole-v1 to 475"] = cartpole_table(cartpole(seeds))
     if "pong" in sections:
-        rows = pong(args.frames, args.runs.split(","), args.timeout_s)
+        rows = pong(args.frames, args.runs.split(","), args.timeout_s, args.torchrl_src)
         tables[f"Pong, {args.frames} agent steps, 2 workers"] = pong_table(rows)
     if "soak" in sections:
         run_dir = args.run_dir or tempfile.mkdtemp(prefix="impala-soak-")

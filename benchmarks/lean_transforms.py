@@ -24,12 +24,11 @@ ratios. Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 import warnings
 
 import torch
+from harness import frames_per_s, json_line, paired_ratios
 from peers import mlp_policy
 from report import machine_info
 from torchrl.envs import CatFrames, Compose, RewardSum, StepCounter, TransformedEnv, VecNormV2
@@ -73,10 +72,7 @@ def rate(cls: type, kind: str, frames: int, batches: int) -> float:
             assert collector.lean_reason is None, collector.lean_reason
         it = iter(collector)
         next(it)
-        start = time.perf_counter()
-        for _ in range(batches):
-            next(it)
-        return frames * batches / (time.perf_counter() - start)
+        return frames_per_s(it, frames=frames * batches, min_batches=batches)
     finally:
         collector.shutdown()
 
@@ -93,23 +89,23 @@ def main() -> None:
         args.frames, args.batches, args.repeats = 1024, 2, 1
     warnings.filterwarnings("ignore", message="Support of VecNormV2")
     torch.set_num_threads(1)
-    print(json.dumps({"machine": machine_info()}))
+    json_line({"machine": machine_info()})
     rows = []
     for kind in args.envs.split(","):
         lean, torchrls = [], []
         for _ in range(args.repeats):  # alternating pairs
             torchrls.append(rate(Collector, kind, args.frames, args.batches))
             lean.append(rate(LeanCollector, kind, args.frames, args.batches))
-        ratios = [a / b for a, b in zip(lean, torchrls, strict=True)]
+        ratios = paired_ratios(lean, torchrls)
         row = {
             "env": kind,
             "lean_fps": statistics.median(lean),
             "torchrl_fps": statistics.median(torchrls),
-            "ratio_of_medians": statistics.median(lean) / statistics.median(torchrls),
-            "median_of_ratios": statistics.median(ratios),
-            "ratio_range": [min(ratios), max(ratios)],
+            "ratio_of_medians": ratios.ratio_of_medians,
+            "median_of_ratios": ratios.median_of_ratios,
+            "ratio_range": [ratios.low, ratios.high],
         }
-        print(json.dumps(row))
+        json_line(row)
         rows.append(row)
     print(f"\n| env (CartPole x{NUM_ENVS}) | lean frames/s | torchrl frames/s | lean / torchrl "
           "(ratio of medians) | median of ratios (range) |")  # fmt: skip

@@ -9,8 +9,7 @@ process with a timeout (a failed run is reported, not fatal):
 * SB3: the RL Zoo's entry, read at run time from the installed ``rl_zoo3`` and made into SB3
   arguments and envs by the zoo's ``ExperimentManager`` (``learning_peers.py``);
 * CleanRL: ``cleanrl/ppo_atari_envpool.py`` from the checkout given by ``--cleanrl-dir``
-  (skipped, saying why, without one), adapted at run time by textual replacements (listed
-  on the results page).
+  (skipped without one), adapted at run time by textual replacements (listed on the page).
 
 One agent step is one action of one env: on Atari, 4 emulator frames in every framework
 (EnvPool's ``Pong-v5`` for tdscheme and CleanRL, SB3's ``AtariWrapper`` on
@@ -19,9 +18,10 @@ policy, the preset's ``eval_episodes`` every ``eval_every_frames`` agent steps a
 end, on the env's own rewards (Pong: the unclipped score); CleanRL does not evaluate.
 Training episode returns are each framework's own (whole games on Atari). Wall seconds
 run from before a run builds its envs and workers (tdscheme: the Trainer's clock, Ray's
-start included), imports excluded, evaluations included. "To target" is the first point
-at or above it (CartPole 475, Pendulum -200, HalfCheetah the SB3 runs' median final
-return, Pong +18); CartPole and Pendulum runs stop there (later columns keep that value).
+start included), imports excluded, evaluations included; every run gets the preset's torch
+threads (``num_threads``: 1, ppo-pong 2). "To target" is the first point at or above it
+(CartPole 475, Pendulum -200, HalfCheetah the SB3 runs' median final return, Pong +18);
+CartPole and Pendulum runs stop there (later columns keep that value).
 
 Commands, from the repository root (``pip install -c constraints.txt -e ".[peers,plot]"``,
 and the ``mujoco`` extra for HalfCheetah, ``envpool,atari`` for Pong)::
@@ -33,10 +33,9 @@ and the ``mujoco`` extra for HalfCheetah, ``envpool,atari`` for Pong)::
     .venv/bin/python benchmarks/learning.py --sections cartpole --seeds 1 --budget-scale 0.2 \\
         --out /tmp/learning/learning.md  # a smoke run, kept apart
 
-Output: one JSON line per run (with the machine), the tables, and
-``benchmarks/results/learning.md`` with ``learning_<section>.png`` beside it, built from
-every run kept in ``benchmarks/results/learning/<task>/`` (``--redraw``: only that;
-``--skip-existing``: reuse a kept run of the same budget instead of running it again).
+Output: one JSON line per run (with the machine), the tables, and ``--out``
+(``benchmarks/results/learning.md``) with ``learning_<section>.png`` beside it, built from
+every run kept in ``<out less .md>/<task>/`` (``--redraw``: only that).
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ from learning_peers import (
 )
 
 FRAMEWORKS = ("tdscheme", "sb3", "cleanrl")
-FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+FRACTIONS = (0.25, 0.5, 0.75)  # of the budget; 100 %: the final value (SB3 may pass the budget)
 TRAIN_WINDOW = 10  # training episodes averaged per point of the training curve
 
 
@@ -90,19 +89,16 @@ class Section:
     """One task: tdscheme's presets, the peers, the budget and what "reached" means.
 
     Args:
-        name: the ``--sections`` name.
+        name: the ``--sections`` name; ``title``: the env, for headings.
         task: the folder of its kept runs (``pong-async`` shares ``pong``'s peer runs).
-        title: the env, for headings.
-        presets: tdscheme presets to run.
+        presets: tdscheme presets to run; ``seeds``: runs per framework unless ``--seeds``.
         budget_steps: agent steps per run (``--budget-scale`` multiplies it).
-        seeds: runs per framework unless ``--seeds``.
-        target_return: "reached" at this return (``None``: the SB3 runs' median final one).
-        stop_at_target: runs stop at the first evaluation at the target.
-        sb3: the SB3 peer, if any.
-        cleanrl_env_id: CleanRL's env id, if CleanRL runs here.
+        target_return: "reached" at this return (``None``: the SB3 runs' median final one);
+            ``stop_at_target``: runs stop at the first evaluation at the target.
+        sb3, cleanrl_env_id: the peers (``None``: not in this section).
         eval_every_steps: evaluation interval (``None``: the first preset's).
         peers_from: a section whose peer runs are these (reused when kept).
-        timeout_s: one run's limit at the full budget (scaled with it, plus 300 s).
+        timeout_s: one run's limit at the full budget (scaled with it, plus 600 s).
         notes: how the settings differ, for the page.
     """
 
@@ -149,7 +145,7 @@ def sections() -> dict[str, Section]:
             "batches, SB3 with 1 env. The zoo's entry is HalfCheetah-v4's (mujoco defaults), "
             "run on v5. Evaluations every 10k steps (the preset's 50k: 2 in this budget).")),
         Section("pong", "pong", "Pong (ALE)", ("ppo-pong",), 2_000_000, seeds=1,
-                target_return=18.0, stop_at_target=False, timeout_s=8 * 3600.0, **pong_peers,
+                target_return=18.0, stop_at_target=False, timeout_s=12 * 3600.0, **pong_peers,
                 notes=(
             "The same PPO in all three (8 envs x 128 steps, 4 epochs of 256, lr 2.5e-4 to 0 "
             "over the budget, entropy 0.01, value 0.5, gradient clip 0.5, GAE 0.99/0.95, Nature "
@@ -160,7 +156,7 @@ def sections() -> dict[str, Section]:
             "in Pong). No sticky actions in any.")),
         Section("pong-async", "pong", "Pong (ALE), asynchronous", ("appo-pong", "impala-pong"),
                 2_000_000, seeds=1, target_return=18.0, stop_at_target=False, peers_from="pong",
-                timeout_s=8 * 3600.0, **pong_peers, notes=(
+                timeout_s=12 * 3600.0, **pong_peers, notes=(
             "APPO and IMPALA (V-trace on first-ready batches, 2 workers x 16 envs) beside the "
             "synchronous PPO peers of the pong section (the same runs).")),
     )}
@@ -176,8 +172,8 @@ def record_path(data_dir: Path, task: str, framework: str, seed: int) -> Path:
     return Path(data_dir) / task / f"{stem}_seed{seed}.json"
 
 
-def eval_protocol(preset_name: str, every_steps: int | None = None) -> dict[str, int]:
-    """A preset's evaluation: ``every_steps`` (unless given), ``episodes``, ``num_envs``."""
+def eval_protocol(preset_name: str, every_steps: int | None = None) -> dict[str, Any]:
+    """A preset's ``every_steps`` (unless given), ``episodes``, ``num_envs``, ``num_threads``."""
     from tdscheme.presets import get_preset
 
     preset = get_preset(preset_name)
@@ -186,6 +182,7 @@ def eval_protocol(preset_name: str, every_steps: int | None = None) -> dict[str,
         "every_steps": every_steps or preset.trainer.eval_every_frames,
         "episodes": episodes,
         "num_envs": min(preset.algo.eval_num_envs, episodes),
+        "num_threads": preset.trainer.num_threads,
     }
 
 
@@ -201,7 +198,7 @@ def tdscheme_curves(metrics: dict[str, list[tuple[int, float]]]) -> tuple[list, 
 
     def wall(step: int) -> float | None:
         i = bisect.bisect_right(steps, step)
-        return clock[i - 1][1] if i else None
+        return round(clock[i - 1][1], 3) if i else None
 
     eval_s = dict(metrics.get("time/eval_s", []))
     target_s = dict(metrics.get("eval/target_elapsed_s", []))
@@ -212,9 +209,8 @@ def tdscheme_curves(metrics: dict[str, list[tuple[int, float]]]) -> tuple[list, 
         if at is None and wall(step) is not None:
             at = wall(step) + eval_s.get(step, 0.0)
         evals.append([step, None if at is None else round(at, 3), ret])
-    train = [
-        [s, wall(s), r, episodes.get(s, 1.0)] for s, r in metrics.get("train/episode_return", [])
-    ]
+    rows = metrics.get("train/episode_return", [])
+    train = [[s, wall(s), r, episodes.get(s, 1.0)] for s, r in rows]
     return evals, train
 
 
@@ -309,21 +305,22 @@ def section_table(section: Section, by_framework: dict[str, list[RunRecord]], st
     """One statistic's table: final, at budget fractions, to target, wall ratio vs each peer."""
     target = resolve_target(section, by_framework, statistic)
     tname = "–" if target is None else f"{target:g}"
-    header = ["framework", "runs", "final", *(f"@{f:.0%}" for f in FRACTIONS),
+    header = ["framework", "runs", "final (@100%)", *(f"@{f:.0%}" for f in FRACTIONS),
               f"agent steps to {tname}", f"wall s to {tname}", "wall to target, tdscheme / peer"]  # fmt: skip
     rows, walls = [header], {}
     for name, runs in by_framework.items():
         curves = [c for c in (curve_of(r, statistic) for r in runs) if c]
-        if not curves:
+        bad = [r.outcome for r in runs if r.outcome != "ok"]
+        ok = f"{len(runs) - len(bad)}/{len(runs)} ok" + (f" ({', '.join(bad)})" if bad else "")
+        if not curves:  # CleanRL does not evaluate; a failed run may have no point
+            rows.append([name, ok, "no points", *["–"] * 6])
             continue
         budget = runs[0].budget_steps
         hits = [first_reaching(c, target) for c in curves] if target is not None else []
         reached = [h for h in hits if h is not None]
         walls[name] = [h[1] for h in reached if h[1] is not None]
-        bad = [r.outcome for r in runs if r.outcome != "ok"]
         rows.append([
-            name, f"{len(runs) - len(bad)}/{len(runs)} ok" + (f" ({', '.join(bad)})" if bad else ""),
-            median_range([c[-1][2] for c in curves]),
+            name, ok, median_range([c[-1][2] for c in curves]),
             *(median_range([value_at(c, f * budget) for c in curves]) for f in FRACTIONS),
             f"{median_range([h[0] for h in reached], 0)} ({len(reached)}/{len(curves)})",
             median_range([h[1] for h in reached]), "",
@@ -345,8 +342,8 @@ def plot_section(
 ) -> Path:
     """Return vs agent steps and vs wall seconds: evaluations above, training episodes below.
 
-    Each run is a thin line; with several seeds, their median (where any run has a point)
-    is the thick one.
+    Each run is a thin line; with several seeds, their median is the thick one (a run
+    that ended, e.g. at its target, holds its last value, as in the tables).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -364,6 +361,7 @@ def plot_section(
         for x, xlabel in enumerate(("agent steps", "wall seconds")):
             axes[row][x].set(xlabel=xlabel, ylabel=what)
             axes[row][x].grid(alpha=0.3)
+            axes[row][x].set_xlim(left=0)
             if target is not None:
                 axes[row][x].axhline(target, color="grey", linestyle="--", linewidth=1)
     axes[0][0].legend(fontsize=8)
@@ -386,7 +384,7 @@ def _plot_curves(ax: Any, curves: list[list[Any]], x: int, *, color: str, label:
         )  # fmt: skip
     if len(lines) > 1:
         grid = np.linspace(0, max(xs.max() for xs, _ in lines), 200)
-        at_grid = [np.interp(grid, xs, ys, left=np.nan, right=np.nan) for xs, ys in lines]
+        at_grid = [np.interp(grid, xs, ys, left=np.nan, right=ys[-1]) for xs, ys in lines]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # where no run has a point
             median = np.nanmedian(at_grid, axis=0)
@@ -414,7 +412,7 @@ def _what_ran(name: str, run: RunRecord) -> str:
         versions = ", ".join(f"{k} {v}" for k, v in s["versions"].items())
         return (f"the zoo's `{s['zoo_file']}` entry `{s['zoo_key']}` on `{s['env_id']}` "
                 f"({versions}; eval {s['eval']['episodes']} episodes every "
-                f"{s['eval']['every_steps']}): `{json.dumps(s['entry'])}`")  # fmt: skip
+                f"{s['eval']['every_steps']}; `n_timesteps`: the budget): `{json.dumps(s['entry'])}`")  # fmt: skip
     return (f"`cleanrl/ppo_atari_envpool.py` at {s['source'].get('commit', '?')} (sha256 "
             f"{s['source']['sha256'][:12]}), Args `{json.dumps(s['args'])}`; no evaluation")  # fmt: skip
 
@@ -461,7 +459,8 @@ def build_page(data_dir: Path, out: Path) -> dict[str, list[list[str]]]:
     tables, everything = {}, []
     for section in sections().values():
         by_framework = section_records(section, data_dir)
-        if not by_framework:
+        own = any(name.startswith("tdscheme") for name in by_framework)
+        if not by_framework or (section.peers_from and not own):  # only another section's peers
             continue
         lines += [f"## {section.name}: {section.title}", "", *settings_lines(section, by_framework)]
         for statistic, title in (("eval", "evaluation return"),
@@ -534,14 +533,17 @@ def run_one(section: Section, kind: str, what: str, seed: int, args: argparse.Na
         return None
     peer_section = sections()[section.peers_from] if section.peers_from else section
     with tempfile.TemporaryDirectory(prefix="tdscheme-learning-") as tmp:
-        slot = RunSlot(section.task, seed, budget, section.timeout_s * args.budget_scale + 300.0,
+        slot = RunSlot(section.task, seed, budget, section.timeout_s * args.budget_scale + 600.0,
                        Path(tmp))  # fmt: skip
         if kind == "tdscheme":
             record = tdscheme_run(slot, section, what)
         elif kind == "sb3":
             record = sb3_run(slot, sb3_spec(peer_section, seed, budget))
         else:
-            record = cleanrl_run(slot, peer_section.cleanrl_env_id, args.cleanrl_dir)
+            threads = eval_protocol(peer_section.presets[0])["num_threads"]
+            record = cleanrl_run(
+                slot, peer_section.cleanrl_env_id, args.cleanrl_dir, torch_threads=threads
+            )
     record.machine, record.argv = args.machine, args.command
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_text(json.dumps(dataclasses.asdict(record)))
@@ -554,7 +556,7 @@ def sb3_spec(section: Section, seed: int, budget: int) -> Sb3Spec:
     return Sb3Spec(
         peer.algo, peer.env_id, peer.zoo_key, seed, budget, protocol["every_steps"],
         protocol["episodes"], protocol["num_envs"], section.target_return,
-        section.stop_at_target, curve_path="",
+        section.stop_at_target, curve_path="", torch_threads=protocol["num_threads"],
     )  # fmt: skip
 
 
@@ -580,8 +582,8 @@ def main(argv: list[str]) -> int:
 
     args = parse_args(argv)
     started = time.perf_counter()
-    args.machine = {**machine_info(), **peer_versions()}
     args.command = shlex.join([".venv/bin/python", "benchmarks/learning.py", *argv])
+    args.machine = {} if args.redraw else {**machine_info(), **peer_versions()}
     for name in [] if args.redraw else args.sections:
         section = sections()[name]
         for kind, what, seed in planned_runs(section, args):

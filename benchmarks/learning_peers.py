@@ -8,16 +8,15 @@
   ``VecFrameStack(4)``, what ``make_atari_env`` builds). The entry is written under the id
   of the env that runs (the zoo's ``HalfCheetah-v4`` entry trains ``HalfCheetah-v5``).
   :class:`CurveRecorder` logs the training episodes (SB3's ``Monitor``, below the Atari
-  wrappers: whole games, game score) and evaluates as tdscheme's Trainer does. Each run is
-  its own process, ``python benchmarks/learning_peers.py sb3 SPEC.json``, writing its curve
-  as JSON lines as it goes (a run stopped at its timeout keeps its points).
+  wrappers: whole games) and evaluates as tdscheme's Trainer does, in a process of its own
+  (``learning_peers.py sb3 SPEC.json``) writing its curve as it goes.
 * **CleanRL**: ``cleanrl/<script>`` is read from a checkout given on the command line,
   adapted for gymnasium 1.x / EnvPool 1.2 / NumPy 2 by the textual replacements of
   :func:`cleanrl_replacements` in a temporary copy, and run; its stdout lines
   ``global_step=..., episodic_return=...`` are its curve. Nothing of CleanRL is kept in this
   repository beyond the lines the replacements look for.
 
-Only the standard library is imported at import time; SB3 and the zoo when a run needs them.
+Only the standard library is imported at import time: SB3 and the zoo when a run needs them.
 """
 
 from __future__ import annotations
@@ -146,12 +145,11 @@ class Sb3Spec:
         zoo_key: the entry of that file to use (``"CartPole-v1"``, ``"atari"``).
         seed: the zoo's ``--seed``.
         budget_steps: agent steps to train (the zoo's ``n_timesteps``: schedules anneal over it).
-        eval_every_steps: evaluate every this many agent steps (0: only at the end).
-        eval_episodes: episodes per evaluation.
-        eval_num_envs: envs the evaluation steps together.
-        target_return: the evaluation return that stops the run when ``stop_at_target``.
-        stop_at_target: stop at the first evaluation at or above ``target_return``.
+        eval_every_steps, eval_episodes, eval_num_envs: the evaluation (every 0: at the end only).
+        target_return, stop_at_target: stop at the first evaluation at or above the target.
         curve_path: where the JSON lines of the curve go.
+        torch_threads: torch's intra-op threads (``None``: torch's default), as the preset's
+            ``num_threads``: on 2 cores, small networks run fastest on one.
     """
 
     algo: str
@@ -165,6 +163,7 @@ class Sb3Spec:
     target_return: float | None
     stop_at_target: bool
     curve_path: str
+    torch_threads: int | None = None
 
 
 def zoo_file(algo: str) -> Path:
@@ -308,6 +307,10 @@ def train_sb3(spec: Sb3Spec) -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import sync_envs_normalization
 
+    if spec.torch_threads:
+        import torch
+
+        torch.set_num_threads(spec.torch_threads)
     log = CurveLog(spec.curve_path, time.perf_counter())
     with tempfile.TemporaryDirectory() as tmp:
         exp = zoo_manager(
@@ -359,6 +362,7 @@ def sb3_run(slot: RunSlot, spec: Sb3Spec) -> RunRecord:
         "env_id": spec.env_id, "entry": zoo_entry(spec.algo, spec.zoo_key),
         "used": curve.get("settings", {}),
         "eval": {"every_steps": spec.eval_every_steps, "episodes": spec.eval_episodes},
+        "torch_threads": spec.torch_threads,
         "versions": {p: version(p) for p in ("rl_zoo3", "stable_baselines3")},
     }  # fmt: skip
     return slot.record(sb3_name(spec.algo), done, command, settings,
@@ -563,16 +567,20 @@ def parse_cleanrl_stdout(text: str) -> list[list[float | None]]:
     return rows
 
 
-def cleanrl_run(slot: RunSlot, env_id: str, cleanrl_dir: Path) -> RunRecord:
+def cleanrl_run(
+    slot: RunSlot, env_id: str, cleanrl_dir: Path, *, torch_threads: int | None = None
+) -> RunRecord:
     """CleanRL's ``ppo_atari_envpool.py`` adapted in ``slot.work`` and run there; its record."""
     script, report, origin = prepare_cleanrl(cleanrl_dir, slot.work)
     args = {"env_id": env_id, "seed": slot.seed, "total_timesteps": slot.budget_steps}
     args["cuda"] = False  # the same CPUs as the others
     env = {**os.environ, CLEANRL_ARGS_ENV: json.dumps(args)}
+    if torch_threads:  # the script leaves torch's threads alone: OpenMP's variable sets them
+        env["OMP_NUM_THREADS"] = str(torch_threads)
     command = [sys.executable, str(script)]
     done = run_process(command, slot, cwd=slot.work, env=env)
     train = parse_cleanrl_stdout((slot.work / "out.log").read_text(errors="replace"))
-    settings = {"source": origin, "args": args, "replacements": report}
+    settings = {"source": origin, "args": args, "replacements": report, "threads": torch_threads}
     return slot.record(CLEANRL_NAME, done, command, settings, [], train)
 
 

@@ -45,8 +45,9 @@ from typing import Any
 
 import ray
 import torch
+from harness import json_line, paired_ratios, wait_until
 from offpolicy_loops import Hyper, Learning, frames_written, run_plain, run_torchrl_ray
-from report import machine_info
+from report import machine_info, write_text_section
 
 from tdscheme.presets import PRESETS
 
@@ -118,8 +119,7 @@ def section_runs(section: str, runs: list[str], seeds: list[int], overrides: dic
                 )  # fmt: skip
             row = {"section": section, "run": run, "seed": seed, **result}
             rows.append(row)
-            print(json.dumps({**row, "hyper": dataclasses.asdict(h), "machine": machine_info()}),
-                  flush=True)  # fmt: skip
+            json_line({**row, "hyper": dataclasses.asdict(h), "machine": machine_info()})
 
 
 def section_background(rows: list[dict[str, Any]], preset: Any, window_s: float) -> None:
@@ -146,9 +146,7 @@ def section_background(rows: list[dict[str, Any]], preset: Any, window_s: float)
 
         try:
             collector.start()
-            deadline = time.monotonic() + 180.0
-            while len(buffer) < h.batch_size and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda buffer=buffer: len(buffer) >= h.batch_size, 180.0)
             learning.train(buffer.sample, 20)  # warm-up
             frames0, updates0, t0 = written(), learning.updates, time.perf_counter()
             while time.perf_counter() - t0 < window_s:
@@ -158,7 +156,7 @@ def section_background(rows: list[dict[str, Any]], preset: Any, window_s: float)
                    "frames_per_s": (written() - frames0) / elapsed,
                    "updates_per_s": (learning.updates - updates0) / elapsed}  # fmt: skip
             rows.append(row)
-            print(json.dumps({**row, "machine": machine_info()}), flush=True)
+            json_line({**row, "machine": machine_info()})
         finally:
             if impl == "tdscheme":
                 collector.shutdown()
@@ -181,7 +179,7 @@ def section_buffer(rows: list[dict[str, Any]], quick: bool) -> None:
     for m in rec.measurements:
         row = {"section": "buffer", "run": m.impl, "metric": m.metric, "value": m.value}
         rows.append(row)
-        print(json.dumps({**row, "machine": machine_info()}), flush=True)
+        json_line({**row, "machine": machine_info()})
 
 
 def section_prefetch(rows: list[dict[str, Any]], preset: Any, repeats: int, updates: int) -> None:
@@ -207,7 +205,7 @@ def section_prefetch(rows: list[dict[str, Any]], preset: Any, repeats: int, upda
                 row = {"section": "prefetch", "run": f"prefetch={prefetch}", "repeat": repeat,
                        "updates_per_s": updates / (time.perf_counter() - start)}  # fmt: skip
                 rows.append(row)
-                print(json.dumps({**row, "machine": machine_info()}), flush=True)
+                json_line({**row, "machine": machine_info()})
     finally:
         env.close()
         buffer.shutdown()
@@ -220,11 +218,10 @@ def prefetch_table(rows: list[dict[str, Any]]) -> list[str]:
     for p, values in by.items():
         out.append(f"| {p} | {', '.join(f'{v:.0f}' for v in values)} | "
                    f"{statistics.median(values):.1f} |")  # fmt: skip
-    ratios = [b / a for a, b in zip(by[0], by[1], strict=True)]
-    out.append(f"\nprefetch=1 / prefetch=0: ratio of medians "
-               f"{statistics.median(by[1]) / statistics.median(by[0]):.2f}x, median of the "
-               f"per-repeat ratios {statistics.median(ratios):.2f}x "
-               f"(range {min(ratios):.2f}x-{max(ratios):.2f}x)")  # fmt: skip
+    r = paired_ratios(by[1], by[0])
+    out.append(f"\nprefetch=1 / prefetch=0: ratio of medians {r.ratio_of_medians:.2f}x, median "
+               f"of the per-repeat ratios {r.median_of_ratios:.2f}x "
+               f"(range {r.low:.2f}x-{r.high:.2f}x)")  # fmt: skip
     return out
 
 
@@ -340,9 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     text = tables(rows)
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(f"Command: `{' '.join([sys.executable, *sys.argv])}`\n\n")
-            f.write(f"Machine: `{json.dumps(machine_info())}`\n\n{text}\n")
+        write_text_section(args.out, text)
     return 0
 
 

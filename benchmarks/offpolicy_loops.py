@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from harness import json_line
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.collectors import Collector
@@ -398,8 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in [int(s) for s in args.seeds.split(",")]:
         h = Hyper(**{**values, "seed": seed})
         row = run_plain(h) if args.run == "plain" else run_torchrl_ray(h)
-        print(json.dumps({"run": args.run, "set": args.set, "algo": args.algo, "seed": seed, **row}),
-              flush=True)  # fmt: skip
+        json_line({"run": args.run, "set": args.set, "algo": args.algo, "seed": seed, **row})
     return 0
 
 

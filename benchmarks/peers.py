@@ -21,7 +21,6 @@ actors of the hand-written collector start without importing torchrl.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -574,15 +573,3 @@ class BatchServer:
             "/".join(key) if isinstance(key, tuple) else key: tensor.numpy()
             for key, tensor in self.batch.items(True, True)
         }
-
-
-def median_transfer_s(call: Callable[[], Any], *, reps: int) -> float:
-    """Median wall time of ``call()`` over ``reps`` runs (after one untimed warm-up)."""
-    call()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        out = call()
-        times.append(time.perf_counter() - start)
-        del out
-    return float(np.median(times))

@@ -23,11 +23,10 @@ thread (the presets' ``num_threads``). Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 
 import torch
+from harness import json_line, paired_ratios, seconds
 from report import machine_info
 from tensordict.nn import TensorDictSequential
 
@@ -63,19 +62,13 @@ def real_batch(name: str, policy: object) -> object:
         collector.shutdown()
 
 
-def timed(fn: object, *args: object) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="appo-pong,impala-pong")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(json.dumps({"machine": machine_info()}))
+    json_line({"machine": machine_info()})
     rows = []
     for name in args.presets.split(","):
         pair = learners(name)
@@ -86,20 +79,19 @@ def main() -> None:
         prepare = []
         for _ in range(args.repeats):
             for kind, learner in pair.items():
-                times[kind].append(timed(learner.update, batch))
-            prepare.append(timed(pair["shared"]._prepare, batch))
-        ratios = [t / s for s, t in zip(times["shared"], times["twice"], strict=True)]
+                times[kind].append(seconds(learner.update, batch))
+            prepare.append(seconds(pair["shared"]._prepare, batch))
+        speedup = paired_ratios(times["twice"], times["shared"])
         row = {
             "preset": name, "frames": batch.numel(),
             "shared_s": statistics.median(times["shared"]),
             "twice_s": statistics.median(times["twice"]),
             "estimator_s": statistics.median(prepare),
-            "speedup_ratio_of_medians": statistics.median(times["twice"])
-            / statistics.median(times["shared"]),
-            "speedup_median_of_ratios": statistics.median(ratios),
-            "speedup_range": [min(ratios), max(ratios)],
+            "speedup_ratio_of_medians": speedup.ratio_of_medians,
+            "speedup_median_of_ratios": speedup.median_of_ratios,
+            "speedup_range": [speedup.low, speedup.high],
         }  # fmt: skip
-        print(json.dumps(row), flush=True)
+        json_line(row)
         rows.append(row)
     print("\n| preset | frames per update | shared trunk s | trunk twice s | speed-up (ratio of "
           "medians) | median of ratios (range) | of which V-trace s |")  # fmt: skip

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from report import machine_info, run_process, train_result
+from harness import json_line
+from report import machine_info, run_process, train_result, write_text_section
 from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
@@ -273,16 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             row = {"run": name, "seed": seed, **runners[name](preset, overrides)}
             rows.append(row)
-            print(
-                json.dumps({**row, "overrides": overrides, "machine": machine_info()}), flush=True
-            )
+            json_line({**row, "overrides": overrides, "machine": machine_info()})
     text = table(rows)
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write("## PPO CartPole-v1 to 475\n\n")
-            f.write(f"Command: `{' '.join([sys.executable, *sys.argv])}`\n\n")
-            f.write(f"Machine: `{json.dumps(machine_info())}`\n\n{text}\n")
+        write_text_section(args.out, text, title="PPO CartPole-v1 to 475")
     return 0
 
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
 import sys
 import time
 
 import peers  # benchmarks/peers.py
 import torch
+from harness import json_line
 
-from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
+from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.envs import make_env
 from tdscheme.rollout.torchrl_names import Collector
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for collector in args.collector.split(","):
             rows.append(worker_cost(num_envs, collector, args.batches, args.top))
     for row in rows:
-        print(json.dumps({k: v for k, v in row.items() if k != "profile"}))
+        json_line({k: v for k, v in row.items() if k != "profile"})
     print("\n| envs | impl | us per env step | us per frame |\n|---|---|---|---|")
     for row in rows:
         print(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from harness import wait_until
 from peers import mlp_policy  # benchmarks/peers.py, next to this script (Ray workers see it too)
 from report import Recorder, parse_section_args, run_sections
 from tensordict import TensorDict
@@ -110,9 +111,7 @@ def write_rate(
     Returns:
         Frames written per second and the driver's samples per second over the window.
     """
-    deadline = time.monotonic() + 120.0
-    while frames_written(buffer) < first_frames and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: frames_written(buffer) >= first_frames, 120.0)
     time.sleep(warmup_s)
     start_frames, start = frames_written(buffer), time.perf_counter()
     samples = 0

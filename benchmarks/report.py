@@ -14,6 +14,7 @@ import platform
 import re
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -172,6 +173,15 @@ def write_markdown(
         lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def write_text_section(path: str, text: str, *, title: str | None = None) -> None:
+    """Writes ``text`` (a script's own markdown) under its command line and the machine."""
+    with open(path, "w", encoding="utf-8") as f:
+        if title:
+            f.write(f"## {title}\n\n")
+        f.write(f"Command: `{' '.join([sys.executable, *sys.argv])}`\n\n")
+        f.write(f"Machine: `{json.dumps(machine_info())}`\n\n{text}\n")
 
 
 def run_sections(

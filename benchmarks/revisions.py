@@ -34,7 +34,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import fresh_ray_env, reap_children, stderr_log
 from report import Recorder, print_tables, run_process, train_result, write_markdown
 
 SECTIONS = ("collection", "train")
@@ -74,6 +74,9 @@ finally:
 cli = sys.modules[getattr(main, "main", main).__module__].__file__
 print(json.dumps({"driver": where(), "worker": worker, "cli": cli}))
 """
+
+
+log = stderr_log("revisions")
 
 
 @dataclass
@@ -117,8 +120,7 @@ def git(root: Path, *args: str) -> str:
 
 def make_side(name: str, root: Path, rev: str, tmp: Path) -> Side:
     """A side whose processes import from ``root`` and start their Ray under ``tmp``."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(PYTHONPATH=f"{root}{os.pathsep}{tmp / 'site'}", RAY_TMPDIR=str(tmp / "ray"))
+    env = fresh_ray_env(tmp / "ray", PYTHONPATH=f"{root}{os.pathsep}{tmp / 'site'}")
     return Side(name, rev, root, env)
 
 
@@ -135,31 +137,6 @@ def check_imports(side: Side, timeout_s: float) -> dict[str, Any]:
     if finders or not all(Path(f).is_relative_to(side.root / "tdscheme") for f in files):
         raise RuntimeError(f"{side.name} should import tdscheme from {side.root}: {out}")
     return out
-
-
-def reap_children() -> None:
-    """Kills and waits for any process left as this one's child (the Ray of a run).
-
-    This process is a child subreaper (see :func:`checkouts`): what a run's driver
-    leaves behind, such as Ray workers exiting after their raylet, is re-parented here.
-    Called after every run, when no other child of ours is running.
-    """
-    me, deadline = str(os.getpid()), time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        left = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, IndexError):
-                if stat.read_text().rsplit(")", 1)[1].split()[1] == me:
-                    left.append(int(stat.parent.name))
-        if not left:
-            return
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
 
 
 Row = tuple[str, str, float, str]  # case, metric, value, unit
@@ -203,7 +180,7 @@ def compare(rec: Recorder, sides: list[Side], args: argparse.Namespace) -> None:
                 for side in sides if pair % 2 == 0 else sides[::-1]:
                     what = f"{section} repeat {repeat} {side.name}"
                     what += "" if seed is None else f" seed {seed}"
-                    print(f"[revisions] {what}", file=sys.stderr, flush=True)
+                    log(what)
                     for case, metric, value, unit in runs[section](side, args, seed):
                         rec.add(Measurement(section, side.name, side.rev, case, metric, value,
                                             unit, repeat, seed))  # fmt: skip
@@ -288,8 +265,10 @@ def checkouts(head_root: Path, base: str) -> Iterator[list[Side]]:
         for side in sides:
             side.run(["-m", "compileall", "-q", "tdscheme", "benchmarks"], "compileall", 300)
             out = check_imports(side, timeout_s=300)
-            print(f"[revisions] {side.name} {side.rev}: the driver and a Ray worker import "
-                  f"{out['worker']['tdscheme']}", file=sys.stderr, flush=True)  # fmt: skip
+            log(
+                f"{side.name} {side.rev}: the driver and a Ray worker import "
+                f"{out['worker']['tdscheme']}"
+            )
         yield sides
     finally:
         reap_children()

@@ -50,13 +50,13 @@ import functools
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
-from collection import TOTAL_FRAMES, frames_in, running, settle, wait_ready
+from collection_runs import TOTAL_FRAMES, running, wait_ready
+from harness import failure_note, frames_in, settle, stderr_log
 from peers import mlp_policy
 from report import Recorder, run_sections
 
@@ -107,14 +107,7 @@ class Measurement:
     load_1m_now: float = 0.0
 
 
-def log(msg: str) -> None:
-    print(f"[scale_sim] {msg}", file=sys.stderr, flush=True)
-
-
-def failure(err: BaseException) -> str:
-    """Logs the traceback; returns the note for an n/a measurement."""
-    log(traceback.format_exc())
-    return f"n/a: {type(err).__name__}: {err}"[:300]
+log = stderr_log("scale_sim")
 
 
 def make_collector(impl: str, env_fn: Callable[[], Any], policy: Any, s: Settings, n: int) -> Any:
@@ -204,7 +197,7 @@ def measure(
             batches=(batches, "batches"),
         )
     except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
-        note = failure(err)
+        note = failure_note(err, log)
     settle()
     for metric in METRICS:
         value, unit = results.get(metric, (None, ""))

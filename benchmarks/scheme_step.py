@@ -18,9 +18,9 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
+from harness import seconds
 from report import Recorder  # benchmarks/report.py
 
 from tdscheme import Scheme
@@ -40,12 +40,7 @@ class Measurement:
 
 def timed(call: Callable[[], object], count: int) -> list[float]:
     """Milliseconds of ``count`` calls of ``call``."""
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        call()
-        times.append(1e3 * (time.perf_counter() - start))
-    return times
+    return [1e3 * seconds(call) for _ in range(count)]
 
 
 def main(argv: list[str]) -> None:

@@ -30,7 +30,6 @@ Output: one JSON line per evaluation and one for the result, then a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import threading
@@ -38,17 +37,12 @@ import time
 from typing import Any
 
 import ray
+from harness import actor_pid, json_line, ledger_adds_up
 from report import machine_info
 
 from tdscheme import Scheme
 from tdscheme.engine import evaluate
 from tdscheme.presets import get_preset
-
-PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
-
-
-def _worker_pid(actor: Any) -> int:
-    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
 
 
 class Faults(threading.Thread):
@@ -73,7 +67,7 @@ class Faults(threading.Thread):
             try:
                 if not hang_done and now >= self.hang_at_s:
                     target = (victim + 1) % len(workers)
-                    pid = _worker_pid(workers[target])
+                    pid = actor_pid(workers[target])
                     os.kill(pid, signal.SIGSTOP)
                     self.events.append({"t_s": round(now, 1), "fault": "sigstop", "worker": target})
                     hang_done = True
@@ -110,7 +104,7 @@ def run(minutes: float, *, faults: bool, args: argparse.Namespace) -> dict[str, 
             while time.monotonic() - started < minutes * 60:
                 scheme.step()
                 ledger = scheme.collector.stats(timeout=30)["ledger"]
-                if not ledger["balanced"] or ledger["collected"] != sum(ledger[p] for p in PARTS):
+                if not ledger_adds_up(ledger):
                     unbalanced += 1
                 if ledger["yielded"] != scheme.frames:
                     mismatched += 1
@@ -124,7 +118,7 @@ def run(minutes: float, *, faults: bool, args: argparse.Namespace) -> dict[str, 
                         "eval_return": round(result.mean_return, 1),
                     }
                     curve.append(point)
-                    print(json.dumps(point), flush=True)
+                    json_line(point)
         finally:
             if thread is not None:
                 thread.stop.set()
@@ -156,12 +150,12 @@ def main() -> None:
     parser.add_argument("--eval-every-frames", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(json.dumps({"machine": machine_info()}), flush=True)
+    json_line({"machine": machine_info()})
     results = [run(args.minutes, faults=True, args=args)]
     if args.baseline_minutes > 0:
         results.append(run(args.baseline_minutes, faults=False, args=args))
     for result in results:
-        print(json.dumps(result), flush=True)
+        json_line(result)
     print(
         "\n| run | minutes | frames | kills | hangs | restarts | lost | ledger | curve (frames: return) |"
     )

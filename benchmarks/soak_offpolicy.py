@@ -11,7 +11,7 @@ workers paused), the way ``tdscheme train --resume`` does.
 
 After every step it checks the frame ledger (balanced, nothing unaccounted) and that
 the frames written equal those trained on plus those written but not trained on yet
-(``Driver.frames_pending``); every ``--eval-every-frames`` it evaluates the policy
+(``TrainingLoop.frames_pending``); every ``--eval-every-frames`` it evaluates the policy
 (5 episodes). The result: frames trained on against the budget, the faults met, the
 restarts, the resumes and the frames they rolled back, the ledger, and the learning
 curve (does the return come back after each fault?).
@@ -27,7 +27,6 @@ Output: one JSON line per evaluation, per fault and for the result, then a table
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import threading
 import time
@@ -35,14 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from harness import json_line, ledger_adds_up
 from report import machine_info
 
 from tdscheme import Scheme
 from tdscheme.engine import evaluate
 from tdscheme.errors import ReplayBufferDied, WorkerError
 from tdscheme.presets import get_preset
-
-PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
 
 
 class Faults(threading.Thread):
@@ -87,7 +85,7 @@ class Faults(threading.Thread):
     def _event(self, now: float, fault: str, **extra: Any) -> None:
         event = {"t_s": round(now, 1), "fault": fault, **extra}
         self.events.append(event)
-        print(json.dumps(event), flush=True)
+        json_line(event)
 
 
 def _build(preset: Any) -> Scheme:
@@ -132,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             except (ReplayBufferDied, WorkerError) as err:
                 if "replay buffer's actor died" not in str(err):
                     raise
-                print(json.dumps({"resume": str(err).splitlines()[0][:160]}), flush=True)
+                json_line({"resume": str(err).splitlines()[0][:160]})
                 counts = scheme.collector.stats(timeout=10)
                 restarts, lost = restarts + counts["restarts"], lost + counts["frames_lost"]
                 rolled_back += scheme.frames - state["frames"]
@@ -149,10 +147,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                 metrics["train/episodes"]))  # fmt: skip
             stats = scheme.collector.counters()
             ledger = stats["ledger"]
-            if not ledger["balanced"] or ledger["collected"] != sum(ledger[p] for p in PARTS):
+            if not ledger_adds_up(ledger):
                 unbalanced += 1
             written = scheme.collector.collected_frames
-            if written != scheme.driver.frames_collected + scheme.driver.frames_pending:
+            if written != scheme.loop.frames_collected + scheme.loop.frames_pending:
                 mismatched += 1
             if scheme.frames - state["frames"] >= args.checkpoint_every_frames:
                 state = _checkpoint(scheme, directory)
@@ -162,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 point = {"t_s": round(faults.now(), 1), "frames": scheme.frames,
                          "eval_return": round(result.mean_return, 1)}  # fmt: skip
                 curve.append(point)
-                print(json.dumps(point), flush=True)
+                json_line(point)
     finally:
         faults.stop.set()
         faults.join(timeout=10)
@@ -235,9 +233,9 @@ def main() -> None:
         help="the training return is averaged this long before and after each fault",
     )  # fmt: skip
     args = parser.parse_args()
-    print(json.dumps({"machine": machine_info()}), flush=True)
+    json_line({"machine": machine_info()})
     r = run(args)
-    print(json.dumps(r), flush=True)
+    json_line(r)
     kinds = [e["fault"] for e in r["events"]]
     ok = r["steps_unbalanced"] == 0 and r["steps_written_mismatch"] == 0
     curve = ", ".join(f"{p['frames'] // 1000}k: {p['eval_return']:.0f}" for p in r["curve"])

@@ -6,11 +6,15 @@ The public names are imported lazily (PEP 562): a Ray worker that unpickles a
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import TYPE_CHECKING
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
-__version__ = "0.1.0"
+try:
+    __version__ = importlib.metadata.version("tdscheme")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+    __version__ = "unknown"
 
 _EXPORTS = {
     "Learner": "tdscheme.learner",

@@ -141,7 +141,7 @@ def test_the_production_path_does_not_import_the_test_kit():
     program = (
         "import importlib.util, sys\n"
         "import tdscheme.cli.main, tdscheme.cli.commands, tdscheme.collectors, tdscheme.engine\n"
-        "import tdscheme.gradient_workers, tdscheme.scheme, tdscheme.scheme.grad_worker_driver\n"
+        "import tdscheme.gradient_workers, tdscheme.scheme, tdscheme.scheme.grad_worker_loop\n"
         "from tdscheme.presets import PRESETS, get_preset\n"
         "for name in PRESETS:\n"
         "    if 'halfcheetah' in name and importlib.util.find_spec('mujoco') is None:\n"

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tdscheme"
 
 #: Floors, lowest first: a room may import rooms on its own floor only where noted.
 FLOORS: list[set[str]] = [
-    {"keys", "validation", "log_levels", "lazy", "errors", "finite", "stragglers", "episodes"},
+    {"keys", "validation", "log_levels", "facades", "errors", "finite", "stragglers", "episodes"},
     {"envs", "transport", "runtime"},
     {"rollout", "replay", "learner"},
     {"collectors", "gradient_workers"},
@@ -32,7 +32,7 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 #: Rooms of the ground floor that other ground-floor rooms may import (leaves).
-GROUND_LEAVES = {"keys", "validation", "log_levels", "lazy", "errors", "finite", "stragglers"}
+GROUND_LEAVES = {"keys", "validation", "log_levels", "facades", "errors", "finite", "stragglers"}
 #: Downward imports that are still wrong: (importer's room, imported room).
 FORBIDDEN = {("collectors", "learner")}
 
@@ -164,13 +164,144 @@ def test_the_rollout_imports_no_ray(module):
     assert not wrong, f"{module} imports Ray through {wrong}"
 
 
-def test_collectors_holds_only_the_collector_and_its_config_beside_its_folders():
-    """``collectors/``: ``ray_collector.py``, ``config.py``, and worker/, driver/, torchrl_compat/."""
+def test_collectors_holds_only_the_collector_beside_its_folders():
+    """``collectors/``: ``ray_collector.py``, and settings/, worker/, driver/, torchrl_compat/."""
     room = PACKAGE / "collectors"
     loose = sorted(p.name for p in room.glob("*.py"))
     folders = sorted(p.name for p in room.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert loose == ["__init__.py", "config.py", "ray_collector.py"]
-    assert folders == ["driver", "torchrl_compat", "worker"]
+    assert loose == ["__init__.py", "ray_collector.py"]
+    assert folders == ["driver", "settings", "torchrl_compat", "worker"]
+
+
+# -- no circles, and one way inside collectors/ -----------------------------------------------
+
+
+def module_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every package module ``path`` imports, anywhere in it (in functions and
+    ``TYPE_CHECKING`` blocks too): ``from a.b import c`` is ``a.b.c`` where that is a
+    module, else ``a.b``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            found.update(m for m in subs if m in modules)
+            if any(m not in modules for m in subs):
+                found.add(node.module)
+    return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan): each holds a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                group.append(other)
+                if other == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+GRAPH = {m: module_imports(path, MODULES) - {m} for m, path in MODULES.items()}
+
+
+def test_no_import_circles_in_the_package():
+    """Type-only and function-level imports count: a circle is a circle to a reader."""
+    assert import_circles(GRAPH) == []
+
+
+def test_the_circle_check_sees_a_circle(tmp_path):
+    """The negative controls: a type-only circle through three modules, and a lazy one."""
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    pkg = {"p.x": tmp_path / "x.py", "p.y": tmp_path / "y.py", "p": tmp_path / "i.py"}
+    pkg["p.x"].write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import y\n"
+    )
+    pkg["p.y"].write_text("def f():\n    from p.x import g\n")
+    graph = {m: module_imports(path, pkg) for m, path in pkg.items() if m != "p"}
+    assert graph == {"p.x": {"p.y"}, "p.y": {"p.x"}}
+    assert import_circles(graph) == [["p.x", "p.y"]]
+
+
+#: ``collectors/``, bottom to top: a part imports its own level or those below it. worker/
+#: and driver/ share a level and never import each other (the driver is given the actor
+#: class by the collector that builds it).
+COLLECTORS_LEVELS = {
+    "settings": 0,
+    "worker": 1,
+    "driver": 1,
+    "torchrl_compat": 2,
+    "ray_collector": 3,
+}
+
+
+def collectors_part(module: str) -> str | None:
+    """``tdscheme.collectors.driver.pool`` -> ``driver``; the package itself: ``None`` (top)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+def collectors_climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Each import inside collectors/ that climbs a level or crosses worker/ and driver/."""
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("tdscheme.collectors.") or collectors_part(module) is None:
+            continue
+        part = collectors_part(module)
+        for target in sorted(targets):
+            if not target.startswith("tdscheme.collectors"):
+                continue
+            other = collectors_part(target)
+            if other is None:
+                wrong.append(f"{module} -> {target} (the package facade)")
+            elif other != part and (
+                COLLECTORS_LEVELS[other] > COLLECTORS_LEVELS[part]
+                or COLLECTORS_LEVELS[other] == COLLECTORS_LEVELS[part]
+            ):
+                wrong.append(f"{module} ({part}) -> {target} ({other})")
+    return wrong
+
+
+def test_collectors_is_one_way_bottom_to_top():
+    assert collectors_climbs(GRAPH) == []
+
+
+def test_the_collectors_check_sees_a_climb():
+    """The negative controls: the settings importing the driver, the driver the worker."""
+    graph = {
+        "tdscheme.collectors.settings.config": {"tdscheme.collectors.driver.specs"},
+        "tdscheme.collectors.driver.pool": {"tdscheme.collectors.worker.actor"},
+        "tdscheme.collectors.torchrl_compat.state": {"tdscheme.collectors.driver.stats"},
+    }
+    assert collectors_climbs(graph) == [
+        "tdscheme.collectors.driver.pool (driver) -> tdscheme.collectors.worker.actor (worker)",
+        "tdscheme.collectors.settings.config (settings) -> tdscheme.collectors.driver.specs (driver)",
+    ]
 
 
 def test_the_closure_checks_see_ray_and_the_driver(tmp_path):
@@ -186,32 +317,40 @@ def test_the_closure_checks_see_ray_and_the_driver(tmp_path):
 
 
 ROOT = PACKAGE.parent
-#: torchrl's own client scripts, copied as they are, are not ours to change.
-USER_FACING_EXCLUDED = {ROOT / "benchmarks" / "torchrl_clients"}
-#: An import of the test kit written inside a string (a script a benchmark runs with ``-c``).
+#: An import of the test kit anywhere in a text: code, a docstring example, a script in a
+#: string, a Markdown page.
 TEST_KIT_IN_TEXT = re.compile(
-    r"^\s*(from tdscheme\.testing import|import tdscheme\.testing|"
+    r"(from tdscheme\.testing import|import tdscheme\.testing|"
     r"from tdscheme import (\w+, )*testing\b)",
     re.MULTILINE,
 )
 
 
 def imports_test_kit(path: Path) -> bool:
-    """Whether a file imports ``tdscheme.testing``, in code (``ast``) or in an embedded script."""
+    """Whether a file imports ``tdscheme.testing``: in code (``ast``) or anywhere in its text."""
     text = path.read_text(encoding="utf-8")
-    return "tdscheme.testing" in tdscheme_imports(path) or bool(TEST_KIT_IN_TEXT.search(text))
+    in_code = path.suffix == ".py" and "tdscheme.testing" in tdscheme_imports(path)
+    return in_code or bool(TEST_KIT_IN_TEXT.search(text))
 
 
 def user_facing_files() -> list[Path]:
-    """Every Python file under ``examples/`` and ``benchmarks/`` but torchrl's client scripts."""
-    files = [*ROOT.joinpath("examples").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py")]
-    return sorted(p for p in files if not any(p.is_relative_to(x) for x in USER_FACING_EXCLUDED))
+    """Every file outside tests/ that could show or run an import: the package (but the kit
+    itself), examples, benchmarks, the docs and the README."""
+    files = [
+        *PACKAGE.rglob("*.py"),
+        *ROOT.joinpath("examples").rglob("*.py"),
+        *ROOT.joinpath("benchmarks").rglob("*.py"),
+        *ROOT.joinpath("docs").rglob("*.md"),
+        ROOT / "README.md",
+    ]
+    return sorted(p for p in files if p != PACKAGE / "testing.py")
 
 
-def test_examples_and_benchmarks_do_not_import_the_test_kit():
-    """What users copy and what measures the library use its public API, not ``tdscheme.testing``."""
+def test_nothing_outside_tests_imports_the_test_kit():
+    """What users read, copy and run (docstring examples included) uses the public API
+    (``tdscheme.envs``, the presets), not ``tdscheme.testing``."""
     files = user_facing_files()
-    assert any(p.parent.name == "examples" for p in files) and len(files) > 5
+    assert any(p.parent.name == "examples" for p in files) and len(files) > 50
     offenders = [str(p.relative_to(ROOT)) for p in files if imports_test_kit(p)]
     assert offenders == [], f"{offenders} import tdscheme.testing; use tdscheme.envs / presets"
 
@@ -223,6 +362,7 @@ def test_examples_and_benchmarks_do_not_import_the_test_kit():
         "def f():\n    import tdscheme.testing\n",
         "from tdscheme import envs, testing\n",
         'SCRIPT = """\nfrom tdscheme.testing import mlp_policy\n"""\n',
+        '"""Example:\n    >>> from tdscheme.testing import make_env\n"""\n',
     ],
 )
 def test_the_test_kit_check_sees_an_import(tmp_path, source):
@@ -233,3 +373,16 @@ def test_the_test_kit_check_sees_an_import(tmp_path, source):
     good = tmp_path / "good.py"
     good.write_text('"""Not ``tdscheme.testing``."""\nfrom tdscheme.envs import make_env\n')
     assert not imports_test_kit(good)
+
+
+#: The longest a package module may be: past it, look for its second responsibility.
+MAX_MODULE_LINES = 400
+
+
+def test_no_package_module_is_over_the_limit():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"

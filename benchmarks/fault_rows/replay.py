@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import signal
 import sys
@@ -28,7 +27,9 @@ if __package__ in (None, ""):  # run as a script: benchmarks/ holds faults.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faults import row  # noqa: E402
+from harness import actor_pid, fresh_ray_env, pids_named, processes_left, wait_until  # noqa: E402
 
+from fault_rows._parts import TDSCHEME, run_rows_here  # noqa: E402
 from fault_rows._parts import ray_lease as _ray  # noqa: E402
 
 
@@ -57,15 +58,6 @@ def _buffer(capacity: int = 20_000, ndim: int = 1) -> Iterator[Any]:
     finally:
         with contextlib.suppress(Exception):
             rb.shutdown()
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _ledger(stats: dict[str, Any], total: int) -> tuple[str, str]:
@@ -110,7 +102,7 @@ def _background(
             ) as collector:  # fmt: skip
                 collector.start()
                 inject(collector, rb)
-                if not _wait(lambda: not collector.is_running, bound_s):
+                if not wait_until(lambda: not collector.is_running, bound_s):
                     return row(fault, "hang", time.perf_counter() - start, bound_s)
                 error = None
                 try:
@@ -139,7 +131,7 @@ def _background(
 
 def _after_writes(frames: int, then: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
     def inject(collector: Any, rb: Any) -> None:
-        _wait(lambda: rb.write_count >= frames, 120)
+        wait_until(lambda: rb.write_count >= frames, 120)
         then(collector, rb)
 
     return inject
@@ -184,7 +176,7 @@ def background_env_raises_always() -> dict[str, Any]:
     failing = env_fn("CartPole-v1", raise_at_step=30)
     cartpole = env_fn("CartPole-v1")
     return _background(
-        "background, an env raises in every incarnation (max_restarts=2)", 120.0, total=100_000,
+        "background, an env raises after every restart (max_restarts=2)", 120.0, total=100_000,
         inject=lambda c, rb: None, create_env_fn=[cartpole, failing], frames_per_batch=100,
         max_restarts=2, expect_error="failed 3 times, max_restarts=2",
     )  # fmt: skip
@@ -225,7 +217,6 @@ def background_nan_rewards_dropped() -> dict[str, Any]:
 
 def buffer_actor_hung() -> dict[str, Any]:
     """The buffer's process stopped (SIGSTOP): a bounded sample is a TimeoutError, not a hang."""
-    import ray
     import torch
     from tensordict import TensorDict
 
@@ -235,7 +226,7 @@ def buffer_actor_hung() -> dict[str, Any]:
     with _ray(), _buffer() as rb:
         bounded = BoundedRayBuffer(rb, timeout_s=60.0)
         bounded.extend(TensorDict({"x": torch.zeros(64)}, [64]))
-        pid = ray.get(rb._rb.__ray_call__.remote(lambda _: os.getpid()), timeout=60)
+        pid = actor_pid(rb._rb, timeout_s=60)
         bounded.timeout_s = 5.0
         os.kill(pid, signal.SIGSTOP)
         start = time.perf_counter()
@@ -280,8 +271,6 @@ def cli_buffer_actor_killed() -> dict[str, Any]:
     """
     import subprocess
 
-    from fault_rows.bad_input import TDSCHEME, _ray_processes
-
     fault, bound_s = "CLI run, the Ray-held buffer's actor SIGKILLed mid-run", 60.0
     work = Path(tempfile.mkdtemp(prefix="b", dir="/tmp"))
     ray_tmp = work / "ray"
@@ -294,13 +283,13 @@ def cli_buffer_actor_killed() -> dict[str, Any]:
          "100000000", "--checkpoint-every-frames", "256", "--eval-every-frames", "0",
          "--collector-resources", '{"num_cpus": 0.5}', "--progress", "false",
          "--run-dir", str(run_dir)],
-        env=dict(os.environ, RAY_TMPDIR=str(ray_tmp)), stdout=subprocess.DEVNULL,
+        env=fresh_ray_env(ray_tmp), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True, cwd=work,
     )  # fmt: skip
     checkpoints = run_dir / "checkpoints"
-    _wait(lambda: proc.poll() is not None or any(checkpoints.glob("ckpt_*.pt")), 240.0)
+    wait_until(lambda: proc.poll() is not None or any(checkpoints.glob("ckpt_*.pt")), 240.0)
     started = proc.poll() is None and any(checkpoints.glob("ckpt_*.pt"))
-    buffers = _ray_processes("ray::OneLineReprReplayBuffer")
+    buffers = pids_named("ray::OneLineReprReplayBuffer")
     if not started or len(buffers) != 1:
         proc.kill()
         detail = f"no checkpoint or no single buffer actor ({buffers}); exit {proc.poll()}"
@@ -313,8 +302,7 @@ def cli_buffer_actor_killed() -> dict[str, Any]:
         proc.kill()
         return row(fault, "hang", time.perf_counter() - start, bound_s, detail="no exit in 120 s")
     seconds = time.perf_counter() - start
-    time.sleep(2.0)
-    left = _ray_processes(str(ray_tmp))
+    left = processes_left(str(ray_tmp))
     lines = printed.splitlines()  # Ray may relay the killed actor's last output around them
     at = [i for i, line in enumerate(lines) if line.startswith("tdscheme train: error:")]
     last = lines[at[0] : at[0] + 2] if len(at) == 1 else []
@@ -346,7 +334,4 @@ ROWS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
 
 
 if __name__ == "__main__":
-    wanted = sys.argv[1:] or [""]
-    for name, fn in ROWS:
-        if any(w in name for w in wanted):
-            print(json.dumps({"row": name, **fn()}), flush=True)
+    run_rows_here(ROWS)

@@ -48,33 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser(
-        "train", help="train a preset", description="Train a preset; every setting can be set.",
-        usage=_SHORT_USAGE + " [--resume RUN_DIR]",
+    _preset_command(
+        commands, "train", "--resume", metavar="RUN_DIR", usage=" [--resume RUN_DIR]",
+        help="train a preset", description="Train a preset; every setting can be set.",
+        option_help="continue the run in RUN_DIR from its newest checkpoint",
     )  # fmt: skip
-    _add_preset_argument(train)
-    train.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
-    )
-    # every preset's settings (DEFAULT_PRESET's first); a setting the chosen preset does
-    # not have is a usage error naming it (Preset.override)
-    names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
-    add_setting_options(train, [get_preset(n) for n in names], skip=("resume",))
-    train.set_defaults(command_parser=train)
-
-    bench = commands.add_parser(
-        "bench", help="a preset's collection frames/s here, beside the bare loop's limit",
+    _preset_command(
+        commands, "bench", "--seconds", type=_positive_float, default=10.0, usage=" [--seconds S]",
+        help="a preset's collection frames/s here, beside the bare loop's limit",
         description="Measure a preset's collection on this machine: the bare loop (env steps "
         "and policy calls in one process), the preset's RayCollector, each worker's fast path.",
-        usage=_SHORT_USAGE + " [--seconds S]",
+        option_help="each measurement's window (default 10)",
     )  # fmt: skip
-    _add_preset_argument(bench)
-    bench.add_argument(
-        "--seconds", type=_positive_float, default=10.0,
-        help="each measurement's window (default 10)",
-    )  # fmt: skip
-    add_setting_options(bench, [get_preset(n) for n in names], skip=("resume",))
-    bench.set_defaults(command_parser=bench)
 
     ev = commands.add_parser(
         "eval", help="evaluate a run's checkpoints (test mode) or one checkpoint",
@@ -108,11 +93,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_preset_argument(sub: argparse.ArgumentParser) -> None:
+def _preset_command(
+    commands: Any,
+    name: str,
+    option: str,
+    *,
+    usage: str,
+    option_help: str,
+    help: str,
+    description: str,
+    **option_kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A command over a preset (``train``, ``bench``): PRESET, its own option, every setting.
+
+    Every preset's settings are options (DEFAULT_PRESET's first); a setting the chosen
+    preset does not have is a usage error naming it (``Preset.override``).
+    """
+    sub = commands.add_parser(name, help=help, description=description, usage=_SHORT_USAGE + usage)
     sub.add_argument(
         "preset", nargs="?", choices=sorted(PRESETS), metavar="PRESET",
         help=f"one of {', '.join(sorted(PRESETS))} (default {DEFAULT_PRESET})",
     )  # fmt: skip
+    sub.add_argument(option, help=option_help, **option_kwargs)
+    names = [DEFAULT_PRESET, *sorted(set(PRESETS) - {DEFAULT_PRESET})]
+    add_setting_options(sub, [get_preset(n) for n in names], skip=("resume",))
+    sub.set_defaults(command_parser=sub)
+    return sub
 
 
 def _positive_int(text: str) -> int:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 _EXPORTS = {
-    "CollectorWorker": "tdscheme.collectors.worker.actor",
+    "CollectorWorker": "tdscheme.collectors.torchrl_compat.worker_calls",
     "MASK_KEY": "tdscheme.keys",
     "POLICY_VERSION_KEY": "tdscheme.keys",
     "PreemptionConfig": "tdscheme.stragglers",
     "RayCollector": "tdscheme.collectors.ray_collector",
-    "RayCollectorConfig": "tdscheme.collectors.config",
+    "RayCollectorConfig": "tdscheme.collectors.settings.config",
     "WORKER_ID_KEY": "tdscheme.keys",
-    "WorkerSpec": "tdscheme.collectors.worker.spec",
+    "WorkerSpec": "tdscheme.collectors.settings.specs",
 }
 
 __all__ = [
@@ -29,10 +29,10 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from tdscheme.collectors.config import RayCollectorConfig
     from tdscheme.collectors.ray_collector import RayCollector
-    from tdscheme.collectors.worker.actor import CollectorWorker
-    from tdscheme.collectors.worker.spec import WorkerSpec
+    from tdscheme.collectors.settings.config import RayCollectorConfig
+    from tdscheme.collectors.settings.specs import WorkerSpec
+    from tdscheme.collectors.torchrl_compat.worker_calls import CollectorWorker
     from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
     from tdscheme.stragglers import PreemptionConfig
 

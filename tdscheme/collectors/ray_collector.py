@@ -5,28 +5,34 @@ It builds its parts (``collectors/driver/``, ``collectors/torchrl_compat/``) and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tensordict import TensorDictBase
 from torchrl.collectors.utils import split_trajectories
 
-from tdscheme.collectors.config import RayCollectorConfig, settings_signature
 from tdscheme.collectors.driver.background import BackgroundCollection
 from tdscheme.collectors.driver.flow import BatchFlow
-from tdscheme.collectors.driver.parts import CollectorParts, documented_by
 from tdscheme.collectors.driver.pool import WorkerPool
-from tdscheme.collectors.driver.specs import resource_arguments
-from tdscheme.collectors.driver.stats import CollectorStats, StatsReport
+from tdscheme.collectors.driver.stats import CollectorParts, CollectorStats, StatsReport
 from tdscheme.collectors.driver.weights import WeightPusher
+from tdscheme.collectors.settings.config import RayCollectorConfig, settings_signature
+from tdscheme.collectors.settings.specs import (
+    remote_configs,
+    resource_arguments,
+    worker_specs,
+)
+from tdscheme.collectors.settings.torchrl_args import is_policy_service
+from tdscheme.collectors.torchrl_compat.auto_push import AutoPushRule
 from tdscheme.collectors.torchrl_compat.learner_sync import LearnerWeightSync
 from tdscheme.collectors.torchrl_compat.remote_calls import RemoteCalls
 from tdscheme.collectors.torchrl_compat.state import CollectorState
 from tdscheme.collectors.torchrl_compat.surface import TorchrlSurface
+from tdscheme.collectors.torchrl_compat.worker_calls import CollectorWorker
 from tdscheme.episodes import FinishedEpisodes
+from tdscheme.facades import documented_by
 from tdscheme.rollout.torchrl_names import BaseCollector
 from tdscheme.runtime import RayLease
 from tdscheme.transport import TensorDictCodec
@@ -61,7 +67,9 @@ class RayCollector(TorchrlSurface, BaseCollector):
 
     With torchrl's trainers and ``learner_backend="ray"``, torchrl's learner publishes
     the weights straight to the workers, stamped with its model version, and driver
-    pushes stop (:class:`~tdscheme.collectors.torchrl_compat.learner_sync.LearnerWeightSync`).
+    pushes stop (:class:`~tdscheme.collectors.torchrl_compat.learner_sync.LearnerWeightSync`,
+    wrapped around the plain pusher only then, or with ``weight_sync_schemes`` or a
+    policy service given).
 
     Args:
         create_env_fn, policy, **settings: every setting of
@@ -88,10 +96,14 @@ class RayCollector(TorchrlSurface, BaseCollector):
 
     Example:
         >>> # Needs Ray; see examples/collect_cartpole.py
+        >>> import functools  # doctest: +SKIP
         >>> from tdscheme import RayCollector  # doctest: +SKIP
-        >>> from tdscheme.testing import make_env, mlp_policy  # doctest: +SKIP
-        >>> with RayCollector(make_env, mlp_policy(4, 2), frames_per_batch=1000,
-        ...                   total_frames=10_000, num_collectors=2) as collector:  # doctest: +SKIP
+        >>> from tdscheme.envs import make_env  # doctest: +SKIP
+        >>> from tdscheme.presets.actor_critic import actor_critic_modules  # doctest: +SKIP
+        >>> actor = actor_critic_modules("CartPole-v1")["actor"]  # doctest: +SKIP
+        >>> with RayCollector(functools.partial(make_env, "CartPole-v1"), actor,
+        ...                   frames_per_batch=1000, total_frames=10_000,
+        ...                   num_collectors=2) as collector:  # doctest: +SKIP
         ...     for batch in collector:
         ...         print(batch["collector", "worker_id"][0].item(), batch.numel())
     """
@@ -121,17 +133,27 @@ class RayCollector(TorchrlSurface, BaseCollector):
         self._iterator, self._closed = None, False
         self._lease = RayLease.acquire(config.ray_init_config)
         self._pool = WorkerPool(
-            max_restarts=config.max_restarts, seed=config.seed, min_workers=config.min_workers
-        )
+            CollectorWorker, max_restarts=config.max_restarts, seed=config.seed,
+            min_workers=config.min_workers,
+        )  # fmt: skip
         self._stats = CollectorStats()
         parts = CollectorParts(
             config, self._pool, self._stats, TensorDictCodec(config.compress), self._check_open
         )
-        # torchrl's learner publication and policy services wrap the driver's own pushes
-        self._weights = LearnerWeightSync(WeightPusher(parts), parts)
-        self._flow = BatchFlow(
-            self._pool, config, parts.stats, parts.codec, self._weights.auto_push
+        self._parts = parts
+        self._auto_pushes = AutoPushRule(
+            update_after_each_batch=config.update_after_each_batch,
+            max_weight_update_interval=config.max_weight_update_interval,
         )
+        self._pusher = WeightPusher(parts, on_push=self._auto_pushes.pushed)
+        # torchrl's weight-sync surface only where it is used (a scheme or a policy service
+        # given here; torchrl's learner asking for the scheme: _learner_weight_sync)
+        self._weights: WeightPusher | LearnerWeightSync = self._pusher
+        if config.weight_sync_schemes or is_policy_service(config.policy):
+            self._weights = LearnerWeightSync(self._pusher, parts)
+        automatic = config.update_after_each_batch or config.max_weight_update_interval >= 0
+        after_batch = self._after_batch if automatic else None  # torchrl's rule, when asked for
+        self._flow = BatchFlow(self._pool, config, parts.stats, parts.codec, after_batch)
         self._background = BackgroundCollection(self._batches, self._flow.request_stop, parts=parts)
         self._remote = RemoteCalls(parts)
         self._state = CollectorState(parts)
@@ -149,13 +171,13 @@ class RayCollector(TorchrlSurface, BaseCollector):
 
     def _add_workers(self, config: RayCollectorConfig) -> list[int]:
         """Starts one worker per spec of ``config``, once Ray can place them; returns their ids."""
-        remotes = config.remote_config_list()
+        remotes = remote_configs(config)
         if config.placement == "check":  # "wait": an autoscaler may add the nodes
             self._pool.check_fits(remotes, argument=resource_arguments(config))
         ids = []
-        for spec, remote in zip(config.worker_specs(), remotes, strict=True):
+        for spec, remote in zip(worker_specs(config), remotes, strict=True):
             ids.append(self._pool.add(spec, remote))
-            self._weights.pusher.add_workers(1)
+            self._auto_pushes.add_workers(1)
         self._pool.wait_started(
             ids, timeout_s=self.config.actor_start_timeout_s, argument=resource_arguments(config)
         )
@@ -169,15 +191,24 @@ class RayCollector(TorchrlSurface, BaseCollector):
 
     @documented_by(WeightPusher.wait)
     def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
-        return self._weights.pusher.wait(timeout_s)
+        return self._pusher.wait(timeout_s)
+
+    def _after_batch(self, worker_ids: list[int]) -> None:
+        """torchrl's automatic pushes, when the consumer asks for the next batch."""
+        due = self._auto_pushes.due(worker_ids)
+        if due:
+            self._weights.auto_push(due)
 
     @property
     def learner_publishes_weights(self) -> bool:
         """Whether a torchrl learner publishes the policy weights (driver pushes are off)."""
-        return self._weights.learner_publishes_weights
+        weights = self._weights
+        return isinstance(weights, LearnerWeightSync) and weights.learner_publishes_weights
 
     @documented_by(LearnerWeightSync.scheme)
     def _learner_weight_sync(self, *, new_generation: bool = False) -> Any:
+        if not isinstance(self._weights, LearnerWeightSync):
+            self._weights = LearnerWeightSync(self._pusher, self._parts)
         return self._weights.scheme(new_generation=new_generation)
 
     @documented_by(StatsReport.report)
@@ -224,10 +255,6 @@ class RayCollector(TorchrlSurface, BaseCollector):
         self, timeout: float = 30.0, *, resume: bool = True
     ) -> contextlib.AbstractContextManager[None]:
         return self._background.pause(timeout, resume=resume)
-
-    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
-        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
-        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)
 
     @property
     def num_collectors(self) -> int:
@@ -321,36 +348,6 @@ class RayCollector(TorchrlSurface, BaseCollector):
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         self._check_open()
         return self._pool.seed_all(seed, static_seed, timeout_s=self.config.batch_timeout_s)
-
-    def add_collectors(
-        self,
-        create_env_fn: Callable | Sequence[Callable],
-        num_envs: int | None = None,
-        policy: Any = None,
-        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-        remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-    ) -> list[int]:
-        """Grows the pool with one worker per env factory (torchrl's argument order).
-
-        New workers get the current weights and policy version. With
-        ``sync=True`` each worker keeps collecting ``frames_per_batch /
-        num_collectors`` frames (as computed at construction), so the stacked
-        batch grows with the pool.
-
-        Returns:
-            The new workers' ids.
-        """
-        self._check_open()
-        extra = self.config.for_added_workers(
-            create_env_fn,
-            num_envs=num_envs,
-            policy=policy,
-            collector_kwargs=collector_kwargs,
-            remote_configs=remote_configs,
-        )
-        ids = self._add_workers(extra)
-        self.config.num_collectors = len(self._pool)
-        return ids
 
     def worker_nodes(self, timeout_s: float = 30.0) -> list[str]:
         """The Ray node id each worker runs on."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 _EXPORTS = {
     "CheckpointManager": "tdscheme.engine.checkpoint",

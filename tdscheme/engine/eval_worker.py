@@ -8,9 +8,10 @@ inline. The class is plain Python (the pool wraps it with ``ray.remote``), so it
 in-process too.
 
 Example:
-    >>> from tdscheme.testing import bias_policy, make_env
     >>> from tensordict import TensorDict
-    >>> policy = bias_policy(3, 1)
+    >>> from tdscheme.envs import make_env
+    >>> from tdscheme.presets.actor_critic import actor_critic_modules
+    >>> policy = actor_critic_modules("Pendulum-v1", hidden_sizes=(8,))["actor"]
     >>> worker = EvalWorker(0, EvalWorkerSpec(lambda: make_env("Pendulum-v1"), policy, 2, 500))
     >>> reply = worker.evaluate(TensorDict.from_module(policy).data, frames=100, seed=1)
     >>> reply.frames, len(reply.returns), reply.lengths

@@ -87,8 +87,10 @@ def evaluate(
             steps.
 
     Example:
-        >>> from tdscheme.testing import make_env, bias_policy
-        >>> result = evaluate(make_env("Pendulum-v1"), bias_policy(3, 1), episodes=1)
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets.actor_critic import actor_critic_modules
+        >>> actor = actor_critic_modules("Pendulum-v1", hidden_sizes=(8,))["actor"]
+        >>> result = evaluate(make_env("Pendulum-v1"), actor, episodes=1)
         >>> result.lengths, result.mean_return < 0
         ((200,), True)
     """

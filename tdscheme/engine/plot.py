@@ -99,8 +99,7 @@ def plot_throughput(
         >>> from tdscheme.engine.run_log import RunLogger
         >>> with tempfile.TemporaryDirectory() as run_dir:
         ...     with RunLogger(run_dir) as run_log:
-        ...         for step in (100, 200):
-        ...             run_log.log_scalars({"fps": step / 10}, step=step)
+        ...         run_log.log_scalars({"fps": 900.0, "collector/fps": 1000.0}, step=4096)
         ...     plot_throughput(run_dir).name
         'throughput.png'
     """
@@ -134,7 +133,7 @@ def plot_policy_lag(
     """Plots the policy lag of the frames trained on against frames and writes a PNG.
 
     The top panel stacks the histogram's fractions (``policy_lag/hist/<lag>``, logged
-    by the :class:`~tdscheme.scheme.async_driver.AsyncDriver`); the bottom one draws
+    by the :class:`~tdscheme.scheme.async_loop.AsyncLoop`); the bottom one draws
     ``policy_lag/min``, ``/mean`` and ``/max``.
 
     Args:

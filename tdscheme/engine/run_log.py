@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.metadata
 import io
 import logging
 import math
@@ -31,7 +32,6 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.record.loggers.common import Logger
 
-import tdscheme  # the package root, for its __version__ (a constant of no layer)
 from tdscheme.engine.atomic import atomic_write
 from tdscheme.engine.logger_backends import (
     close_torchrl_logger,
@@ -205,7 +205,7 @@ class RunLogger:
             raise TypeError(
                 f"config must be a dict or a dataclass instance, got {type(config).__name__}"
             )
-        flat = {**_flatten_config(config), "tdscheme_version": tdscheme.__version__}
+        flat = {**_flatten_config(config), "tdscheme_version": _version()}
         self._torchrl_logger.log_hparams(flat)
 
     def flush(self) -> None:
@@ -381,3 +381,11 @@ def _flatten_config(config: Any, prefix: str = "") -> dict[str, str | int | floa
         else:
             flat[name] = repr(value)
     return flat
+
+
+def _version() -> str:
+    """tdscheme's installed version (``tdscheme.__version__``), read without importing the root."""
+    try:
+        return importlib.metadata.version("tdscheme")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -19,9 +19,10 @@ Example:
     >>> import tempfile
     >>> from pathlib import Path
     >>> from tdscheme.envs import make_env
-    >>> from tdscheme.testing import mlp_policy
+    >>> from tdscheme.presets.actor_critic import actor_critic_modules
+    >>> actor = actor_critic_modules("CartPole-v1", hidden_sizes=(8,))["actor"]
     >>> env = make_env("CartPole-v1", render_mode="rgb_array")
-    >>> recording = record_episode(env, mlp_policy(4, 2), max_frames=20)
+    >>> recording = record_episode(env, actor, max_frames=20)
     >>> recording.frames.shape[1:], recording.fps
     ((400, 600, 3), 50.0)
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -237,11 +238,12 @@ class EpisodeRecorder:
     Example:
         >>> import functools, tempfile
         >>> from tdscheme.envs import make_env
-        >>> from tdscheme.testing import mlp_policy
+        >>> from tdscheme.presets.actor_critic import actor_critic_modules
+        >>> actor = actor_critic_modules("CartPole-v1", hidden_sizes=(8,))["actor"]
         >>> factory = functools.partial(make_env, "CartPole-v1", render_mode="rgb_array")
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     with EpisodeRecorder(factory, tmp, max_frames=20) as recorder:
-        ...         recording = recorder.record(mlp_policy(4, 2), name="eval_0", seed=0)
+        ...         recording = recorder.record(actor, name="eval_0", seed=0)
         ...     recording.path.name, len(recording.frames) <= 20
         ('eval_0.mp4', True)
     """

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 _EXPORTS = {
     "BACKENDS": "tdscheme.envs.make",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 _EXPORTS = {
     "AsynchronousCoordinator": "tdscheme.gradient_workers.asynchronous",

@@ -57,12 +57,16 @@ def build_gradient_coordinator(
             :class:`GradientWorkersConfig`.
 
     Example:
-        >>> from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
+        >>> from functools import partial
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets import get_preset
+        >>> preset = get_preset("ppo-cartpole")
+        >>> modules, learner_factory = preset.policy_factory(), preset.learner_factory()
         >>> config = GradientWorkersConfig(num_grad_workers=2, frames_per_batch=64)
         >>> with build_gradient_coordinator(  # doctest: +SKIP
-        ...     config, env_factory=make_env, policy_factory=cartpole_modules,
-        ...     learner_factory=cartpole_learner,
-        ...     learner=cartpole_learner(**cartpole_modules())) as coordinator:
+        ...     config, env_factory=partial(make_env, "CartPole-v1"), policy_factory=modules,
+        ...     learner_factory=learner_factory,
+        ...     learner=learner_factory(**modules())) as coordinator:
         ...     metrics = coordinator.step()
     """
     if not isinstance(config, GradientWorkersConfig):

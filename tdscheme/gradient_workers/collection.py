@@ -46,8 +46,11 @@ class LocalCollection:
             subclass taking one env); ``None``: :class:`~tdscheme.rollout.lean.LeanCollector`.
 
     Example:
-        >>> from tdscheme.testing import cartpole_modules, make_env
-        >>> collection = LocalCollection(make_env, cartpole_modules()["actor"],
+        >>> from functools import partial
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets.actor_critic import actor_critic_modules
+        >>> actor = actor_critic_modules("CartPole-v1", hidden_sizes=(8,))["actor"]
+        >>> collection = LocalCollection(partial(make_env, "CartPole-v1"), actor,
         ...                              num_collectors=2, frames_per_collector=20, seed=0)
         >>> batch, returns = collection.collect()
         >>> batch.batch_size, collection.collector_class.__name__

@@ -170,9 +170,13 @@ class GradientWorkerSpec:
         collector_class: the collectors' class (``None``: LeanCollector).
 
     Example:
-        >>> from tdscheme.testing import cartpole_modules, cartpole_learner, make_env
-        >>> spec = GradientWorkerSpec(make_env, cartpole_modules, cartpole_learner,
-        ...                           num_collectors=2, frames_per_batch=100)
+        >>> from functools import partial
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets import get_preset
+        >>> preset = get_preset("ppo-cartpole")
+        >>> spec = GradientWorkerSpec(partial(make_env, "CartPole-v1"), preset.policy_factory(),
+        ...                           preset.learner_factory(), num_collectors=2,
+        ...                           frames_per_batch=100)
         >>> spec.frames_per_collector
         50
     """

@@ -29,7 +29,7 @@ class GradientWorkerPool(ActorPool):
     Args:
         specs: one spec per worker.
         remote_options: Ray actor options of every worker, e.g. ``{"num_cpus": 1}``.
-        seed: base seed; worker ``i`` of generation ``g`` gets a distinct seed.
+        seed: base seed; worker ``i`` after ``g`` restarts gets a distinct seed.
         max_restarts: rebuilds allowed per worker before a :class:`GradientWorkerError`.
     """
 

@@ -81,9 +81,12 @@ class GradientWorker:
             use) leaves logging alone.
 
     Example:
-        >>> from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
-        >>> spec = GradientWorkerSpec(make_env, cartpole_modules, cartpole_learner,
-        ...                           frames_per_batch=50)
+        >>> from functools import partial
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets import get_preset
+        >>> preset = get_preset("ppo-cartpole")
+        >>> spec = GradientWorkerSpec(partial(make_env, "CartPole-v1"), preset.policy_factory(),
+        ...                           preset.learner_factory(), frames_per_batch=50)
         >>> worker = GradientWorker(0, spec, seed=0)
         >>> result = worker.compute_gradients()
         >>> result.frames, result.version, sorted(result.timings_ms)
@@ -260,12 +263,9 @@ class GradientWorker:
         """
         self.destroy_process_group()
         allreduce.init_process_group(
-            rank=rank,
-            world_size=world_size,
-            master_addr=master_addr,
-            master_port=master_port,
+            rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port,
             timeout_s=timeout_s,
-        )
+        )  # fmt: skip
         self._rank = rank
         return rank
 

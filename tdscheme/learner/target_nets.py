@@ -36,12 +36,7 @@ from torchrl.objectives.utils import TargetNetUpdater
 from tdscheme.learner.config import TARGET_UPDATES
 from tdscheme.validation import check_choice, check_int, check_positive_number, invalid
 
-__all__ = [
-    "TARGET_UPDATES",
-    "load_updater_state",
-    "make_target_updater",
-    "updater_state",
-]
+__all__ = ["TARGET_UPDATES", "load_updater_state", "make_target_updater", "updater_state"]
 
 
 def make_target_updater(

@@ -7,7 +7,7 @@ sample). The importance weights ``rho = pi(a) / mu(a)`` then compare two differe
 actions: noise, not a correction for policy lag. :func:`vtrace_estimator` builds
 torchrl's ``VTrace`` unchanged over an actor whose distribution "samples" the action
 the frame holds, so torchrl scores ``pi(action taken)`` and its V-trace arithmetic
-is used as is. ``tests/scheme/test_async_driver.py`` holds it to torchrl's
+is used as is. ``tests/scheme/test_async_loop.py`` holds it to torchrl's
 ``vtrace_advantage_estimate`` on the taken actions.
 
 Example:

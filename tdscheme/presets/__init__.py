@@ -20,7 +20,7 @@ from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
-from tdscheme.presets.impala import appo_cartpole, appo_pong, impala_cartpole, impala_pong
+from tdscheme.presets.impala import appo_cartpole, impala_cartpole
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
     dqn_cartpole,
@@ -28,7 +28,8 @@ from tdscheme.presets.offpolicy import (
     sac_pendulum,
     td3_pendulum,
 )
-from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum, ppo_pong
+from tdscheme.presets.pong import appo_pong, impala_pong, ppo_pong
+from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
 

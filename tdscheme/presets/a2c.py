@@ -25,11 +25,7 @@ __all__ = ["a2c_cartpole", "a2c_learner"]
 
 
 def a2c_learner(
-    *,
-    actor: nn.Module,
-    critic: nn.Module,
-    config: ActorCriticConfig,
-    total_updates: int | None = None,
+    *, config: ActorCriticConfig, total_updates: int | None = None, **modules: nn.Module
 ) -> Learner:
     """A Learner over torchrl's ``A2CLoss`` with ``config.advantage`` (GAE; V-trace for IMPALA).
 
@@ -44,30 +40,24 @@ def a2c_learner(
 
     from tdscheme.presets.actor_critic import actor_critic_loss_learner
 
-    return actor_critic_loss_learner(
-        A2CLoss, actor=actor, critic=critic, config=config, total_updates=total_updates
-    )
+    return actor_critic_loss_learner(A2CLoss, config=config, total_updates=total_updates, **modules)
 
 
 def a2c_cartpole() -> Preset:
-    """A2C on CartPole-v1: one gradient step per batch of 16 envs x 32 steps."""
+    """A2C on CartPole-v1: one gradient step per batch of 16 envs x 32 steps.
+
+    The root of the CartPole actor-critic presets (ppo-cartpole, impala-cartpole,
+    a3c-cartpole derive from it).
+    """
     return Preset(
         name="a2c-cartpole",
         learner_builder=a2c_learner,
         algo=ActorCriticConfig(
-            env_id="CartPole-v1",
-            num_envs=16,
-            lr=1e-3,
-            num_epochs=1,
-            minibatch_size=None,
-            entropy_coef=0.01,
-            normalize_advantage=False,
+            env_id="CartPole-v1", num_envs=16, lr=1e-3, num_epochs=1, minibatch_size=None,
+            entropy_coef=0.01, normalize_advantage=False,
         ),
         scheme=SchemeConfig(num_collectors=2, frames_per_batch=512),
         trainer=TrainerConfig(
-            total_frames=300_000,
-            eval_every_frames=20_480,
-            eval_episodes=10,
-            target_return=475.0,
+            total_frames=300_000, eval_every_frames=20_480, eval_episodes=10, target_return=475.0
         ),
-    )
+    )  # fmt: skip

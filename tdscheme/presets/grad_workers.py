@@ -17,14 +17,9 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-
-from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets.a2c import a2c_cartpole
 from tdscheme.presets.ppo import ppo_learner
 from tdscheme.presets.preset import Preset
-from tdscheme.presets.settings import ActorCriticConfig
-from tdscheme.scheme.config import SchemeConfig
 
 __all__ = ["a3c_cartpole", "ppo_cartpole_dd"]
 
@@ -38,50 +33,24 @@ def a3c_cartpole() -> Preset:
     each gradient as it arrives and sends fresh weights back to its sender only. One
     Scheme iteration applies two gradients.
     """
-    a2c = a2c_cartpole()
-    return dataclasses.replace(
-        a2c,
-        name="a3c-cartpole",
-        scheme=SchemeConfig(
-            num_collectors=1,
-            frames_per_batch=256,
-            num_grad_workers=2,
-            grad_communication="asynchronous",
-        ),
-        trainer=dataclasses.replace(a2c.trainer, eval_every_frames=10_240),
-    )
+    return a2c_cartpole().derive(
+        "a3c-cartpole",
+        num_collectors=1, frames_per_batch=256, num_grad_workers=2,
+        grad_communication="asynchronous", eval_every_frames=10_240,
+    )  # fmt: skip
 
 
 def ppo_cartpole_dd() -> Preset:
     """PPO on CartPole-v1 with two decentralized gradient workers (gloo all-reduce).
 
-    Each worker steps 16 envs for 32 steps; the workers all-reduce the PPO
-    gradients of their 512-frame batches (weighted by frames) and each applies the
-    same update, so their weights stay identical; the driver mirrors rank 0's
-    weights for evaluation and checkpoints.
+    a3c-cartpole's workers with PPO's loss, synchronous and decentralized: each worker
+    steps 16 envs for 32 steps; the workers all-reduce the PPO gradients of their
+    512-frame batches (weighted by frames) and each applies the same update, so their
+    weights stay identical; the driver mirrors rank 0's weights for evaluation and
+    checkpoints.
     """
-    return Preset(
-        name="ppo-cartpole-dd",
-        learner_builder=ppo_learner,
-        algo=ActorCriticConfig(
-            env_id="CartPole-v1",
-            num_envs=16,
-            lr=3e-3,
-            num_epochs=1,
-            minibatch_size=None,
-            entropy_coef=0.0,
-        ),
-        scheme=SchemeConfig(
-            num_collectors=1,
-            frames_per_batch=1024,
-            num_grad_workers=2,
-            grad_communication="synchronous",
-            decentralized=True,
-        ),
-        trainer=TrainerConfig(
-            total_frames=300_000,
-            eval_every_frames=10_240,
-            eval_episodes=10,
-            target_return=475.0,
-        ),
-    )
+    return a3c_cartpole().derive(
+        "ppo-cartpole-dd", learner_builder=ppo_learner,
+        lr=3e-3, entropy_coef=0.0, normalize_advantage=True, frames_per_batch=1024,
+        grad_communication="synchronous", decentralized=True,
+    )  # fmt: skip

@@ -2,7 +2,7 @@
 
 Each is an :class:`OffPolicyPreset`: a :class:`~tdscheme.presets.Preset` whose
 factories include the replay buffer (``storage_factory``), so its Scheme trains
-off-policy (see :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`).
+off-policy (see :class:`~tdscheme.scheme.off_policy_loop.OffPolicyLoop`).
 The learners and factories import torch and torchrl when they are called, so
 that making a preset (and the command's check of its settings) does not.
 
@@ -159,62 +159,38 @@ def dqn_cartpole() -> OffPolicyPreset:
         algo_name="dqn",
         learner_builder=dqn_learner,
         algo=OffPolicyConfig(
-            env_id="CartPole-v1",
-            num_envs=8,
-            hidden_sizes=(64, 64),
-            lr=1e-3,
-            batch_size=128,
-            buffer_size=50_000,
-            target_update="hard",
-            hard_update_interval=100,
-            exploration_frames=10_000,
-            max_grad_norm=10.0,
-        ),  # fmt: skip
+            env_id="CartPole-v1", num_envs=8, hidden_sizes=(64, 64), lr=1e-3, batch_size=128,
+            buffer_size=50_000, target_update="hard", hard_update_interval=100,
+            exploration_frames=10_000, max_grad_norm=10.0,
+        ),
         scheme=SchemeConfig(
             num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=1000
         ),
         trainer=TrainerConfig(
             total_frames=100_000, eval_every_frames=10_000, eval_episodes=10, target_return=475.0
         ),
-    )
-
-
-def _pendulum(
-    name: str, algo_name: str, builder: Callable[..., OffPolicyLearner]
-) -> OffPolicyPreset:
-    return OffPolicyPreset(
-        name=name,
-        algo_name=algo_name,
-        learner_builder=builder,
-        # minibatches of 64 at lr 3e-3, one gradient step per 4 frames: -200 in a third of
-        # the wall time of 256 at 1e-3 and one step per frame (benchmarks/results/offpolicy.md, stop 20)
-        algo=OffPolicyConfig(
-            env_id="Pendulum-v1",
-            num_envs=4,
-            hidden_sizes=(64, 64),
-            lr=3e-3,
-            batch_size=64,
-            buffer_size=100_000,
-            target_update="soft",
-            tau=0.005,
-        ),  # fmt: skip
-        scheme=SchemeConfig(
-            num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=1000
-        ),
-        trainer=TrainerConfig(
-            total_frames=50_000, eval_every_frames=2_048, eval_episodes=10, target_return=-200.0
-        ),
-    )
+    )  # fmt: skip
 
 
 def sac_pendulum() -> OffPolicyPreset:
-    """SAC on Pendulum-v1: two Q-networks, learned temperature, one gradient step per 4 frames."""
-    return _pendulum("sac-pendulum", "sac", sac_learner)
+    """SAC on Pendulum-v1: two Q-networks, learned temperature, one gradient step per 4 frames.
+
+    dqn-cartpole's workers and update-to-data ratio on Pendulum, with soft target
+    updates: minibatches of 64 at lr 3e-3, one gradient step per 4 frames reach -200 in
+    a third of the wall time of 256 at 1e-3 and one step per frame
+    (benchmarks/results/offpolicy.md, stop 20).
+    """
+    return dqn_cartpole().derive(
+        "sac-pendulum", algo_name="sac", learner_builder=sac_learner,
+        env_id="Pendulum-v1", num_envs=4, lr=3e-3, batch_size=64, buffer_size=100_000,
+        target_update="soft", hard_update_interval=500, max_grad_norm=None,
+        total_frames=50_000, eval_every_frames=2_048, target_return=-200.0,
+    )  # fmt: skip
 
 
 def td3_pendulum() -> OffPolicyPreset:
     """TD3 on Pendulum-v1: target policy smoothing, Gaussian exploration noise (sigma 0.1)."""
-    return _pendulum("td3-pendulum", "td3", td3_learner)
+    return sac_pendulum().derive("td3-pendulum", algo_name="td3", learner_builder=td3_learner)
 
 
 def sac_halfcheetah() -> OffPolicyPreset:
@@ -223,25 +199,10 @@ def sac_halfcheetah() -> OffPolicyPreset:
     torchrl's SAC settings (256x256 networks, batch 256, 10k random frames first,
     one gradient step per frame); 4 collectors of 4 envs each.
     """
-    return OffPolicyPreset(
-        name="sac-halfcheetah",
-        algo_name="sac",
-        learner_builder=sac_learner,
-        algo=OffPolicyConfig(
-            env_id="HalfCheetah-v5",
-            num_envs=4,
-            eval_num_envs=5,
-            hidden_sizes=(256, 256),
-            lr=3e-4,
-            batch_size=256,
-            buffer_size=1_000_000,
-            target_update="soft",
-            tau=0.005,
-        ),  # fmt: skip
-        scheme=SchemeConfig(
-            num_collectors=4, frames_per_batch=1024, utd_ratio=1.0, init_random_frames=10_000
-        ),
-        trainer=TrainerConfig(
-            total_frames=1_000_000, eval_every_frames=50_000, eval_episodes=5, target_return=None
-        ),
-    )
+    return sac_pendulum().derive(
+        "sac-halfcheetah",
+        env_id="HalfCheetah-v5", eval_num_envs=5, hidden_sizes=(256, 256), lr=3e-4,
+        batch_size=256, buffer_size=1_000_000,
+        num_collectors=4, frames_per_batch=1024, utd_ratio=1.0, init_random_frames=10_000,
+        total_frames=1_000_000, eval_every_frames=50_000, eval_episodes=5, target_return=None,
+    )  # fmt: skip

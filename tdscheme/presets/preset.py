@@ -152,6 +152,30 @@ class Preset:
             **{s: dataclasses.replace(getattr(self, s), **by_section[s]) for s in _SECTIONS},
         )
 
+    def derive(self, name: str, **changes: Any) -> Preset:
+        """A new preset from this one: renamed, with ``changes`` to its settings and fields.
+
+        A preset is declared by what makes it differ from the one it derives from, so
+        that a setting two presets share is stated once.
+
+        Args:
+            name: the new preset's name.
+            **changes: setting names (any section, as :meth:`override`) and the
+                preset's own fields (``learner_builder``, ``algo_name``).
+
+        Returns:
+            The new preset.
+
+        Example:
+            >>> from tdscheme.presets import get_preset
+            >>> slow = get_preset("ppo-cartpole").derive("ppo-cartpole-slow", lr=1e-4)
+            >>> slow.name, slow.algo.lr, slow.algo.env_id
+            ('ppo-cartpole-slow', 0.0001, 'CartPole-v1')
+        """
+        fields = {f.name for f in dataclasses.fields(self)} - set(_SECTIONS)
+        own = {k: changes.pop(k) for k in list(changes) if k in fields}
+        return dataclasses.replace(self.override(changes), name=name, **own)
+
     def setting_owners(self) -> dict[str, str]:
         """Every setting name and the section (``algo``, ``scheme``, ``trainer``) it belongs to."""
         owners: dict[str, str] = {}

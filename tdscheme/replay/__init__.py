@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 __all__ = ["BoundedRayBuffer", "is_ray_replay_buffer", "ray_buffer_kwargs"]
 

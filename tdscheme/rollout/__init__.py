@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 __all__ = ["LeanCollector"]
 

@@ -11,9 +11,9 @@ one process is the limit of one worker on this machine.
 
 Example:
     >>> from tdscheme.envs import make_env
-    >>> from tdscheme.testing import mlp_policy
-    >>> rate = bare_loop_rate(lambda: make_env("CartPole-v1", num_envs=4), mlp_policy(4, 2),
-    ...                       seconds=0.2)
+    >>> from tdscheme.presets.actor_critic import actor_critic_modules
+    >>> actor = actor_critic_modules("CartPole-v1", hidden_sizes=(8,))["actor"]
+    >>> rate = bare_loop_rate(lambda: make_env("CartPole-v1", num_envs=4), actor, seconds=0.2)
     >>> rate.frames_per_s > 0 and rate.reason is None
     True
 """

@@ -10,10 +10,13 @@ listing the missing and extra keys (on the driver: a ``WorkerError`` naming the
 worker), instead of torchrl's ``KeyError`` from inside the first rollout.
 
 Example:
-    >>> from tdscheme.testing import bias_policy, make_env
+    >>> import torch
+    >>> from tensordict.nn import TensorDictModule
+    >>> from tdscheme.envs import make_env
     >>> env = make_env("Pendulum-v1")
-    >>> check_policy_keys(env, bias_policy(3, 1))
-    >>> check_policy_keys(env, bias_policy(3, 1, obs_key="obs"))  # doctest: +ELLIPSIS
+    >>> linear = torch.nn.Linear(3, 1)
+    >>> check_policy_keys(env, TensorDictModule(linear, ["observation"], ["action"]))
+    >>> check_policy_keys(env, TensorDictModule(linear, ["obs"], ["action"]))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: policy is invalid with in_keys ['obs'] that the env does not provide (missing ['obs']; the env provides ['done', 'observation', 'terminated', 'truncated']); accepted: ...

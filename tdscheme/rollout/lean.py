@@ -44,10 +44,11 @@ which path runs and why.
 
 Example:
     >>> from tdscheme.envs import make_env
-    >>> from tdscheme.testing import bias_policy
-    >>> collector = LeanCollector(make_env("Pendulum-v1", num_envs=2),
-    ...                           bias_policy(3, 1, bias=0.5), frames_per_batch=8,
-    ...                           auto_register_policy_transforms=False)
+    >>> from tensordict.nn import TensorDictModule
+    >>> policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"],
+    ...                           out_keys=["action"])
+    >>> collector = LeanCollector(make_env("Pendulum-v1", num_envs=2), policy,
+    ...                           frames_per_batch=8, auto_register_policy_transforms=False)
     >>> collector.lean_reason is None  # the lean path runs
     True
     >>> batch = next(iter(collector))

@@ -160,7 +160,7 @@ def trajectory_pool(first_id: int) -> Any:
     """torchrl's trajectory-id pool (a single-process ``Collector``'s ``traj_pool``) from ``first_id``.
 
     A rebuilt worker's collector counts trajectories on from where its previous
-    incarnation stopped, so that its ids never repeat one of the earlier ones.
+    actor stopped, so that its ids never repeat one of the earlier ones.
 
     Example:
         >>> trajectory_pool(7).get_traj_and_increment(2).tolist()

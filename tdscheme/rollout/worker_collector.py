@@ -80,8 +80,8 @@ def build_collector(
         preemptible: one env step per iteration (a driver assembles the batch step by
             step and may cut it at any step).
         first_traj_id: a rebuilt worker's first trajectory id, past every id its earlier
-            incarnations used, so no trajectory is spliced across a restart.
-        frames_done: frames its earlier incarnations collected: it takes random actions
+            actors used, so no trajectory is spliced across a restart.
+        frames_done: frames its earlier actors collected: it takes random actions
             only for what they left of ``init_random_frames``, and its checkpoints hold
             the whole count.
 

@@ -7,7 +7,7 @@
   between releases.
 * :mod:`~tdscheme.runtime.interrupts`: Ctrl-C and SIGTERM as a stop request.
 
-The Ray lease's names are exported lazily (:mod:`tdscheme.lazy`): importing this
+The Ray lease's names are exported lazily (:mod:`tdscheme.facades`): importing this
 package imports no Ray, so the command installs its signal handlers
 (``interrupts``) before anything heavy is imported. Import the other modules by
 their path.
@@ -15,7 +15,7 @@ their path.
 
 from __future__ import annotations
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
 __all__ = ["WORKER_PRELOAD_MODULES", "RayLease", "local_ray_config"]
 

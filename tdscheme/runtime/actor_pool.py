@@ -6,10 +6,10 @@ what its actors need (weight pushes, acknowledgements, graceful shutdown) on top
 of what they share here:
 
 * **slots**: one per worker position, holding the spec the actor is built from,
-  its Ray options, the current actor, its generation and restart count;
+  its Ray options, the current actor and its restart count;
 * **restarts** by the pool itself from the small spec (not Ray's
   ``max_restarts``, which re-runs the constructor with arguments that may have
-  been evicted), each incarnation with its own seed (:func:`incarnation_seed`);
+  been evicted), each new actor with its own seed (:func:`restart_seed`);
 * **bounded calls**: every ``ray.get`` and ``ray.wait`` has a timeout;
 * **remote errors**: an exception raised inside an actor becomes a
   :class:`WorkerError` naming the worker, with the remote traceback; a dead actor
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import ray
@@ -35,7 +35,7 @@ from tdscheme.log_levels import driver_log_level
 from tdscheme.runtime import placement
 from tdscheme.runtime.error_text import last_exception_line, one_line
 
-__all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "incarnation_seed"]
+__all__ = ["DIED", "FETCH_TIMEOUT_S", "ActorPool", "WorkerError", "restart_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +46,16 @@ FETCH_TIMEOUT_S = 60.0
 DIED = object()
 
 
-def incarnation_seed(seed: int | None, worker_id: int, generation: int = 0) -> int | None:
+def restart_seed(seed: int | None, worker_id: int, restarts: int = 0) -> int | None:
     """A distinct, reproducible seed per worker and per restart (``None`` when unseeded).
 
     Example:
-        >>> incarnation_seed(7, 0), incarnation_seed(7, 1) != incarnation_seed(7, 0)
+        >>> restart_seed(7, 0), restart_seed(7, 1) != restart_seed(7, 0)
         (7, True)
     """
     if seed is None:
         return None
-    return (seed + 7919 * worker_id + 104729 * generation) % (2**31 - 1)
+    return (seed + 7919 * worker_id + 104729 * restarts) % (2**31 - 1)
 
 
 @functools.cache
@@ -74,7 +74,6 @@ class ActorSlot:
     spec: Any
     options: dict[str, Any]
     actor: Any = None
-    generation: int = 0
     restarts: int = 0
 
 
@@ -87,8 +86,8 @@ class ActorPool:
     Args:
         actor_class: the plain Python class of the actors.
         max_restarts: rebuilds allowed per worker before an ``error_class`` error.
-        seed: base seed; worker ``i`` of generation ``g`` gets
-            :func:`incarnation_seed` ``(seed, i, g)``.
+        seed: base seed; worker ``i`` after ``g`` restarts gets
+            :func:`restart_seed` ``(seed, i, g)``.
     """
 
     #: The error raised for a worker's failure.
@@ -103,11 +102,11 @@ class ActorPool:
         self.max_restarts = max_restarts
         self.seed = seed
         self._slots: list[ActorSlot] = []
-        self._calls: dict[Any, tuple[int, int, str]] = {}  # ref -> (worker, generation, method)
+        self._calls: dict[Any, tuple[int, int, str]] = {}  # ref -> (worker, restarts, method)
         self.last_death: dict[int, str] = {}  # worker id -> why its last actor died
         #: workers retired past ``max_restarts`` (elastic pools); never called again
         self.retired: set[int] = set()
-        self._killed: dict[int, tuple[int, str]] = {}  # worker -> (generation, why) by kill()
+        self._killed: dict[int, tuple[int, str]] = {}  # worker -> (restarts, why) by kill()
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -125,7 +124,7 @@ class ActorPool:
         slot.actor = self._remote_class.options(**slot.options).remote(
             worker_id,
             slot.spec,
-            seed=self.worker_seed(worker_id, slot.generation),
+            seed=self.worker_seed(worker_id, slot.restarts),
             log_level=driver_log_level(),
             **start_kwargs,
         )
@@ -165,16 +164,16 @@ class ActorPool:
             self.forget(refs)
             raise
         # A constructor that raised (a bad env, a policy that does not fit it) is the
-        # user's mistake, the same in every incarnation: report it now, never restart it.
+        # user's mistake, the same after every restart: report it now, never restart it.
         # (A worker that died is left to the caller's next call, which restarts it.)
         return [self.outcome(ref) for ref in refs]
 
-    def worker_seed(self, worker_id: int, generation: int = 0) -> int | None:
-        """The seed of a worker's ``generation``-th incarnation (``None`` when unseeded)."""
-        return incarnation_seed(self.seed, worker_id, generation)
+    def worker_seed(self, worker_id: int, restarts: int = 0) -> int | None:
+        """The seed of a worker's actor after ``restarts`` restarts (``None`` when unseeded)."""
+        return restart_seed(self.seed, worker_id, restarts)
 
     def restart(self, worker_id: int, reason: str, **start_kwargs: Any) -> None:
-        """Replaces a dead worker's actor with a fresh one (next generation, fresh seed).
+        """Replaces a dead worker's actor with a fresh one (one more restart, a fresh seed).
 
         Raises:
             WorkerError: (``error_class``) the worker has used up ``max_restarts``.
@@ -189,7 +188,6 @@ class ActorPool:
         logger.warning("restarting %s %d: %s", self.error_class.role, worker_id, one_line(reason))
         self._kill(slot)
         slot.restarts += 1
-        slot.generation += 1
         self.start(worker_id, **start_kwargs)
 
     def active_ids(self) -> list[int]:
@@ -212,7 +210,7 @@ class ActorPool:
         The caller's next read of one of them restarts it (as for any death).
         """
         slot = self._slots[worker_id]
-        self._killed[worker_id] = (slot.generation, reason)
+        self._killed[worker_id] = (slot.restarts, reason)
         if slot.actor is not None:
             try:
                 ray.kill(slot.actor, no_restart=True)
@@ -227,9 +225,9 @@ class ActorPool:
         """The spec each worker is built from."""
         return [slot.spec for slot in self._slots]
 
-    def generation(self, worker_id: int) -> int:
-        """How many times ``worker_id``'s actor was rebuilt (its current incarnation)."""
-        return self._slots[worker_id].generation
+    def restart_count(self, worker_id: int) -> int:
+        """How many times ``worker_id``'s actor was rebuilt (its restart count)."""
+        return self._slots[worker_id].restarts
 
     def restarts(self) -> list[int]:
         """Restarts per worker."""
@@ -241,7 +239,7 @@ class ActorPool:
         """Calls ``method(*args)`` on a worker's current actor; returns the future."""
         slot = self._slots[worker_id]
         ref = getattr(slot.actor, method).remote(*args)
-        self._calls[ref] = (worker_id, slot.generation, method)
+        self._calls[ref] = (worker_id, slot.restarts, method)
         return ref
 
     def owner(self, ref: Any) -> int:
@@ -249,11 +247,11 @@ class ActorPool:
         return self._calls[ref][0]
 
     def is_current(self, ref: Any) -> bool:
-        """Whether a pending future was sent to its worker's current incarnation."""
-        worker_id, generation, _ = self._calls[ref]
-        return generation == self._slots[worker_id].generation
+        """Whether a pending future was sent to its worker's current actor."""
+        worker_id, restarts, _ = self._calls[ref]
+        return restarts == self._slots[worker_id].restarts
 
-    def forget(self, refs: Sequence[Any]) -> None:
+    def forget(self, refs: Iterable[Any]) -> None:
         """Drops futures the caller will not read (their values are discarded)."""
         for ref in refs:
             self._calls.pop(ref, None)
@@ -275,7 +273,7 @@ class ActorPool:
                 actor failed in its constructor, or the value could not be fetched
                 within :data:`FETCH_TIMEOUT_S`.
         """
-        worker_id, generation, method = self._calls.pop(ref)
+        worker_id, restarts, method = self._calls.pop(ref)
         try:
             return ray.get(ref, timeout=FETCH_TIMEOUT_S)
         except RayTaskError as err:
@@ -287,7 +285,7 @@ class ActorPool:
                     worker_id, f"failed while starting: {last_exception_line(text)}", text
                 ) from None
             killed = self._killed.get(worker_id)
-            if killed is not None and killed[0] == generation:
+            if killed is not None and killed[0] == restarts:
                 self.last_death[worker_id] = killed[1]
             else:
                 self.last_death[worker_id] = f"{type(err).__name__}: {err}"

@@ -25,7 +25,7 @@ from tdscheme.validation import (
 )
 
 if TYPE_CHECKING:  # torch and torchrl: imported when a collector is built, not to check settings
-    from tdscheme.collectors.config import RayCollectorConfig
+    from tdscheme.collectors.settings.config import RayCollectorConfig
 
 __all__ = ["BUFFER_LOCATIONS", "GRAD_COMMUNICATIONS", "SchemeConfig"]
 
@@ -129,7 +129,7 @@ class SchemeConfig:
             collectors send) or ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
             workers write into while they collect in the background); the
             ``storage_factory`` must build that kind of buffer.
-        async_learner: IMPALA / APPO (:class:`~tdscheme.scheme.async_driver.AsyncDriver`): the
+        async_learner: IMPALA / APPO (:class:`~tdscheme.scheme.async_loop.AsyncLoop`): the
             learner takes each worker's batch as soon as it is ready (``sync=False``) from
             a queue the learner paces: each worker works ``prefetch_batches`` requests
             ahead (default 2) and then waits for the learner; frames over
@@ -293,13 +293,14 @@ synchronous step)
                 ``replay_buffer`` (the learner's ``drop_nonfinite_frames``).
 
         Example:
-            >>> from tdscheme.testing import make_env
+            >>> from functools import partial
+            >>> from tdscheme.envs import make_env
             >>> cfg = SchemeConfig(num_collectors=2, frames_per_batch=512, sync=True)
-            >>> rc = cfg.collector_config(make_env, None)
+            >>> rc = cfg.collector_config(partial(make_env, "CartPole-v1"), None)
             >>> rc.frames_per_worker, rc.total_frames, rc.num_collectors
             (256, -1, 2)
         """
-        from tdscheme.collectors.config import RayCollectorConfig
+        from tdscheme.collectors.settings.config import RayCollectorConfig
 
         return RayCollectorConfig(
             env_factory,

@@ -1,10 +1,10 @@
-"""What a Scheme is composed from: the user's factories, checked, and the driver they make.
+"""What a Scheme is composed from: the user's factories, checked, and the loop they make.
 
 :func:`check_factories` rejects a factory that cannot work before anything is
 built; :func:`build_learner` calls the policy and learner factories on the
-driver; :func:`make_driver` picks the way of training from the config and the
+driver; :func:`make_loop` picks the way of training from the config and the
 factories (a ``storage_factory``: off-policy; ``num_grad_workers > 0``: gradient
-workers; ``async_learner``: IMPALA / APPO; else collectors) and builds its :class:`~tdscheme.scheme.driver.Driver`.
+workers; ``async_learner``: IMPALA / APPO; else collectors) and builds its :class:`~tdscheme.scheme.loop.TrainingLoop`.
 
 Example:
     >>> check_factories(SchemeConfig(), env_factory=3, policy_factory=dict,
@@ -22,12 +22,12 @@ from typing import Any
 from torch import nn
 
 from tdscheme.learner import Learner
-from tdscheme.scheme.async_driver import AsyncDriver
-from tdscheme.scheme.collector_driver import CollectorDriver
+from tdscheme.scheme.async_loop import AsyncLoop
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.driver import Driver
-from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
-from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
+from tdscheme.scheme.grad_worker_loop import GradWorkerLoop
+from tdscheme.scheme.loop import TrainingLoop
+from tdscheme.scheme.off_policy_loop import OffPolicyLoop
+from tdscheme.scheme.on_policy_loop import OnPolicyLoop
 
 __all__ = [
     "EnvFactory",
@@ -36,7 +36,7 @@ __all__ = [
     "StorageFactory",
     "build_learner",
     "check_factories",
-    "make_driver",
+    "make_loop",
 ]
 
 EnvFactory = Callable[[], Any]
@@ -114,7 +114,7 @@ def build_learner(
     return modules, learner
 
 
-def make_driver(
+def make_loop(
     config: SchemeConfig,
     *,
     env_factory: EnvFactory,
@@ -122,8 +122,8 @@ def make_driver(
     learner_factory: LearnerFactory,
     learner: Learner,
     storage_factory: StorageFactory | None = None,
-) -> Driver:
-    """The driver of this way of training, built (its actors started).
+) -> TrainingLoop:
+    """The training loop of this way of training, built (its actors started).
 
     Args:
         config: the Scheme's settings.
@@ -134,16 +134,16 @@ def make_driver(
         storage_factory: builds the replay buffer of an off-policy run, or ``None``.
 
     Returns:
-        An :class:`OffPolicyDriver` with a ``storage_factory``, else a
-        :class:`GradWorkerDriver` with ``num_grad_workers > 0``, else an
-        :class:`AsyncDriver` with ``async_learner``, else a :class:`CollectorDriver`.
+        An :class:`OffPolicyLoop` with a ``storage_factory``, else a
+        :class:`GradWorkerLoop` with ``num_grad_workers > 0``, else an
+        :class:`AsyncLoop` with ``async_learner``, else a :class:`OnPolicyLoop`.
     """
     if storage_factory is not None:
-        return OffPolicyDriver(
+        return OffPolicyLoop(
             config, env_factory=env_factory, learner=learner, storage_factory=storage_factory
         )
     if config.num_grad_workers > 0:
-        return GradWorkerDriver(
+        return GradWorkerLoop(
             config,
             env_factory=env_factory,
             policy_factory=policy_factory,
@@ -151,8 +151,8 @@ def make_driver(
             learner=learner,
         )
     if config.async_learner:
-        return AsyncDriver(config, env_factory=env_factory, learner=learner)
-    return CollectorDriver(config, env_factory=env_factory, learner=learner)
+        return AsyncLoop(config, env_factory=env_factory, learner=learner)
+    return OnPolicyLoop(config, env_factory=env_factory, learner=learner)
 
 
 def _as_modules(built: Any) -> dict[str, nn.Module]:

@@ -1,6 +1,6 @@
 """The Scheme's metric names: episodes, policy lag and collector stats of an iteration.
 
-Episode returns are computed one way (:mod:`tdscheme.episodes`) for every driver.
+Episode returns are computed one way (:mod:`tdscheme.episodes`) for every loop.
 """
 
 from __future__ import annotations
@@ -139,11 +139,14 @@ def _frame_lags(batch: TensorDictBase, newest_version: int) -> Any:
 def numeric_stats(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
     """The numbers of a stats dict as ``<prefix>/<name>`` floats (lists, strings, bools left out).
 
-    Nested dicts (the frame ledger) become ``<prefix>/<name>/<key>``.
+    Nested dicts (the frame ledger) become ``<prefix>/<name>/<key>``; the per-worker
+    ``fast_path`` list becomes the fraction of workers on the fast path.
 
     Example:
         >>> numeric_stats({"frames": 10, "fps": 2.5, "restarts_per_worker": [0], "ok": True}, "c")
         {'c/frames': 10.0, 'c/fps': 2.5}
+        >>> numeric_stats({"fast_path": [True, "collector_class=Collector: ..."]}, "c")
+        {'c/fast_path': 0.5}
         >>> numeric_stats({"ledger": {"collected": 4, "lost": 4, "balanced": True}}, "c")
         {'c/ledger/collected': 4.0, 'c/ledger/lost': 4.0}
     """
@@ -151,6 +154,8 @@ def numeric_stats(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
     for key, value in stats.items():
         if isinstance(value, Mapping) and key == "ledger":
             out.update(numeric_stats(value, f"{prefix}/{key}"))
+        elif key == "fast_path" and isinstance(value, list) and value:
+            out[f"{prefix}/{key}"] = sum(status is True for status in value) / len(value)
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"{prefix}/{key}"] = float(value)
     return out

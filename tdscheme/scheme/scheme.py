@@ -1,19 +1,19 @@
-"""Scheme: a training run composed from factories, iterated one driver step at a time.
+"""Scheme: a training run composed from factories, iterated one loop step at a time.
 
 A :class:`Scheme` builds the :class:`~tdscheme.learner.Learner` on the driver and
-one *driver*, the way this run trains:
+one *training loop*, the way this run trains:
 
-* :class:`~tdscheme.scheme.collector_driver.CollectorDriver` (``num_grad_workers=0``):
+* :class:`~tdscheme.scheme.on_policy_loop.OnPolicyLoop` (``num_grad_workers=0``):
   a :class:`~tdscheme.RayCollector` collects, the driver's Learner learns, weights
   are pushed every ``weight_push_interval`` updates;
-* :class:`~tdscheme.scheme.grad_worker_driver.GradWorkerDriver`
+* :class:`~tdscheme.scheme.grad_worker_loop.GradWorkerLoop`
   (``num_grad_workers > 0``): gradient workers collect and compute gradients;
-* :class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver` (a ``storage_factory``):
+* :class:`~tdscheme.scheme.off_policy_loop.OffPolicyLoop` (a ``storage_factory``):
   collectors fill a replay buffer, the learner samples it.
 
-Every driver implements the whole :class:`~tdscheme.scheme.driver.Driver` protocol,
+Every loop implements the whole :class:`~tdscheme.scheme.loop.TrainingLoop` protocol,
 which the Scheme calls directly (:mod:`~tdscheme.scheme.factories` picks and builds
-the driver); the Scheme adds what every run shares (counters, throughput, the state
+the loop); the Scheme adds what every run shares (counters, throughput, the state
 envelope of :mod:`~tdscheme.scheme.state`). The
 :class:`~tdscheme.engine.Trainer` runs a Scheme with logging, evaluation and
 checkpoints; a user can also iterate one in their own loop.
@@ -33,7 +33,6 @@ from torch import nn
 from tdscheme.collectors import RayCollector
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.driver import Driver
 from tdscheme.scheme.factories import (
     EnvFactory,
     LearnerFactory,
@@ -41,12 +40,13 @@ from tdscheme.scheme.factories import (
     StorageFactory,
     build_learner,
     check_factories,
-    make_driver,
+    make_loop,
 )
+from tdscheme.scheme.loop import TrainingLoop
 from tdscheme.scheme.state import check_state, upgrade_state
 from tdscheme.validation import check_frame_budget
 
-__all__ = ["Driver", "Scheme"]  # Driver: its home is tdscheme.scheme.driver
+__all__ = ["TrainingLoop", "Scheme"]  # TrainingLoop: its home is tdscheme.scheme.loop
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Scheme:
     ``grads_applied``, ``grads_dropped``, ``frames_dropped``, ``updates``,
     ``version``, ``restarts`` and, per mode, ``preempted``, ``staleness_mean``,
     ``staleness_max``, ``allreduce_ms``, ``mirror_ms`` (see
-    :func:`tdscheme.scheme.grad_worker_driver.scheme_metrics`).
+    :func:`tdscheme.scheme.grad_worker_loop.scheme_metrics`).
 
     Args:
         env_factory: builds one collector worker's (possibly batched) torchrl env.
@@ -100,8 +100,8 @@ class Scheme:
         eval_env_factory: builds the evaluation env (kept for the Trainer).
         config: distribution settings (``SchemeConfig()`` when ``None``).
         storage_factory: builds a torchrl replay buffer (pytorchrl's name); with it
-            the Scheme trains off-policy (:class:`~tdscheme.scheme.offpolicy_driver.
-            OffPolicyDriver`): the collectors fill the buffer (in the driver or
+            the Scheme trains off-policy (:class:`~tdscheme.scheme.off_policy_loop.
+            OffPolicyLoop`): the collectors fill the buffer (in the driver or
             Ray-held, ``config.buffer_location``) after ``config.init_random_frames``
             random frames, and the :class:`~tdscheme.learner.OffPolicyLearner`
             that ``learner_factory`` builds takes ``config.utd_ratio`` gradient
@@ -154,7 +154,7 @@ class Scheme:
         self.policy_factory = policy_factory
         self.learner_factory = learner_factory
         self.storage_factory = storage_factory
-        self._closed = True  # until the driver exists
+        self._closed = True  # until the loop exists
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed)
         self.modules, self.learner = build_learner(policy_factory, learner_factory)
@@ -162,7 +162,7 @@ class Scheme:
         self.iterations = 0
         self._session_frames = 0
         self._started_at: float | None = None
-        self.driver: Driver = make_driver(
+        self.loop: TrainingLoop = make_loop(
             self.config,
             env_factory=env_factory,
             policy_factory=policy_factory,
@@ -175,17 +175,17 @@ class Scheme:
     @property
     def replay_buffer(self) -> Any:
         """The replay buffer of an off-policy run (``None`` without a ``storage_factory``)."""
-        return self.driver.replay_buffer
+        return self.loop.replay_buffer
 
     @property
     def collector(self) -> RayCollector | None:
         """The driver-side RayCollector (``None`` with gradient workers)."""
-        return self.driver.collector
+        return self.loop.collector
 
     @property
     def coordinator(self) -> GradientCoordinator | None:
         """The gradient workers' coordinator (``None`` without gradient workers)."""
-        return self.driver.coordinator
+        return self.loop.coordinator
 
     @property
     def policy(self) -> nn.Module:
@@ -193,7 +193,7 @@ class Scheme:
         return self.learner.policy
 
     def step(self) -> dict[str, float]:
-        """Runs one iteration of the driver: collect, learn, push (or one gradient-worker step).
+        """Runs one iteration of the training loop: collect, learn, push (or one gradient-worker step).
 
         Returns:
             The iteration's metrics (see the class docstring).
@@ -216,7 +216,7 @@ class Scheme:
         if self._started_at is None:
             self._started_at = time.perf_counter()
         start = time.perf_counter()
-        frames, driver_metrics = self.driver.step()
+        frames, loop_metrics = self.loop.step()
         self.frames += frames
         self._session_frames += frames
         self.iterations += 1
@@ -227,7 +227,7 @@ class Scheme:
             "fps": self._session_frames / max(now - self._started_at, 1e-9),
             "time/iteration_s": now - start,
         }
-        metrics.update(driver_metrics)
+        metrics.update(loop_metrics)
         return metrics
 
     def set_total_frames(self, total_frames: int) -> None:
@@ -248,7 +248,7 @@ class Scheme:
             ValueError: ``total_frames`` is neither.
         """
         check_frame_budget("total_frames", total_frames)
-        self.driver.frame_limit = None if total_frames == -1 else total_frames
+        self.loop.frame_limit = None if total_frames == -1 else total_frames
         collector = self.collector
         if collector is None:
             return
@@ -256,7 +256,7 @@ class Scheme:
             collector.set_total_frames(-1)
         else:
             # frames written into a Ray-held buffer that no step counted yet are part of it
-            done = collector.collected_frames - self.driver.frames_pending
+            done = collector.collected_frames - self.loop.frames_pending
             collector.set_total_frames(done + max(0, total_frames - self.frames))
 
     @property
@@ -270,7 +270,7 @@ class Scheme:
         """
         collector = self.collector
         left = None if collector is None else collector.frames_left
-        return None if left is None else left + self.driver.frames_pending
+        return None if left is None else left + self.loop.frames_pending
 
     def __iter__(self) -> Iterator[dict[str, float]]:
         """Yields :meth:`step` until :meth:`set_total_frames`'s budget is spent (forever without one)."""
@@ -290,7 +290,7 @@ class Scheme:
             is the state the workers continue from, in decentralized mode rank
             0's). Plain data (tensors, numbers, dicts) that a checkpoint holds as is.
         """
-        return {"frames": self.frames, "iterations": self.iterations, **self.driver.state_dict()}
+        return {"frames": self.frames, "iterations": self.iterations, **self.loop.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` and pushes the restored weights to the workers.
@@ -311,10 +311,10 @@ class Scheme:
         state = upgrade_state(state)
         check_state(
             state,
-            state_key=self.driver.state_key,
+            state_key=self.loop.state_key,
             num_grad_workers=self.config.num_grad_workers,
         )
-        self.driver.load_state_dict(state)
+        self.loop.load_state_dict(state)
         self.frames = int(state["frames"])
         self.iterations = int(state["iterations"])
 
@@ -324,7 +324,7 @@ class Scheme:
         A checkpoint's state and its buffer dump taken inside it agree; without a
         Ray-held buffer nothing changes between steps, and nothing is held.
         """
-        return self.driver.paused()
+        return self.loop.paused()
 
     def dump_replay_buffer(self, path: str) -> None:
         """Writes the replay buffer to the directory ``path`` (torchrl's ``dumps``).
@@ -332,7 +332,7 @@ class Scheme:
         Raises:
             RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
         """
-        self.driver.dump_buffer(path)
+        self.loop.dump_buffer(path)
 
     def load_replay_buffer(self, path: str) -> None:
         """Reads a replay buffer written by :meth:`dump_replay_buffer` (torchrl's ``loads``).
@@ -340,7 +340,7 @@ class Scheme:
         Raises:
             RuntimeError: the scheme has no replay buffer (no ``storage_factory``).
         """
-        self.driver.load_buffer(path)
+        self.loop.load_buffer(path)
 
     def set_seed(self, seed: int) -> int:
         """Reseeds every worker's envs (and, for gradient workers, their torch) from ``seed``.
@@ -354,7 +354,7 @@ class Scheme:
         Returns:
             ``seed``.
         """
-        return self.driver.set_seed(seed)
+        return self.loop.set_seed(seed)
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -363,7 +363,7 @@ class Scheme:
         if self._closed:
             return
         self._closed = True
-        self.driver.shutdown()
+        self.loop.shutdown()
 
     def __enter__(self) -> Scheme:
         return self

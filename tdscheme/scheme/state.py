@@ -1,10 +1,10 @@
 """The Scheme's state envelope: its layout, the check of a state to load, older layouts read.
 
-``Scheme.state_dict()`` is ``{"frames", "iterations", **driver.state_dict()}``: the
+``Scheme.state_dict()`` is ``{"frames", "iterations", **loop.state_dict()}``: the
 run's counters beside the driver's own state, which holds ``"learner"`` and the
-driver's part under its ``state_key`` (``"collector"``, ``"grad_workers"``,
-``"replay"``), and for drivers that push weights the push counter,
-``"updates_since_push"`` (:class:`~tdscheme.scheme.driver.PushInterval`).
+loop's part under its ``state_key`` (``"collector"``, ``"grad_workers"``,
+``"replay"``), and for loops that push weights the push counter,
+``"updates_since_push"`` (:class:`~tdscheme.scheme.loop.PushInterval`).
 
 :func:`upgrade_state` reads the layouts older versions saved; :func:`check_state`
 names what a state to load lacks.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tdscheme.scheme.driver import PushInterval
+from tdscheme.scheme.loop import PushInterval
 
 __all__ = ["check_state", "upgrade_state"]
 
@@ -33,9 +33,9 @@ _COMMON_KEYS = frozenset({"learner", "frames", "iterations"})
 def upgrade_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """``state`` in this version's layout (a shallow copy; ``state`` is not changed).
 
-    * The off-policy driver saved its push counter inside its part,
+    * The off-policy loop saved its push counter inside its part,
       ``state["replay"]["updates_since_push"]``; it is now at the top level, where the
-      collector driver has always saved it.
+      on-policy loop has always saved it.
 
     Args:
         state: a state from ``Scheme.state_dict()`` of this or an older version.
@@ -58,7 +58,7 @@ def check_state(state: Mapping[str, Any], *, state_key: str, num_grad_workers: i
 
     Args:
         state: the state to load.
-        state_key: the loading driver's ``state_key``.
+        state_key: the loading loop's ``state_key``.
         num_grad_workers: the loading scheme's, named in the hint.
 
     Raises:

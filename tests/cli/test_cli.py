@@ -95,7 +95,7 @@ def test_resume_needs_a_run_directory(ray_session, capsys, tmp_path):
 
 
 def test_conflicting_settings_are_a_usage_error(ray_session, capsys, tmp_path):
-    # Gradient-worker runs and their other usage errors: tests/scheme/test_grad_worker_driver.py.
+    # Gradient-worker runs and their other usage errors: tests/scheme/test_grad_worker_loop.py.
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--num-grad-workers", "2", "--decentralized", "--grad-communication",
               "asynchronous", "--run-dir", str(tmp_path / "run")])  # fmt: skip

@@ -11,8 +11,13 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme.collectors import PreemptionConfig, RayCollector, RayCollectorConfig
-from tdscheme.collectors.config import default_remote_config
-from tdscheme.collectors.driver.stacking import pad_time, stack_rollouts
+from tdscheme.collectors.driver.flow import pad_time, stack_rollouts
+from tdscheme.collectors.settings.specs import (
+    default_remote_config,
+    for_added_workers,
+    remote_configs,
+    worker_specs,
+)
 from tdscheme.rollout.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
 
@@ -85,15 +90,15 @@ env = functools.partial(make_env, "CartPole-v1")
 def test_bad_arguments_are_named(kwargs, error, match):
     kwargs = {"create_env_fn": env, "frames_per_batch": 100, **kwargs}
     with pytest.raises(error, match=match):
-        RayCollectorConfig(**kwargs).remote_config_list()
+        remote_configs(RayCollectorConfig(**kwargs))
 
 
 def test_sync_splits_the_batch_over_workers_and_async_does_not():
     sync = RayCollectorConfig(env, frames_per_batch=300, num_collectors=3, sync=True)
-    assert [s.frames_per_batch for s in sync.worker_specs()] == [100, 100, 100]
+    assert [s.frames_per_batch for s in worker_specs(sync)] == [100, 100, 100]
     first_ready = RayCollectorConfig(env, frames_per_batch=300, num_collectors=3)
-    assert [s.frames_per_batch for s in first_ready.worker_specs()] == [300, 300, 300]
-    assert first_ready.remote_config_list() == [{"num_cpus": 1}] * 3
+    assert [s.frames_per_batch for s in worker_specs(first_ready)] == [300, 300, 300]
+    assert remote_configs(first_ready) == [{"num_cpus": 1}] * 3
 
 
 def test_on_policy_settings_turn_prefetch_off():
@@ -136,9 +141,9 @@ def test_added_workers_keep_every_setting():
         device="cpu", storing_device="cpu", env_device="cpu", policy_device="cpu",
         max_frames_per_traj=50, compress=True, max_policy_lag=2, seed=5,
     )  # fmt: skip
-    original = cfg.worker_specs()[0]
-    added = cfg.for_added_workers([env, env], collector_kwargs={"reset_at_each_iter": False})
-    specs = added.worker_specs()
+    original = worker_specs(cfg)[0]
+    added = for_added_workers(cfg, [env, env], collector_kwargs={"reset_at_each_iter": False})
+    specs = worker_specs(added)
     assert len(specs) == 2
     for spec in specs:
         assert spec.frames_per_batch == original.frames_per_batch == 30
@@ -158,9 +163,9 @@ def test_default_remote_config_gives_workers_a_gpu_share_when_cuda_is_available(
     assert default_remote_config() == expected
     assert default_remote_config(cuda_available=not cuda) != expected  # the argument wins
     config = RayCollectorConfig(make_env, frames_per_batch=10, num_collectors=2)
-    assert config.remote_config_list() == [expected, expected]
+    assert remote_configs(config) == [expected, expected]
     given = RayCollectorConfig(make_env, frames_per_batch=10, remote_configs={"num_cpus": 2})
-    assert given.remote_config_list() == [{"num_cpus": 2}]  # the user's options as given
+    assert remote_configs(given) == [{"num_cpus": 2}]  # the user's options as given
 
 
 def documented_args(doc: str) -> list[str]:

@@ -271,7 +271,7 @@ def test_killed_worker_is_replaced_with_current_weights(ray_clean):
 def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_share(
     ray_clean, collector_class
 ):
-    """init_random_frames is a run's warm-up, not each incarnation's (found by the off-policy soak:
+    """init_random_frames is a run's warm-up, not each actor's (found by the off-policy soak:
     every collector restart wrote its random share again and the training return dipped)."""
     from torchrl.collectors import Collector
 
@@ -289,11 +289,11 @@ def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_shar
             if i == 6:  # its frame count goes on from its predecessor's (as a checkpoint holds)
                 assert collector.state_dict()[0]["frames"] >= 600
         assert collector.stats()["restarts"] == 1
-    assert random_batches == [0, 1]  # the first incarnation's 200 frames, none after
+    assert random_batches == [0, 1]  # the first actor's 200 frames, none after
 
 
 def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):
-    """An env that raises in every incarnation: rebuilt max_restarts times, then a WorkerError."""
+    """An env that raises after every restart: rebuilt max_restarts times, then a WorkerError."""
     failing = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
     collector = RayCollector(
         [cartpole, failing], mlp_policy(4, 2), frames_per_batch=50, total_frames=10_000,

@@ -17,7 +17,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, SliceSampler, TensorDi
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
 from tdscheme import RayCollector
-from tdscheme.collectors.worker.actor import WorkerBatch
+from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.presets import get_preset
 from tdscheme.replay import ray_buffer_kwargs
@@ -287,7 +287,7 @@ def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean):
 def _assert_whole_trajectories(data) -> None:
     """Per worker, in write order, a trajectory id only changes after a done frame.
 
-    Holds across restarts too: a new incarnation numbers its trajectories from 0
+    Holds across restarts too: a new actor numbers its trajectories from 0
     again, but its first frame follows the last frame its predecessor wrote.
     """
     workers = data[WORKER_ID_KEY].flatten()

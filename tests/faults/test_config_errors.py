@@ -11,7 +11,7 @@ import torch
 from tensordict.nn import TensorDictModule
 
 from tdscheme import RayCollector, RayCollectorConfig, SchemeConfig
-from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
+from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.engine import TrainerConfig
 from tdscheme.errors import WorkerError
 from tdscheme.presets import ActorCriticConfig
@@ -75,7 +75,7 @@ def test_policy_keys_are_checked_when_the_worker_starts(policy, expected):
 
 
 def test_a_policy_that_does_not_fit_the_env_fails_the_construction_on_the_driver(ray_clean, caplog):
-    # The mistake is the same in every incarnation: one clean error naming it, no restart.
+    # The mistake is the same after every restart: one clean error naming it, no restart.
     with caplog.at_level(logging.WARNING, logger="tdscheme"):
         with pytest.raises(WorkerError) as info:
             RayCollector(

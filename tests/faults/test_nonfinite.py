@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme import Scheme, SchemeConfig
-from tdscheme.collectors.worker.actor import CollectorWorker, WorkerSpec
+from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.errors import NonFiniteInputError, NonFiniteUpdateError
 from tdscheme.keys import WORKER_ID_KEY
 from tdscheme.learner import Learner, LearnerConfig

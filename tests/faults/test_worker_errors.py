@@ -1,7 +1,7 @@
 """An env or policy that raises inside a worker: rebuilt like a dead worker, then a WorkerError.
 
 As RLlib's ``restart_failed_env_runners``: a simulator that raises now and then costs one
-batch (counted as lost) and a rebuild, not the run; one that raises in every incarnation
+batch (counted as lost) and a rebuild, not the run; one that raises after every restart
 stops the run after ``max_restarts`` with the worker id and the remote traceback. Both in
 iteration and in background collection (``start()``), where the error re-raises at the next
 collector call with its own type. Real Ray actors, real gymnasium envs.

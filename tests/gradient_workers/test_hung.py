@@ -1,6 +1,6 @@
 """A hung gradient worker (centralized modes) is killed, rebuilt and asked again; not a TimeoutError.
 
-Worker 1's env hangs at env step 70 (in its second 64-frame batch) in every incarnation,
+Worker 1's env hangs at env step 70 (in its second 64-frame batch) after every restart,
 and ``max_restarts=1``: its first hang is replaced, the rebuilt worker's hangs again and
 ends the run with an error naming the worker and ``timeout_s``.
 """

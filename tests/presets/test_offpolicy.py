@@ -175,7 +175,7 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
         eps = learner["exploration"][0]["eps"]
         assert torch.equal(eps, state["learner"]["exploration"][0]["eps"]) and eps < 1.0
         assert (scheme.frames, scheme.iterations) == (state["frames"], state["iterations"])
-        assert scheme.driver.updates == state["replay"]["updates"] == (step - 128) // 4
+        assert scheme.loop.updates == state["replay"]["updates"] == (step - 128) // 4
         # the buffer: what the checkpoint's directory holds, frame for frame
         dumped = preset.storage_factory()()
         try:
@@ -185,7 +185,7 @@ def test_cli_run_killed_then_resumed_restores_networks_targets_optimizer_buffer(
             # driver-held: exactly the frames trained on; Ray-held: those and the writes
             # that ran ahead of them (trained on after the resume)
             assert held == step if location == "driver" else held >= step
-            assert held == step + scheme.driver.frames_pending
+            assert held == step + scheme.loop.frames_pending
             assert torch.equal(scheme.replay_buffer[:]["observation"], dumped[:]["observation"])
         finally:
             if location == "ray":

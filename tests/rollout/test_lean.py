@@ -25,7 +25,7 @@ from torchrl.envs import (
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
-from tdscheme.collectors.driver.specs import worker_specs
+from tdscheme.collectors.settings.specs import worker_specs
 from tdscheme.envs import make_env
 from tdscheme.presets import PRESETS, get_preset
 from tdscheme.presets.actor_critic import train_env

@@ -51,7 +51,7 @@ def test_config_cross_checks():
 
 
 def test_decentralized_asynchronous_gradient_workers_are_rejected():
-    # Gradient workers themselves run in tests/scheme/test_grad_worker_driver.py.
+    # Gradient workers themselves run in tests/scheme/test_grad_worker_loop.py.
     with pytest.raises(ValueError, match="decentralized=True is invalid with grad_communication"):
         SchemeConfig(num_grad_workers=2, grad_communication="asynchronous", decentralized=True)
 

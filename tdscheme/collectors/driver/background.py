@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tdscheme.errors import WorkerError
 
 if TYPE_CHECKING:
-    from tdscheme.collectors.driver.parts import CollectorParts
+    from tdscheme.collectors.driver.stats import CollectorParts
 
 __all__ = ["BackgroundCollection"]
 

@@ -4,32 +4,35 @@ It owns the order of an iteration: how many requests each worker keeps in flight
 (prefetch), re-requesting what a dead worker lost, cutting stragglers off
 (preemption), decoding, and counting each batch. The frame budget
 (:mod:`~tdscheme.collectors.driver.budget`) says what may still be asked; the
-receiver (:mod:`~tdscheme.collectors.driver.receive`) waits for replies and
+replies (:mod:`~tdscheme.collectors.driver.replies`) waits for replies and
 resolves deaths, stalls and stale batches. Each request is booked in
 the frame ledger when sent and when resolved (the rule for each case:
 :mod:`tdscheme.collectors.driver.ledger`); :meth:`BatchFlow.requests_in_flight` is the
 flow's own record of what is in flight
 (:class:`~tdscheme.collectors.driver.in_flight.RequestsInFlight`), to hold the ledger's against.
+Stacked batches of preempted workers are padded (:func:`stack_rollouts`; the thresholds
+are :class:`~tdscheme.stragglers.PreemptionConfig`'s).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.config import RayCollectorConfig
 from tdscheme.collectors.driver.budget import FrameBudget
 from tdscheme.collectors.driver.in_flight import Request, RequestsInFlight
 from tdscheme.collectors.driver.ledger import BatchRecord, TrajectoryIds
 from tdscheme.collectors.driver.pool import WorkerPool
-from tdscheme.collectors.driver.receive import Receiver
-from tdscheme.collectors.driver.stacking import stack_rollouts
+from tdscheme.collectors.driver.replies import Replies
 from tdscheme.collectors.driver.stats import CollectorStats
-from tdscheme.collectors.worker.spec import WorkerBatch
+from tdscheme.collectors.settings.config import RayCollectorConfig
+from tdscheme.collectors.settings.specs import WorkerBatch
+from tdscheme.keys import MASK_KEY
 from tdscheme.transport import TensorDictCodec
 
 
@@ -42,7 +45,8 @@ class BatchFlow:
         stats: where frames and timings are counted.
         codec: decodes the workers' payloads.
         after_batch: called with a batch's worker ids when the consumer asks for
-            the next batch, if more frames are wanted (the automatic weight pushes).
+            the next batch, if more frames are wanted (the automatic weight pushes);
+            ``None``: nothing is called.
     """
 
     def __init__(
@@ -51,7 +55,7 @@ class BatchFlow:
         config: RayCollectorConfig,
         stats: CollectorStats,
         codec: TensorDictCodec,
-        after_batch: Callable[[list[int]], None],
+        after_batch: Callable[[list[int]], None] | None,
     ) -> None:
         self.pool = pool
         self.config = config
@@ -71,7 +75,7 @@ class BatchFlow:
         #: the requests sent and not resolved yet (each booked in ``stats.ledger``)
         self.requests = RequestsInFlight(stats.ledger)
         self.budget = FrameBudget(config, stats.ledger)
-        self.receiver = Receiver(pool, config, self.requests, stats, self.budget)
+        self.replies = Replies(pool, config, self.requests, stats, self.budget)
         self._traj_ids = TrajectoryIds()
 
     def more_frames(self, in_flight: int) -> bool:
@@ -112,9 +116,9 @@ class BatchFlow:
         ref = self.pool.collect(worker_id, batch_id, budget)
         bound = frames if budget is None else budget
         asked = frames if whole is not None else min(frames, bound)
-        generation = self.pool.generation(worker_id)
+        restarts = self.pool.restart_count(worker_id)
         self.requests.send(
-            ref, Request(worker_id, batch_id, bound, asked, whole is not None, generation)
+            ref, Request(worker_id, batch_id, bound, asked, whole is not None, restarts)
         )
         return ref
 
@@ -142,9 +146,9 @@ class BatchFlow:
             for worker_id in self.pool.active_ids():
                 top_up(worker_id, max(1, prefetch))
             while owner and not self.budget.done():
-                ref = self.receiver.wait_one(list(owner))
+                ref = self.replies.wait_one(list(owner))
                 worker_id = owner.pop(ref)
-                result = self.receiver.receive(ref)
+                result = self.replies.receive(ref)
                 if result is None:  # lost (rebuilt or retired): its frames go to whoever is free
                     for other in [worker_id, *pool.active_ids()]:
                         if other not in pool.retired:
@@ -161,7 +165,8 @@ class BatchFlow:
                 if not self._current(iteration):
                     return  # superseded: its requests were discarded
                 if self.more_frames(0):  # else no batch will be collected with new weights
-                    self.after_batch([worker_id])
+                    if self.after_batch is not None:
+                        self.after_batch([worker_id])
                 top_up(worker_id, max(1, prefetch))
                 for other in self.pool.active_ids():
                     if other not in owner.values():  # a worker added while iterating
@@ -204,7 +209,8 @@ class BatchFlow:
                 if not self._current(iteration):
                     return  # superseded: its requests were discarded
                 if self.more_frames(0):
-                    self.after_batch(sorted(results))
+                    if self.after_batch is not None:
+                        self.after_batch(sorted(results))
                 top_up(max(1, cfg.prefetch_batches))
             self.budget.check_end(stopped=self.stopping or not self._current(iteration))
         finally:
@@ -224,9 +230,9 @@ class BatchFlow:
         pending = {ref: w for w, ref in refs.items()}
         cut = False
         while pending:
-            ref = self.receiver.wait_one(list(pending))
+            ref = self.replies.wait_one(list(pending))
             worker_id = pending.pop(ref)
-            result = self.receiver.receive(ref)
+            result = self.replies.receive(ref)
             if result is None:
                 if worker_id not in pool.retired:
                     pending[self._request(worker_id, batch_id)] = worker_id
@@ -247,7 +253,7 @@ class BatchFlow:
             return None
         start = time.perf_counter()
         td = self.codec.decode(result.payload)
-        self._traj_ids.shift_(td, result.worker_id, result.incarnation)
+        self._traj_ids.shift_(td, result.worker_id, result.restarts)
         self.stats.decode_s += time.perf_counter() - start
         return td
 
@@ -281,7 +287,7 @@ class BatchFlow:
                 dropped=r.frames_dropped, preempted=not_collected,
             )  # fmt: skip
             stats.ledger.record(
-                BatchRecord(r.worker_id, r.incarnation, r.batch_id, r.policy_version, frames)
+                BatchRecord(r.worker_id, r.restarts, r.batch_id, r.policy_version, frames)
             )
             stats.lag_counts[self.newest_version - r.policy_version] += 1
             self.running_versions[r.worker_id] = r.policy_version
@@ -297,3 +303,40 @@ class BatchFlow:
     def _new_batch_id(self) -> int:
         self._next_batch_id += 1
         return self._next_batch_id
+
+
+def pad_time(td: TensorDictBase, length: int) -> TensorDictBase:
+    """Pads ``td`` along its last (time) dim to ``length`` and marks valid frames.
+
+    The validity mask goes to ``("collector", "mask")``; padded frames are zeros.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"x": torch.ones(3)}, batch_size=[3])
+        >>> out = pad_time(td, 5)
+        >>> out["x"].tolist(), out["collector", "mask"].tolist()
+        ([1.0, 1.0, 1.0, 0.0, 0.0], [True, True, True, False, False])
+    """
+    steps = td.batch_size[-1]
+    if steps > length:
+        raise ValueError(f"pad_time: the rollout has {steps} steps, more than length={length}")
+    td = td.clone(False)
+    td.set(MASK_KEY, torch.ones(td.batch_size, dtype=torch.bool))
+    if steps == length:
+        return td
+    filler = td[..., -1:].expand(*td.batch_size[:-1], length - steps).clone().zero_()
+    return torch.cat([td, filler], dim=-1)
+
+
+def stack_rollouts(tds: Sequence[TensorDictBase], *, masked: bool) -> TensorDictBase:
+    """Stacks one rollout per worker into a ``[num_workers, ...]`` batch.
+
+    Args:
+        tds: the workers' rollouts, time last.
+        masked: pad shorter (preempted) rollouts to the longest one and add
+            ``("collector", "mask")``; with ``False`` all must have the same shape.
+    """
+    if masked:
+        length = max(td.batch_size[-1] for td in tds)
+        tds = [pad_time(td, length) for td in tds]
+    return torch.stack(list(tds), dim=0)

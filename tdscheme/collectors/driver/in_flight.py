@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from tdscheme.collectors.driver.ledger import FrameLedger
-from tdscheme.collectors.worker.spec import WorkerBatch
+from tdscheme.collectors.settings.specs import WorkerBatch
 
 __all__ = ["Request", "RequestsInFlight"]
 
@@ -38,7 +38,7 @@ class Request(NamedTuple):
     frames: int  # the most it may yield: its whole batch; with a replay buffer, its budget
     asked: int  # booked in the ledger: the worker's whole batch (nominal when not fixed)
     fixed: bool  # the worker's batch size is known (not whole trajectories)
-    incarnation: int = 0  # the worker's generation when asked (restarts so far)
+    restarts: int = 0  # the worker's restart count when asked
 
 
 #: a future the flow has no record of (its resolution is unaccounted in the ledger)

@@ -56,7 +56,7 @@ the reason (whole env rows or trajectories left no room: see
 stop, and the ledger is not balanced: ``asked`` can add up while ``total_frames``
 was never asked for.
 
-Each batch also leaves a record of its provenance: worker id, incarnation, batch
+Each batch also leaves a record of its provenance: worker id, restart count, batch
 id, policy version and frames.
 
 Example:
@@ -100,7 +100,7 @@ class BatchRecord(NamedTuple):
     """Where one worker batch came from and how many of its frames were yielded."""
 
     worker_id: int
-    incarnation: int
+    restarts: int
     batch_id: int
     policy_version: int
     frames: int
@@ -298,13 +298,13 @@ class FrameLedger:
 
 
 class TrajectoryIds:
-    """Keeps a restarted worker's trajectory ids apart from its earlier incarnations'.
+    """Keeps a restarted worker's trajectory ids apart from its earlier actors'.
 
     A rebuilt worker's trajectories must never be spliced with the old ones (SEED
     RL's rule). A worker over torchrl's single-process ``Collector`` already counts
     on past its predecessor's ids (``CollectorWorker(first_traj_id=...)``, which
     also covers the frames it writes into a Ray-held buffer itself); any other
-    collector counts from 0 again. So a new incarnation's ids are shifted, where
+    collector counts from 0 again. So a new actor's ids are shifted, where
     needed, past the largest id the worker yielded before: ids stay distinct per
     worker and keep increasing.
 
@@ -312,28 +312,28 @@ class TrajectoryIds:
         >>> from tensordict import TensorDict
         >>> ids = TrajectoryIds()
         >>> td = lambda v: TensorDict({TRAJ_IDS_KEY: torch.tensor(v)}, batch_size=[len(v)])
-        >>> ids.shift_(td([0, 0, 1]), worker_id=0, incarnation=0)[TRAJ_IDS_KEY].tolist()
+        >>> ids.shift_(td([0, 0, 1]), worker_id=0, restarts=0)[TRAJ_IDS_KEY].tolist()
         [0, 0, 1]
-        >>> ids.shift_(td([0, 1]), worker_id=0, incarnation=1)[TRAJ_IDS_KEY].tolist()
+        >>> ids.shift_(td([0, 1]), worker_id=0, restarts=1)[TRAJ_IDS_KEY].tolist()
         [2, 3]
-        >>> ids.shift_(td([9, 9]), worker_id=0, incarnation=2)[TRAJ_IDS_KEY].tolist()  # past: kept
+        >>> ids.shift_(td([9, 9]), worker_id=0, restarts=2)[TRAJ_IDS_KEY].tolist()  # past: kept
         [9, 9]
     """
 
     def __init__(self) -> None:
         self._largest: dict[int, int] = {}  # worker -> largest id yielded (shifted)
-        self._offsets: dict[tuple[int, int], int] = {}  # (worker, incarnation) -> shift
+        self._offsets: dict[tuple[int, int], int] = {}  # (worker, restarts) -> shift
 
-    def shift_(self, td: TensorDictBase, worker_id: int, incarnation: int) -> TensorDictBase:
+    def shift_(self, td: TensorDictBase, worker_id: int, restarts: int) -> TensorDictBase:
         """Shifts ``td``'s trajectory ids in place (when it has them); returns it."""
         ids = td.get(TRAJ_IDS_KEY, None)
         if ids is None or ids.numel() == 0:
             return td
-        key = (worker_id, incarnation)
-        if key not in self._offsets:  # from the incarnation's first batch: shift only if needed
+        key = (worker_id, restarts)
+        if key not in self._offsets:  # from the actor's first batch: shift only if needed
             first = int(ids[ids >= 0].min()) if bool((ids >= 0).any()) else 0
             past = self._largest.get(worker_id, -1) + 1
-            self._offsets[key] = 0 if incarnation == 0 else max(0, past - first)
+            self._offsets[key] = 0 if restarts == 0 else max(0, past - first)
         offset = self._offsets[key]
         if offset:
             ids = torch.where(ids >= 0, ids + offset, ids)  # -1: padding, not a trajectory

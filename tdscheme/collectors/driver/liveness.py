@@ -26,7 +26,7 @@ __all__ = ["StallMonitor"]
 
 @dataclasses.dataclass
 class _Watch:
-    generation: int
+    restarts: int
     steps: int = -1  # the last count a probe read (-1: none yet)
     since: float = 0.0  # when the count last moved (or the watch began)
 
@@ -36,10 +36,10 @@ class StallMonitor:
 
     Args:
         pool: the worker pool (``submit``, ``wait``, ``outcome``, ``forget``,
-            ``generation``).
+            ``restarts``).
         timeout_s: ``worker_stall_timeout_s``.
         start_timeout_s: ``actor_start_timeout_s``: the longest silence of a
-            worker's generation that never replied yet, to a probe or with a batch
+            worker's actor that never replied yet, to a probe or with a batch
             (a rebuilt actor being placed and built). Once it replied, any silence
             longer than ``timeout_s`` is a stall, in whichever request it falls.
     """
@@ -51,9 +51,9 @@ class StallMonitor:
         #: seconds between two probes of one worker
         self.interval_s = min(max(timeout_s / 4, 0.05), 5.0)
         self._watches: dict[int, _Watch] = {}
-        self._probes: dict[Any, tuple[int, int]] = {}  # ref -> (worker, generation)
+        self._probes: dict[Any, tuple[int, int]] = {}  # ref -> (worker, restarts)
         self._probed_at: dict[int, float] = {}
-        #: worker id -> the generation that replied (to a probe or with a batch): that
+        #: worker id -> the restart count whose actor replied (to a probe or with a batch): that
         #: actor is placed and built, so its silence is a stall in whichever request
         self._built: dict[int, int] = {}
         self._last_check = time.monotonic()
@@ -77,29 +77,29 @@ class StallMonitor:
                 del self._watches[worker_id]
         stalled = []
         for worker_id in sorted(busy):
-            generation = self.pool.generation(worker_id)
+            restarts = self.pool.restart_count(worker_id)
             watch = self._watches.get(worker_id)
-            if watch is None or watch.generation != generation:
-                watch = self._watches[worker_id] = _Watch(generation, since=now)
-            built = self._built.get(worker_id) == generation
+            if watch is None or watch.restarts != restarts:
+                watch = self._watches[worker_id] = _Watch(restarts, since=now)
+            built = self._built.get(worker_id) == restarts
             limit = self.timeout_s if built else max(self.timeout_s, self.start_timeout_s)
             if now - watch.since > limit:
                 stalled.append(worker_id)
                 del self._watches[worker_id]
                 continue
-            self._probe(worker_id, generation, now)
+            self._probe(worker_id, restarts, now)
         return stalled
 
-    def delivered(self, worker_id: int, generation: int) -> None:
-        """A batch of the worker's ``generation`` arrived: it is built, and that is progress."""
-        self.built(worker_id, generation)
+    def delivered(self, worker_id: int, restarts: int) -> None:
+        """A batch of the worker's actor after ``restarts`` restarts arrived: it is built, and that is progress."""
+        self.built(worker_id, restarts)
         watch = self._watches.get(worker_id)
-        if watch is not None and watch.generation == generation:
+        if watch is not None and watch.restarts == restarts:
             watch.since = time.monotonic()
 
-    def built(self, worker_id: int, generation: int) -> None:
-        """Records that ``generation`` of the worker replied: from now its silence is a stall."""
-        self._built[worker_id] = generation
+    def built(self, worker_id: int, restarts: int) -> None:
+        """Records that the worker's actor after ``restarts`` restarts replied: from now its silence is a stall."""
+        self._built[worker_id] = restarts
 
     def forget(self, worker_id: int) -> None:
         """Drops a worker's watch and probes (it was killed or retired)."""
@@ -116,29 +116,29 @@ class StallMonitor:
         self._probes.clear()
         self._watches.clear()
 
-    def _probe(self, worker_id: int, generation: int, now: float) -> None:
+    def _probe(self, worker_id: int, restarts: int, now: float) -> None:
         if any(w == worker_id for w, _ in self._probes.values()):
             return  # one probe in flight per worker
         if now - self._probed_at.get(worker_id, -1e9) < self.interval_s:
             return
         self._probed_at[worker_id] = now
-        self._probes[self.pool.submit(worker_id, "progress")] = (worker_id, generation)
+        self._probes[self.pool.submit(worker_id, "progress")] = (worker_id, restarts)
 
     def _read_probes(self, now: float) -> None:
         if not self._probes:
             return
         ready = self.pool.wait(list(self._probes), num_returns=len(self._probes), timeout_s=0)
         for ref in ready:
-            worker_id, generation = self._probes.pop(ref)
+            worker_id, restarts = self._probes.pop(ref)
             try:
                 steps = self.pool.outcome(ref)
             except WorkerError:
                 continue  # the batch's own future reports the failure
             if steps is DIED:
                 continue
-            self.built(worker_id, generation)
+            self.built(worker_id, restarts)
             watch = self._watches.get(worker_id)
-            if watch is None or watch.generation != generation:
+            if watch is None or watch.restarts != restarts:
                 continue
             if steps != watch.steps:
                 watch.steps, watch.since = steps, now

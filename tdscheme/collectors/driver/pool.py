@@ -1,11 +1,10 @@
-"""WorkerPool: the Ray actors behind a RayCollector, with restarts, weight pushes and liveness.
+"""WorkerPool: the collector actors, with restarts, weight pushes and liveness (the driver's Ray caller).
 
-This is the only collectors module that calls Ray. Slots, restarts, bounded calls
-and remote errors come from :class:`~tdscheme.runtime.actor_pool.ActorPool`; this
-pool adds the collector's own calls: batch requests, preemption, weight pushes
-and their acknowledgements, and a graceful shutdown for collectors that run env
-subprocesses. A dead worker is rebuilt from its small :class:`WorkerSpec` with the
-current weights, policy version and a fresh seed.
+Slots, restarts, bounded calls and remote errors come from
+:class:`~tdscheme.runtime.actor_pool.ActorPool`; this pool adds the collector's own
+calls: batch requests, preemption, weight pushes and their acknowledgements, and a
+graceful shutdown for collectors that run env subprocesses. A dead worker is rebuilt
+from its small :class:`WorkerSpec` with the current weights, version and a fresh seed.
 """
 
 from __future__ import annotations
@@ -14,20 +13,18 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from tdscheme.collectors.driver.idempotent import call_every_worker
-from tdscheme.collectors.worker.actor import CollectorWorker
-from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
-from tdscheme.errors import WorkerError
+from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
+from tdscheme.errors import ACTOR_DIED, WorkerError
 from tdscheme.rollout.torchrl_names import is_multi_collector
-from tdscheme.runtime.actor_pool import DIED, ActorPool, incarnation_seed
+from tdscheme.runtime.actor_pool import DIED, ActorPool
 
-__all__ = ["WorkerError", "WorkerPool", "incarnation_seed"]
+__all__ = ["WorkerPool"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +46,11 @@ class WorkerPool(ActorPool):
     """Owns the collector actors.
 
     Args:
+        actor_class: the worker class each actor runs (a
+            :class:`~tdscheme.collectors.worker.actor.CollectorWorker`; a RayCollector
+            gives its subclass that also answers torchrl's calls).
         max_restarts: rebuilds allowed per worker before a :class:`WorkerError`.
-        seed: base seed; worker ``i`` of generation ``g`` gets a distinct seed.
+        seed: base seed; worker ``i`` after ``g`` restarts gets a distinct seed.
         min_workers: elastic: a worker past ``max_restarts`` is retired instead of
             raising, as long as this many workers remain (``None``: never).
     """
@@ -59,9 +59,14 @@ class WorkerPool(ActorPool):
     ready_method = "started"  # a started worker says its batch size and fast-path status
 
     def __init__(
-        self, *, max_restarts: int = 3, seed: int | None = None, min_workers: int | None = None
+        self,
+        actor_class: type,
+        *,
+        max_restarts: int = 3,
+        seed: int | None = None,
+        min_workers: int | None = None,
     ) -> None:
-        super().__init__(CollectorWorker, max_restarts=max_restarts, seed=seed)
+        super().__init__(actor_class, max_restarts=max_restarts, seed=seed)
         self.min_workers = min_workers
         self._versions: list[_Versions] = []
         self._weights_ref: Any = None
@@ -70,7 +75,7 @@ class WorkerPool(ActorPool):
         self._fast_path: dict[int, bool | str | None] = {}
         self._rebuilt: dict[int, Any] = {}  # worker -> its rebuilt actor's started() future
         self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
-        self._frames_done: Counter = Counter()  # worker -> frames it collected, all incarnations
+        self._frames_done: Counter = Counter()  # worker -> frames it collected, all actors
 
     # -- building ------------------------------------------------------------------
 
@@ -87,7 +92,8 @@ class WorkerPool(ActorPool):
         """Waits until the workers are built; keeps each one's batch size and fast-path status.
 
         Their answers are ``CollectorWorker.started()``; workers that run torchrl's
-        rollout are logged at INFO, one line per reason.
+        rollout are a warning, one line per reason (once: a rebuilt worker with the same
+        reason is not logged again).
         """
         answers = super().wait_started(worker_ids, timeout_s=timeout_s, argument=argument)
         self._keep_started(dict(zip(worker_ids, answers, strict=True)))
@@ -146,7 +152,7 @@ class WorkerPool(ActorPool):
         Raises:
             WorkerError: the worker has used up ``max_restarts`` (and cannot retire).
         """
-        # past every trajectory id the dead incarnation may have used: the last reply's
+        # past every trajectory id the dead actor may have used: the last reply's
         # count, and a margin for a batch written after it (killed between write and reply)
         first_traj_id = self._next_traj_ids.get(worker_id, 0) + _TRAJ_ID_MARGIN
         try:
@@ -240,7 +246,29 @@ class WorkerPool(ActorPool):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self.seed = seed
         seeds = [(self.worker_seed(i), static_seed) for i in range(len(self))]
-        return int(call_every_worker(self, "set_seed", seeds, timeout_s)[-1])
+        return int(self.call_every_worker("set_seed", seeds, timeout_s)[-1])
+
+    def call_every_worker(
+        self, method: str, args_per_worker: Sequence[tuple], timeout_s: float
+    ) -> list[Any]:
+        """:meth:`call_all` of a call that asking twice does not change; a death is a restart.
+
+        ``state_dict``, ``load_state_dict`` and ``set_seed``: a worker that dies during
+        one (killed while a checkpoint is taken, as the off-policy soak found) is rebuilt
+        as any dead worker and the call is made again on every worker. A user's own
+        remote calls (``map_fn``) are never asked twice: they may not be idempotent.
+
+        Raises:
+            WorkerError: a worker raised or did not answer in ``timeout_s``, or died past
+                ``max_restarts``.
+        """
+        while True:  # each death is a restart, and restarts end at max_restarts
+            try:
+                return self.call_all(method, args_per_worker, timeout_s=timeout_s)
+            except WorkerError as err:
+                if err.remote_type != ACTOR_DIED:
+                    raise
+                self.restart(err.worker_id, f"died during {method} ({err})")
 
     def preempt(self, worker_id: int, batch_id: int) -> None:
         """Asks a worker to cut batch ``batch_id`` short at its next step boundary."""
@@ -327,31 +355,6 @@ class WorkerPool(ActorPool):
         """The policy version each worker acknowledged last."""
         return [v.acked for v in self._versions]
 
-    def register_scheme_receivers(
-        self, schemes: dict[str, Any], *, timeout_s: float, targets: Sequence[Any] | None = None
-    ) -> None:
-        """Registers torchrl receiver ``schemes`` (not synchronized yet) on the receivers.
-
-        Args:
-            schemes: ``{model_id: scheme}``, initialized on the sender side.
-            timeout_s: seconds to wait for every receiver.
-            targets: other receiver actors (a policy service's); default: the workers.
-
-        Raises:
-            WorkerError: a worker raised, died or did not answer in ``timeout_s``.
-            ray.exceptions.RayTaskError, GetTimeoutError: the same for ``targets``.
-        """
-        if targets is None:
-            self.call_all(
-                "register_scheme_receiver", [(schemes, False)] * len(self), timeout_s=timeout_s
-            )
-            return
-        refs = [
-            target.register_scheme_receiver.remote(schemes, synchronize_weights=False)
-            for target in targets
-        ]
-        ray.get(refs, timeout=timeout_s)
-
     def nodes(self, timeout_s: float = 30.0) -> list[str]:
         """The Ray node id each worker runs on."""
         return ray.get(
@@ -364,10 +367,6 @@ class WorkerPool(ActorPool):
         )
 
     # -- lifecycle -----------------------------------------------------------------
-
-    def forget(self, refs: Iterable[Any]) -> None:
-        """Drops futures the caller will not read (their batches are discarded)."""
-        super().forget(list(refs))
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Kills every actor this pool created. Idempotent.
@@ -388,13 +387,13 @@ class WorkerPool(ActorPool):
 
 
 def log_torchrl_rollouts(fast_path: dict[int, bool | str | None]) -> None:
-    """Logs at INFO, one line per reason, the workers whose collector runs torchrl's rollout."""
+    """Warns, one line per reason, of workers that newly run torchrl's rollout (slower)."""
     by_reason: dict[str, list[int]] = {}
     for worker_id, status in sorted(fast_path.items()):
         if isinstance(status, str):
             by_reason.setdefault(status, []).append(worker_id)
     for reason, worker_ids in by_reason.items():
-        logger.info("collector workers %s run off the fast path: %s", worker_ids, reason)
+        logger.warning("collector workers %s run off the fast path: %s", worker_ids, reason)
 
 
 def _has_subprocesses(spec: WorkerSpec) -> bool:

@@ -1,4 +1,11 @@
-"""CollectorStats: the counters and timers behind ``RayCollector.stats()`` (:class:`StatsReport`)."""
+"""What a RayCollector's parts share: its settings, workers and counters, and ``stats()`` over them.
+
+* :class:`CollectorParts`: the one small record each composed part of a
+  :class:`~tdscheme.collectors.RayCollector` gets (the flow, the weight pusher, the
+  remote calls, the state, the report) instead of reaching into the collector.
+* :class:`CollectorStats`: the counters and timers beside the frame ledger.
+* :class:`StatsReport`: ``RayCollector.stats()`` and ``counters()`` over them.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,9 @@ from tdscheme.collectors.driver.ledger import FrameLedger
 from tdscheme.episodes import FinishedEpisodes
 
 if TYPE_CHECKING:
-    from tdscheme.collectors.driver.parts import CollectorParts
+    from tdscheme.collectors.driver.pool import WorkerPool
+    from tdscheme.collectors.settings.config import RayCollectorConfig
+    from tdscheme.transport import TensorDictCodec
 
 #: The most written episodes kept for :meth:`CollectorStats.take_written_episodes`.
 KEPT_EPISODES = 100_000
@@ -190,6 +199,30 @@ class CollectorStats:
             out.update({f"worker_{i}/frames": frames for i, frames in enumerate(per_worker)})
         out.update(extra)
         return out
+
+
+@dataclasses.dataclass
+class CollectorParts:
+    """A collector's settings, workers, counters and codec, and its "is it open" check.
+
+    Attributes:
+        config: the collector's settings.
+        pool: its worker actors.
+        stats: its frame ledger, counters and timers.
+        codec: encodes weights and decodes batches.
+        check_open: raises ``RuntimeError`` once the collector is shut down.
+    """
+
+    config: RayCollectorConfig
+    pool: WorkerPool
+    stats: CollectorStats
+    codec: TensorDictCodec
+    check_open: Callable[[], None]
+
+    @property
+    def num_workers(self) -> int:
+        """The number of workers (grows with ``add_collectors``)."""
+        return len(self.pool)
 
 
 class StatsReport:

@@ -1,19 +1,24 @@
-"""A RayCollector's weight pushes: from any source, on request or by torchrl's automatic rule."""
+"""A RayCollector's weight pushes: from any source, checked, one ``ray.put`` for every worker.
+
+torchrl's automatic pushes (``update_after_each_batch``, ``max_weight_update_interval``)
+decide *when* to push and live with torchrl's surface
+(:mod:`~tdscheme.collectors.torchrl_compat.auto_push`); they push through this pusher.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from tdscheme.collectors.driver.parts import CollectorParts
+from tdscheme.collectors.driver.stats import CollectorParts
 from tdscheme.collectors.driver.weight_schema import WeightSchema, check_finite
 from tdscheme.validation import invalid
 
-__all__ = ["AutoPushRule", "WeightPusher", "weights_from"]
+__all__ = ["WeightPusher", "weights_from"]
 
 
 def weights_from(source: Any) -> TensorDictBase:
@@ -65,67 +70,22 @@ def _check_model_ids(by_model: Mapping[Any, Any]) -> None:
         )  # fmt: skip
 
 
-class AutoPushRule:
-    """torchrl's automatic weight pushes, made when the consumer asks for the next batch.
-
-    * ``update_after_each_batch=True``: to every worker whose batch was just used;
-    * ``max_weight_update_interval=k >= 0``: to every worker that produced more than
-      ``k`` batches since it last received weights; -1 never forces a push.
-
-    Example:
-        >>> rule = AutoPushRule(update_after_each_batch=False, max_weight_update_interval=1)
-        >>> rule.add_workers(2)
-        >>> rule.due([0]), rule.due([0])
-        ([], [0])
-        >>> rule.pushed([0]); rule.due([0])
-        []
-    """
-
-    def __init__(self, *, update_after_each_batch: bool, max_weight_update_interval: int) -> None:
-        self.update_after_each_batch = update_after_each_batch
-        self.max_weight_update_interval = max_weight_update_interval
-        self._since_push: list[int] = []
-
-    def add_workers(self, count: int) -> None:
-        """Tracks ``count`` more workers (none has produced a batch yet)."""
-        self._since_push.extend([0] * count)
-
-    def due(self, worker_ids: Sequence[int]) -> list[int]:
-        """Counts a batch from each of ``worker_ids``; returns those due for a push."""
-        for i in worker_ids:
-            self._since_push[i] += 1
-        if self.update_after_each_batch:
-            return list(worker_ids)
-        if self.max_weight_update_interval >= 0:
-            limit = self.max_weight_update_interval
-            return [i for i in worker_ids if self._since_push[i] > limit]
-        return []
-
-    def pushed(self, worker_ids: Sequence[int]) -> None:
-        """Records a push to ``worker_ids`` (explicit pushes reset the count too)."""
-        for i in worker_ids:
-            self._since_push[i] = 0
-
-
 class WeightPusher:
-    """A RayCollector's weight pushes: ``update_policy_weights_``, ``wait_for_weights``, automatic.
+    """A RayCollector's weight pushes: ``update_policy_weights_`` and ``wait_for_weights``.
 
     Args:
         parts: the collector's shared parts (settings, workers, counters, codec).
+        on_push: called with the worker ids of every push (torchrl's automatic rule
+            counts batches since each worker's last push).
     """
 
-    def __init__(self, parts: CollectorParts) -> None:
+    def __init__(
+        self, parts: CollectorParts, *, on_push: Callable[[list[int]], None] | None = None
+    ) -> None:
         self.parts = parts
-        self.rule = AutoPushRule(
-            update_after_each_batch=parts.config.update_after_each_batch,
-            max_weight_update_interval=parts.config.max_weight_update_interval,
-        )
+        self.on_push = on_push
         #: With ``policy_factory`` only: the schema of the first push, which later ones match.
         self._pushed_schema: WeightSchema | None = None
-
-    def add_workers(self, count: int) -> None:
-        """Tracks ``count`` new workers for the automatic rule."""
-        self.rule.add_workers(count)
 
     def push(
         self,
@@ -187,7 +147,8 @@ class WeightPusher:
         self._check_weights(weights)
         payload = parts.codec.encode(weights)
         parts.pool.push_weights(payload, parts.pool.version + 1, ids)
-        self.rule.pushed(ids)
+        if self.on_push is not None:
+            self.on_push(ids)
         parts.stats.weight_pushes += 1
         parts.stats.weight_push_s += time.perf_counter() - start
 
@@ -204,10 +165,8 @@ class WeightPusher:
         return self.parts.pool.wait_for_weights(timeout_s)
 
     def auto_push(self, worker_ids: list[int]) -> None:
-        """torchrl's automatic pushes after a batch of ``worker_ids`` was used (see :class:`AutoPushRule`)."""
-        due = self.rule.due(worker_ids)
-        if due:
-            self.push(worker_ids=due)
+        """An automatic push (torchrl's rule found ``worker_ids`` due): the policy's weights."""
+        self.push(worker_ids=worker_ids)
 
     def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
         num_workers = self.parts.num_workers

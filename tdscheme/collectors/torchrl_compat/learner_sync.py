@@ -15,14 +15,15 @@ rewritten):
   server's actor) as its receivers, as torchrl's RayCollector does. From then on the
   learner owns the weights: driver pushes (``update_policy_weights_`` and the automatic
   ones) raise or stop.
-* :class:`~tdscheme.collectors.worker.scheme_receiver.SchemeReceiverMixin`, on :class:`~tdscheme.collectors.CollectorWorker`: the calls
-  torchrl's learner makes on each receiver (``register_scheme_receiver``,
-  ``_weight_sync_signature``, ``_connect_weights_scheme``, ``_receive_weights_scheme``),
-  forwarded to the worker's torchrl collector. They run in the actor's default
-  concurrency group, after the batch being collected, so a batch never mixes two
-  versions; the learner's ``model_version`` becomes the worker's policy version, stamped
-  on every frame it collects next (``("collector", "policy_version")``), and the inner
-  collector's own ``policy_version`` tracker gets it too (torchrl's bookkeeping).
+* :class:`~tdscheme.collectors.torchrl_compat.worker_calls.TorchrlWorkerCalls`, on each
+  worker actor: the calls torchrl's learner makes on each receiver, forwarded to the
+  worker's torchrl collector; the learner's ``model_version`` becomes the worker's
+  policy version, stamped on every frame it collects next.
+
+A RayCollector holds a plain :class:`~tdscheme.collectors.driver.weights.WeightPusher`;
+it wraps it in :class:`LearnerWeightSync` only when torchrl's surface is used: a
+``weight_sync_schemes`` argument or a policy service at construction, or torchrl's
+learner asking for the scheme (``collector._learner_weight_sync()``).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import ray
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdscheme.collectors.driver.parts import CollectorParts
+from tdscheme.collectors.driver.stats import CollectorParts
 from tdscheme.collectors.driver.weight_schema import check_finite
 from tdscheme.collectors.driver.weights import POLICY_MODEL_ID, WeightPusher, weights_from
-from tdscheme.collectors.torchrl_compat.args import is_policy_service
+from tdscheme.collectors.settings.torchrl_args import is_policy_service
 from tdscheme.rollout.torchrl_names import ray_weight_scheme_class
 
 __all__ = ["LearnerWeightSync"]
@@ -124,11 +126,18 @@ class LearnerWeightSync:
             model_id=POLICY_MODEL_ID, remote_collectors=targets, num_workers=len(targets)
         )
         scheme._manage_receiver_connect = True  # the learner's connect() connects receivers
-        pool.register_scheme_receivers(
-            {POLICY_MODEL_ID: scheme},
-            timeout_s=config.batch_timeout_s,
-            targets=None if service is None else targets,
-        )
+        schemes = {POLICY_MODEL_ID: scheme}  # registered unsynchronized: the learner connects
+        if service is None:
+            pool.call_all(
+                "register_scheme_receiver", [(schemes, False)] * len(pool),
+                timeout_s=config.batch_timeout_s,
+            )  # fmt: skip
+        else:
+            calls = [
+                t.register_scheme_receiver.remote(schemes, synchronize_weights=False)
+                for t in targets
+            ]
+            ray.get(calls, timeout=config.batch_timeout_s)
         if self._learner_scheme is not None and self._learner_scheme is not scheme:
             logger.info("learner weight sync: new generation, %d receiver(s)", len(targets))
         self._learner_scheme = scheme

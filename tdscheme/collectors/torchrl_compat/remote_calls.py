@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tdscheme.collectors.driver.parts import CollectorParts
+from tdscheme.collectors.driver.stats import CollectorParts
 
 __all__ = ["RemoteCalls", "per_worker_calls"]
 

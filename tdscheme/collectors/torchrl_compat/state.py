@@ -24,8 +24,7 @@ import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tdscheme.collectors.driver.idempotent import call_every_worker
-from tdscheme.collectors.driver.parts import CollectorParts
+from tdscheme.collectors.driver.stats import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
 
 __all__ = ["CollectorState", "driver_state", "worker_states"]
@@ -160,8 +159,8 @@ class CollectorState:
         """
         parts = self.parts
         parts.check_open()
-        workers = call_every_worker(
-            parts.pool, "state_dict", [()] * parts.num_workers, parts.config.batch_timeout_s
+        workers = parts.pool.call_every_worker(
+            "state_dict", [()] * parts.num_workers, parts.config.batch_timeout_s
         )
         return with_driver_state(
             workers,
@@ -188,10 +187,9 @@ class CollectorState:
         parts = self.parts
         parts.check_open()
         states = worker_states(state_dict, parts.num_workers)
-        call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
-            parts.pool, "load_state_dict", [(s, False) for s in states],
-            parts.config.batch_timeout_s,
-        )  # fmt: skip
+        parts.pool.call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
+            "load_state_dict", [(s, False) for s in states], parts.config.batch_timeout_s
+        )
         driver = driver_state(states)
         if driver is not None:
             parts.stats.batches = driver["batches"]

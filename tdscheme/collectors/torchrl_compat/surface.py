@@ -2,7 +2,8 @@
 
 Code written for torchrl's ``RayCollector`` reads ``remote_collectors``, ``num_workers``,
 ``collector_class``, ``collector_kwargs``, the device lists and so on, and calls
-``stop_remote_collectors()``; torchrl's ``BaseCollector.__len__`` reads
+``stop_remote_collectors()``, ``add_collectors(...)`` (torchrl's argument order) and
+``async_shutdown()``; torchrl's ``BaseCollector.__len__`` reads
 ``requested_frames_per_batch``. :class:`TorchrlSurface` gives
 :class:`~tdscheme.collectors.RayCollector` those names; each is derived from the
 collector's config and its workers' specs, so nothing is stored twice.
@@ -10,13 +11,17 @@ collector's config and its workers' specs, so nothing is stored twice.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tensordict import TensorDict, TensorDictBase
 
+from tdscheme.collectors.settings.specs import for_added_workers
+
 if TYPE_CHECKING:
-    from tdscheme.collectors.config import RayCollectorConfig
     from tdscheme.collectors.driver.pool import WorkerPool
+    from tdscheme.collectors.settings.config import RayCollectorConfig
 
 __all__ = ["TorchrlSurface"]
 
@@ -25,7 +30,8 @@ class TorchrlSurface:
     """torchrl RayCollector's attribute names on a tdscheme RayCollector (a mixin).
 
     The host class provides ``config`` (its :class:`RayCollectorConfig`), ``_pool``
-    (its :class:`WorkerPool`) and ``shutdown()``. Every attribute is read-only: the
+    (its :class:`WorkerPool`), ``shutdown()``, ``_check_open()`` and
+    ``_add_workers(config)`` (starts the workers of a config, returns their ids). Every attribute is read-only: the
     settings they show were applied when the workers were built.
     """
 
@@ -35,6 +41,10 @@ class TorchrlSurface:
     if TYPE_CHECKING:
 
         def shutdown(self, timeout: float | None = None, **kwargs: Any) -> None: ...
+
+        def _check_open(self) -> None: ...
+
+        def _add_workers(self, config: RayCollectorConfig) -> list[int]: ...
 
     @property
     def remote_collectors(self) -> list[Any]:
@@ -52,6 +62,41 @@ class TorchrlSurface:
         its Ray lease here rather than at a later ``shutdown()`` (which does nothing then).
         """
         self.shutdown()
+
+    async def async_shutdown(self, shutdown_ray: bool = False, timeout: float = 30.0) -> None:
+        """:meth:`shutdown` without blocking the event loop (it runs in a thread)."""
+        await asyncio.to_thread(self.shutdown, timeout, shutdown_ray=shutdown_ray)
+
+    def add_collectors(
+        self,
+        create_env_fn: Callable | Sequence[Callable],
+        num_envs: int | None = None,
+        policy: Any = None,
+        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Grows the pool with one worker per env factory (torchrl's argument order).
+
+        New workers get the current weights and policy version. With
+        ``sync=True`` each worker keeps collecting ``frames_per_batch /
+        num_collectors`` frames (as computed at construction), so the stacked
+        batch grows with the pool.
+
+        Returns:
+            The new workers' ids.
+        """
+        self._check_open()
+        extra = for_added_workers(
+            self.config,
+            create_env_fn,
+            num_envs=num_envs,
+            policy=policy,
+            collector_kwargs=collector_kwargs,
+            remote_configs=remote_configs,
+        )
+        ids = self._add_workers(extra)
+        self.config.num_collectors = len(self._pool)
+        return ids
 
     @property
     def num_workers(self) -> int:

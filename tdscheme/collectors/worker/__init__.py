@@ -1,33 +1,28 @@
 """What runs inside a collector worker's Ray actor; nothing here imports the driver's side.
 
-* :mod:`~tdscheme.collectors.worker.actor`: :class:`CollectorWorker`, one torchrl
-  collector stepped on request, its batches stamped and encoded.
-* :mod:`~tdscheme.collectors.worker.spec`: what a worker is built from and returns.
-* :mod:`~tdscheme.collectors.worker.progress`: the env steps it reports while it collects.
-* :mod:`~tdscheme.collectors.worker.checks`: the policy's keys, NaN / inf from the env.
-* :mod:`~tdscheme.collectors.worker.scheme_receiver`: torchrl's learner weight calls.
-* :mod:`~tdscheme.collectors.worker.remote_calls`: torchrl RayCollector's ``map_fn`` /
-  ``get_distant_attr`` calls.
+* :mod:`~tdscheme.collectors.worker.actor`: :class:`BaseCollectorWorker`, one torchrl
+  collector (:mod:`tdscheme.rollout.worker_collector`) stepped on request, its batches
+  stamped, encoded, or written into a Ray-held replay buffer (:mod:`tdscheme.replay`).
+
+torchrl's own calls on a worker actor are added on top, in
+:mod:`~tdscheme.collectors.torchrl_compat.worker_calls`.
 """
 
 from __future__ import annotations
 
 import typing
 
-from tdscheme.lazy import lazy_exports
+from tdscheme.facades import lazy_exports
 
-__all__ = ["WORKER_STATE_KEY", "CollectorWorker", "WorkerBatch", "WorkerSpec"]
+__all__ = ["WORKER_STATE_KEY", "BaseCollectorWorker"]
 
 if typing.TYPE_CHECKING:
-    from tdscheme.collectors.worker.actor import WORKER_STATE_KEY, CollectorWorker
-    from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
+    from tdscheme.collectors.worker.actor import WORKER_STATE_KEY, BaseCollectorWorker
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "WORKER_STATE_KEY": "tdscheme.collectors.worker.actor",
-        "CollectorWorker": "tdscheme.collectors.worker.actor",
-        "WorkerBatch": "tdscheme.collectors.worker.spec",
-        "WorkerSpec": "tdscheme.collectors.worker.spec",
+        "BaseCollectorWorker": "tdscheme.collectors.worker.actor",
     },
 )

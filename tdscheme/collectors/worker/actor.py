@@ -1,4 +1,4 @@
-"""CollectorWorker: one torchrl collector, stepped on request, its batches stamped and encoded.
+"""BaseCollectorWorker: one torchrl collector, stepped on request, its batches stamped and encoded.
 
 The worker is a plain Python class. :class:`~tdscheme.collectors.RayCollector`
 wraps it with ``ray.remote`` (see :mod:`tdscheme.runtime.actor_pool`), and tests or a
@@ -17,9 +17,7 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.collectors.worker.remote_calls import RemoteCallsMixin
-from tdscheme.collectors.worker.scheme_receiver import SchemeReceiverMixin
-from tdscheme.collectors.worker.spec import WorkerBatch, WorkerSpec
+from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
@@ -32,18 +30,19 @@ from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WORKER_STATE_KEY", "CollectorWorker", "WorkerBatch", "WorkerSpec"]
+__all__ = ["WORKER_STATE_KEY", "BaseCollectorWorker"]
 
 #: The entry a worker adds to its torchrl collector's ``state_dict()``.
 WORKER_STATE_KEY = "tdscheme"
 
 
-class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
+class BaseCollectorWorker:
     """Steps one torchrl collector and returns encoded, stamped batches.
 
     Weights come from the driver (:meth:`set_weights`) or, when a torchrl learner
-    publishes them (``learner_backend="ray"``), through torchrl's receiver calls
-    (:class:`~tdscheme.collectors.torchrl_compat.learner_sync.SchemeReceiverMixin`).
+    publishes them (``learner_backend="ray"``), through torchrl's receiver calls, which
+    :class:`~tdscheme.collectors.CollectorWorker` (the class a RayCollector's actors run)
+    adds to this one.
 
     Args:
         worker_id: this worker's index, stamped on every frame.
@@ -56,15 +55,16 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
             pool of a RayCollector passes its driver's level. ``None``
             (in-process use) leaves logging alone.
         first_traj_id: a rebuilt worker's first trajectory id, past every id its
-            earlier incarnations used (a torchrl ``Collector`` counts from it), so
+            earlier actors used (a torchrl ``Collector`` counts from it), so
             that no trajectory is spliced across a restart.
-        frames_done: frames its earlier incarnations collected (``init_random_frames`` left).
+        frames_done: frames its earlier actors collected (``init_random_frames`` left).
 
     Example:
-        >>> from tdscheme.testing import make_env, bias_policy
-        >>> spec = WorkerSpec(lambda: make_env("Pendulum-v1"), bias_policy(3, 1, bias=0.5),
-        ...                   frames_per_batch=10)
-        >>> worker = CollectorWorker(0, spec)
+        >>> from tdscheme.envs import make_env
+        >>> from tdscheme.presets.actor_critic import actor_critic_modules
+        >>> actor = actor_critic_modules("Pendulum-v1", hidden_sizes=(8,))["actor"]
+        >>> spec = WorkerSpec(lambda: make_env("Pendulum-v1"), actor, frames_per_batch=10)
+        >>> worker = BaseCollectorWorker(0, spec)
         >>> batch = worker.collect(0)
         >>> batch.frames, batch.policy_version
         (10, 0)
@@ -103,7 +103,7 @@ class CollectorWorker(SchemeReceiverMixin, RemoteCallsMixin):
             num_workers_per_collector=spec.num_workers_per_collector,
             preemptible=spec.preemptible, first_traj_id=first_traj_id, frames_done=frames_done,
         )  # fmt: skip
-        self._collector = self._rollout.collector  # torchrl's calls go to it (torchrl_compat)
+        self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:

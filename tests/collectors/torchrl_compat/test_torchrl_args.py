@@ -9,6 +9,7 @@ from torchrl.envs import EnvCreator
 from torchrl.weight_update import RayWeightSyncScheme, SharedMemWeightSyncScheme
 
 from tdscheme.collectors import RayCollectorConfig
+from tdscheme.collectors.settings.specs import worker_specs
 from tdscheme.rollout.torchrl_names import Collector, MultiAsyncCollector, MultiSyncCollector
 from tdscheme.testing import CountingPolicy, make_env
 
@@ -26,7 +27,7 @@ def post_hook(batch) -> None:
 def specs(**kwargs):
     kwargs.setdefault("frames_per_batch", 10)
     kwargs.setdefault("num_collectors", 2)
-    return RayCollectorConfig(env, **kwargs).worker_specs()
+    return worker_specs(RayCollectorConfig(env, **kwargs))
 
 
 def test_forwards_trust_policy_no_cuda_sync_and_hooks_to_every_worker():

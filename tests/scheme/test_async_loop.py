@@ -1,4 +1,4 @@
-"""AsyncDriver (IMPALA / APPO): V-trace wiring, the lag bound, backpressure, the presets.
+"""AsyncLoop (IMPALA / APPO): V-trace wiring, the lag bound, backpressure, the presets.
 
 Real parts: a real CollectorWorker (in-process) for the wiring, a real Ray with
 CartPole workers for the driver, torchrl's VTrace, A2CLoss and ClipPPOLoss.
@@ -21,7 +21,7 @@ from tdscheme.keys import POLICY_VERSION_KEY
 from tdscheme.learner.batches import prepare_batch
 from tdscheme.presets import get_preset
 from tdscheme.presets.actor_critic import train_env
-from tdscheme.scheme.async_driver import AsyncDriver
+from tdscheme.scheme.async_loop import AsyncLoop
 from tdscheme.transport import TensorDictCodec
 
 SMALL = {"num_cpus": 0.5}
@@ -110,7 +110,7 @@ def test_vtrace_reads_the_behaviour_log_probs_the_worker_recorded():
 def test_the_presets_train_on_first_ready_batches(ray_clean, name):
     preset = tiny(name, weight_push_interval=2)
     with Scheme(**preset.factories(), config=preset.scheme) as scheme:
-        assert isinstance(scheme.driver, AsyncDriver)
+        assert isinstance(scheme.loop, AsyncLoop)
         steps = [scheme.step() for _ in range(6)]
         assert scheme.learner.version == 6
         assert scheme.collector.policy_version == 3  # a push every 2 updates

@@ -1,6 +1,6 @@
-"""CollectorDriver: the on-policy way to train: collect on Ray workers, learn on the driver, push.
+"""OnPolicyLoop: the on-policy way to train: collect on Ray workers, learn on the driver, push.
 
-One of the Scheme's drivers (see :mod:`tdscheme.scheme.scheme`): each step takes
+One of the Scheme's training loops (see :mod:`tdscheme.scheme.scheme`): each step takes
 one batch from a :class:`~tdscheme.RayCollector` whose workers run the learner's
 policy, trains the :class:`~tdscheme.learner.Learner` on it and pushes fresh
 weights every ``weight_push_interval`` updates.
@@ -17,16 +17,16 @@ from tensordict import TensorDictBase
 from tdscheme.collectors import RayCollector
 from tdscheme.learner import Learner
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.driver import NoReplayBuffer, PushInterval
+from tdscheme.scheme.loop import NoReplayBuffer, PushInterval
 from tdscheme.scheme.metrics import episode_metrics, lag_metrics, numeric_stats
 
-__all__ = ["CollectorDriver"]
+__all__ = ["OnPolicyLoop"]
 
 
-class CollectorDriver(NoReplayBuffer):
+class OnPolicyLoop(NoReplayBuffer):
     """Collect -> learn -> push with a driver-side RayCollector.
 
-    A :class:`~tdscheme.scheme.driver.Driver` without a coordinator or a replay buffer.
+    A :class:`~tdscheme.scheme.loop.TrainingLoop` without a coordinator or a replay buffer.
 
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
@@ -34,7 +34,7 @@ class CollectorDriver(NoReplayBuffer):
         learner: the driver's Learner; its ``policy`` runs in the workers.
     """
 
-    #: The key of this driver's part of ``Scheme.state_dict()``.
+    #: The key of this loop's part of ``Scheme.state_dict()``.
     state_key = "collector"
     collector: RayCollector
     coordinator: None = None

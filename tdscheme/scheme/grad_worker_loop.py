@@ -1,6 +1,6 @@
-"""GradWorkerDriver: the way to train with gradient workers, and their metrics' Scheme names.
+"""GradWorkerLoop: the way to train with gradient workers, and their metrics' Scheme names.
 
-One of the Scheme's drivers (see :mod:`tdscheme.scheme.scheme`): when
+One of the Scheme's training loops (see :mod:`tdscheme.scheme.scheme`): when
 ``SchemeConfig.num_grad_workers > 0`` there is no driver-side collector; a
 :class:`~tdscheme.gradient_workers.GradientCoordinator` runs workers that collect
 with their own collectors and compute gradients with their own learner copies.
@@ -15,9 +15,9 @@ from typing import Any
 from tdscheme.gradient_workers import GradientCoordinator, build_gradient_coordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.driver import NoReplayBuffer
+from tdscheme.scheme.loop import NoReplayBuffer
 
-__all__ = ["GradWorkerDriver", "scheme_metrics"]
+__all__ = ["GradWorkerLoop", "scheme_metrics"]
 
 #: Coordinator step metrics reported as ``grad_workers/<name>`` (besides every ``*_ms`` timer).
 _COORDINATOR_KEYS = frozenset(
@@ -65,8 +65,10 @@ def scheme_metrics(step: Mapping[str, float], *, mode: str, learner: Learner) ->
         Flat float metrics.
 
     Example:
-        >>> from tdscheme.testing import cartpole_learner, cartpole_modules
-        >>> learner = cartpole_learner(**cartpole_modules())
+        >>> from tdscheme.presets import get_preset
+        >>> preset = get_preset("ppo-cartpole")
+        >>> modules = preset.policy_factory()()
+        >>> learner = preset.learner_factory()(**modules)
         >>> out = scheme_metrics({"frames": 64.0, "episodes": 2.0, "episode_return_mean": 20.0,
         ...                       "wait_ms": 3.0, "staleness_max": 1.0, "loss_objective": 0.5},
         ...                      mode="asynchronous", learner=learner)
@@ -92,12 +94,12 @@ def scheme_metrics(step: Mapping[str, float], *, mode: str, learner: Learner) ->
     return out
 
 
-class GradWorkerDriver(NoReplayBuffer):
+class GradWorkerLoop(NoReplayBuffer):
     """Gradient workers collect and compute gradients; a coordinator turns them into updates.
 
     Centralized modes update the driver's Learner; decentralized mode mirrors rank
     0's weights into it after every step, so ``learner.policy`` is always the
-    newest policy. A :class:`~tdscheme.scheme.driver.Driver` without a driver-side
+    newest policy. A :class:`~tdscheme.scheme.loop.TrainingLoop` without a driver-side
     collector or a replay buffer.
 
     Args:
@@ -111,7 +113,7 @@ class GradWorkerDriver(NoReplayBuffer):
         tdscheme.errors.GradientWorkerError: a worker failed to start.
     """
 
-    #: The key of this driver's part of ``Scheme.state_dict()``.
+    #: The key of this loop's part of ``Scheme.state_dict()``.
     state_key = "grad_workers"
     collector: None = None
     coordinator: GradientCoordinator

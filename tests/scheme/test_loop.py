@@ -1,4 +1,4 @@
-"""The Driver protocol, the push interval and the state layouts, without Ray."""
+"""The TrainingLoop protocol, the push interval and the state layouts, without Ray."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import inspect
 
 import pytest
 
-from tdscheme.scheme.collector_driver import CollectorDriver
-from tdscheme.scheme.driver import Driver, NoReplayBuffer, PushInterval
-from tdscheme.scheme.grad_worker_driver import GradWorkerDriver
-from tdscheme.scheme.offpolicy_driver import OffPolicyDriver
+from tdscheme.scheme.grad_worker_loop import GradWorkerLoop
+from tdscheme.scheme.loop import NoReplayBuffer, PushInterval, TrainingLoop
+from tdscheme.scheme.off_policy_loop import OffPolicyLoop
+from tdscheme.scheme.on_policy_loop import OnPolicyLoop
 from tdscheme.scheme.state import check_state, upgrade_state
 
-DRIVERS = [CollectorDriver, GradWorkerDriver, OffPolicyDriver]
+LOOPS = [OnPolicyLoop, GradWorkerLoop, OffPolicyLoop]
 
-METHODS = sorted(n for n, v in vars(Driver).items() if inspect.isfunction(v) and n[0] != "_")
-ATTRIBUTES = sorted(inspect.get_annotations(Driver))
+METHODS = sorted(n for n, v in vars(TrainingLoop).items() if inspect.isfunction(v) and n[0] != "_")
+ATTRIBUTES = sorted(inspect.get_annotations(TrainingLoop))
 
 
 def declared(cls: type) -> set[str]:
@@ -34,22 +34,22 @@ def test_the_protocol_names_the_whole_surface_the_scheme_calls():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("cls", DRIVERS, ids=lambda c: c.__name__)
-def test_each_driver_implements_every_protocol_member(cls):
+@pytest.mark.parametrize("cls", LOOPS, ids=lambda c: c.__name__)
+def test_each_loop_implements_every_protocol_member(cls):
     missing = [name for name in ATTRIBUTES if name not in declared(cls)]
     assert not missing, f"{cls.__name__} lacks {missing}"
     for name in METHODS:
         method = getattr(cls, name, None)
         assert inspect.isfunction(method), f"{cls.__name__}.{name} is not a method"
-        expected = list(inspect.signature(getattr(Driver, name)).parameters)
+        expected = list(inspect.signature(getattr(TrainingLoop, name)).parameters)
         assert list(inspect.signature(method).parameters) == expected, (cls.__name__, name)
     assert cls.state_key in ("collector", "grad_workers", "replay")
 
 
 def test_the_missing_parts_say_so_through_the_surface():
-    assert CollectorDriver.coordinator is None and OffPolicyDriver.coordinator is None
-    assert GradWorkerDriver.collector is None
-    for cls in (CollectorDriver, GradWorkerDriver):
+    assert OnPolicyLoop.coordinator is None and OffPolicyLoop.coordinator is None
+    assert GradWorkerLoop.collector is None
+    for cls in (OnPolicyLoop, GradWorkerLoop):
         assert cls.replay_buffer is None
     on_policy = NoReplayBuffer()
     with on_policy.paused():
@@ -73,7 +73,7 @@ def test_push_interval_counts_pushes_and_restores():
 COMMON = {"frames": 640, "iterations": 5, "learner": {"version": 5}}
 
 
-def test_the_collector_drivers_old_layout_is_the_new_one():
+def test_the_on_policy_loops_old_layout_is_the_new_one():
     old = {**COMMON, "updates_since_push": 3, "collector": {"frames": 640}}
     new = upgrade_state(old)
     assert new == old

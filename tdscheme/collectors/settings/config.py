@@ -1,4 +1,12 @@
-"""RayCollectorConfig: every RayCollector setting, validated once, and the worker specs built from it."""
+"""RayCollectorConfig: every RayCollector setting, declared once and checked once.
+
+The bottom of the collectors' room: every other module of it reads these settings,
+and this module imports none of them (the worker specs built from the settings are
+:mod:`~tdscheme.collectors.settings.specs`; torchrl's own arguments are translated in
+:mod:`~tdscheme.collectors.settings.torchrl_args`). Each bad value is a clear error
+naming the argument, the value and what is accepted, raised when the config is built,
+before any actor starts.
+"""
 
 from __future__ import annotations
 
@@ -7,53 +15,27 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
-from tdscheme.collectors.driver.setting_checks import check_scalar_settings
-from tdscheme.collectors.driver.specs import for_added_workers, worker_specs
-from tdscheme.collectors.torchrl_compat.args import (
+from tdscheme.collectors.settings.torchrl_args import (
     check_weight_args,
     is_policy_service,
     with_env_creators,
 )
-from tdscheme.collectors.worker.spec import WorkerSpec
 from tdscheme.replay.ray_held import is_ray_replay_buffer
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import default_exploration_type, resolve_collector_class
+from tdscheme.runtime.ray_lease import check_init_keys
+from tdscheme.runtime.ray_options import check_actor_options
 from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.transport import TensorDictCodec
-from tdscheme.validation import invalid
-
-#: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).
-DEFAULT_GPU_SHARE = 0.2
-
-
-def default_remote_config(*, cuda_available: bool | None = None) -> dict[str, Any]:
-    """Ray options for one collector actor when ``remote_configs`` is not given.
-
-    torchrl's default: one CPU, and ``0.2`` of a GPU when CUDA is available on the
-    driver (so five workers share a GPU). torchrl also reserves 2 GiB of Ray's
-    ``memory`` resource per worker; tdscheme does not: it is a scheduling
-    reservation, not a limit, and on a small machine it leaves workers waiting for
-    memory Ray will never free (pass ``{"memory": ...}`` to reserve it).
-
-    Args:
-        cuda_available: whether the workers should get a GPU share; ``None``:
-            ``torch.cuda.is_available()`` in this process, as torchrl.
-
-    Example:
-        >>> default_remote_config(cuda_available=False)
-        {'num_cpus': 1}
-        >>> default_remote_config(cuda_available=True)
-        {'num_cpus': 1, 'num_gpus': 0.2}
-    """
-    if cuda_available is None:
-        cuda_available = torch.cuda.is_available()
-    config: dict[str, Any] = {"num_cpus": 1}
-    if cuda_available:
-        config["num_gpus"] = DEFAULT_GPU_SHARE
-    return config
+from tdscheme.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_number,
+    invalid,
+)
 
 
 @dataclasses.dataclass
@@ -99,7 +81,7 @@ class RayCollectorConfig:
             did not start (see :class:`~tdscheme.runtime.RayLease`).
         remote_configs: Ray actor options (one dict or one per collector);
             default as torchrl's: ``{"num_cpus": 1}``, plus ``"num_gpus": 0.2`` when
-            CUDA is available (see :func:`~tdscheme.collectors.config.default_remote_config`).
+            CUDA is available (see :func:`~tdscheme.collectors.settings.specs.default_remote_config`).
         num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
         update_after_each_batch, max_weight_update_interval: automatic pushes, above.
         max_policy_lag: drop (and count in ``frames_dropped``) any batch collected
@@ -166,10 +148,12 @@ class RayCollectorConfig:
             value and what is accepted.
 
     Example:
-        >>> from tdscheme.testing import make_env
-        >>> cfg = RayCollectorConfig(make_env, frames_per_batch=100, num_collectors=2, sync=True)
-        >>> [s.frames_per_batch for s in cfg.worker_specs()]
-        [50, 50]
+        >>> from functools import partial
+        >>> from tdscheme.envs import make_env
+        >>> env_fn = partial(make_env, "CartPole-v1")
+        >>> cfg = RayCollectorConfig(env_fn, frames_per_batch=100, num_collectors=2, sync=True)
+        >>> cfg.num_collectors, cfg.frames_per_worker
+        (2, 50)
     """
 
     create_env_fn: Any
@@ -224,7 +208,7 @@ class RayCollectorConfig:
     def __post_init__(self) -> None:
         if self.exploration_type is None:  # as not given: torchrl's default
             self.exploration_type = default_exploration_type()
-        check_scalar_settings(self)
+        _check_scalar_settings(self)
         check_weight_args(
             weight_updater=self.weight_updater,
             weight_sync_schemes=self.weight_sync_schemes,
@@ -301,13 +285,6 @@ class RayCollectorConfig:
             return list(value)
         return [value] * n
 
-    def remote_config_list(self) -> list[dict[str, Any]]:
-        """Ray actor options, one dict per collector."""
-        configs = (
-            self.remote_configs if self.remote_configs is not None else default_remote_config()
-        )
-        return [dict(c) for c in self.per_collector("remote_configs", configs)]
-
     @property
     def frames_per_worker(self) -> int:
         """Frames each worker collects per request."""
@@ -323,22 +300,16 @@ class RayCollectorConfig:
         share is rounded up to that multiple here, so a worker does what it is asked.
 
         Example:
-            >>> from tdscheme.testing import make_env
-            >>> RayCollectorConfig(make_env, frames_per_batch=256, num_collectors=2,
+            >>> from functools import partial
+            >>> from tdscheme.envs import make_env
+            >>> env_fn = partial(make_env, "CartPole-v1")
+            >>> RayCollectorConfig(env_fn, frames_per_batch=256, num_collectors=2,
             ...                    init_random_frames=1000).random_frames_per_worker()
             512
         """
         share = max(0, self.init_random_frames) // self.num_collectors
         batch = self.frames_per_worker
         return -(-share // batch) * batch
-
-    def worker_specs(self) -> list[WorkerSpec]:
-        """One :class:`WorkerSpec` per collector (:func:`~.driver.specs.worker_specs`)."""
-        return worker_specs(self)
-
-    def for_added_workers(self, create_env_fn: Any, **arguments: Any) -> RayCollectorConfig:
-        """The settings of workers added to a running collector (:func:`~.driver.specs.for_added_workers`)."""
-        return for_added_workers(self, create_env_fn, **arguments)
 
     def policy_module(self) -> nn.Module | None:
         """The driver-side policy module whose weights are pushed by default."""
@@ -368,3 +339,54 @@ def settings_signature() -> inspect.Signature:
             default = inspect.Parameter.empty
         params.append(inspect.Parameter(field.name, kind, default=default, annotation=field.type))
     return inspect.Signature(params, return_annotation=None)
+
+
+def _check_scalar_settings(config: RayCollectorConfig) -> None:
+    """Checks the numbers, flags and option dicts of a ``RayCollectorConfig``.
+
+    Raises:
+        ValueError: a value out of its range (naming the argument).
+        TypeError: a value of the wrong type (naming the argument).
+    """
+    check_int("frames_per_batch", config.frames_per_batch, minimum=1)
+    tf = config.total_frames
+    if isinstance(tf, bool) or not isinstance(tf, int) or not (tf > 0 or tf == -1):
+        raise invalid("total_frames", tf, "an int > 0, or -1 for no limit")
+    check_int("num_collectors", config.num_collectors, minimum=1, optional=True)
+    check_int("max_policy_lag", config.max_policy_lag, minimum=0, optional=True)
+    check_int("prefetch_batches", config.prefetch_batches, minimum=0, optional=True)
+    check_int("max_restarts", config.max_restarts, minimum=0)
+    check_int("trajs_per_batch", config.trajs_per_batch, minimum=1, optional=True)
+    check_int("num_workers_per_collector", config.num_workers_per_collector, minimum=1)
+    mw = config.max_weight_update_interval
+    if isinstance(mw, bool) or not isinstance(mw, int) or mw < -1:
+        raise invalid("max_weight_update_interval", mw, "-1 (never forced) or an int >= 0")
+    check_positive_number("batch_timeout_s", config.batch_timeout_s)
+    check_positive_number("actor_start_timeout_s", config.actor_start_timeout_s)
+    if config.worker_stall_timeout_s is not None:
+        check_positive_number("worker_stall_timeout_s", config.worker_stall_timeout_s)
+    check_int("min_workers", config.min_workers, minimum=1, optional=True)
+    check_int("seed", config.seed, minimum=0, optional=True)
+    for name in ("max_frames_per_traj", "init_random_frames"):
+        check_int(name, getattr(config, name), minimum=-1, optional=True)
+    for name in ("reset_at_each_iter", "split_trajs", "sync", "update_after_each_batch"):
+        check_bool(name, getattr(config, name))
+    check_choice("placement", config.placement, ("check", "wait"))
+    check_bool("drop_nonfinite_frames", config.drop_nonfinite_frames)
+    if config.drop_nonfinite_frames and config.replay_buffer is None:
+        raise invalid(
+            "drop_nonfinite_frames", True, "False", context="replay_buffer=None (batches come "
+            "to you: drop frames in your loop, or with LearnerConfig(drop_nonfinite_frames=True))",
+        )  # fmt: skip
+    if config.ray_init_config is not None:
+        if not isinstance(config.ray_init_config, Mapping):
+            raise invalid("ray_init_config", config.ray_init_config, "None or a dict")
+        check_init_keys(config.ray_init_config)
+    for name in ("remote_configs", "collector_kwargs"):
+        value = getattr(config, name)
+        for i, entry in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+            where = f"{name}[{i}]" if isinstance(value, (list, tuple)) else name
+            if name == "remote_configs" and entry is not None:
+                check_actor_options(where, entry)
+            elif entry is not None and not isinstance(entry, Mapping):
+                raise invalid(where, entry, "None, a dict, or a list of dicts")

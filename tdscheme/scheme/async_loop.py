@@ -1,6 +1,6 @@
-"""AsyncDriver: IMPALA / APPO: the learner takes first-ready batches from a queue it paces.
+"""AsyncLoop: IMPALA / APPO: the learner takes first-ready batches from a queue it paces.
 
-One of the Scheme's drivers (``SchemeConfig(async_learner=True)``), the
+One of the Scheme's training loops (``SchemeConfig(async_learner=True)``), the
 actor-learner architecture of IMPALA (Espeholt et al. 2018): collector workers run
 their policy continuously and the learner trains on each worker's batch as soon as
 it is ready, never waiting for the slowest worker nor for its own fresh weights to
@@ -29,20 +29,20 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from tdscheme.learner import Learner
-from tdscheme.scheme.collector_driver import CollectorDriver
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.metrics import lag_distribution
+from tdscheme.scheme.on_policy_loop import OnPolicyLoop
 
-__all__ = ["LAG_BUCKETS_UNBOUNDED", "AsyncDriver"]
+__all__ = ["LAG_BUCKETS_UNBOUNDED", "AsyncLoop"]
 
 #: Histogram buckets of the policy lag without ``max_policy_lag``: 0 .. 6 and "7+".
 LAG_BUCKETS_UNBOUNDED = 8
 
 
-class AsyncDriver(CollectorDriver):
+class AsyncLoop(OnPolicyLoop):
     """Learner-paced first-ready batches -> learn -> push every ``weight_push_interval`` updates.
 
-    The :class:`~tdscheme.scheme.collector_driver.CollectorDriver`'s surface (state,
+    The :class:`~tdscheme.scheme.on_policy_loop.OnPolicyLoop`'s surface (state,
     seeding, shutdown are the same) with the asynchronous settings checked and the
     lag reported as a distribution.
 
@@ -60,8 +60,8 @@ class AsyncDriver(CollectorDriver):
     ) -> None:
         if not config.async_learner:
             raise ValueError(
-                "config.async_learner=False is invalid for an AsyncDriver; accepted: True "
-                "(a Scheme picks the CollectorDriver otherwise)"
+                "config.async_learner=False is invalid for an AsyncLoop; accepted: True "
+                "(a Scheme picks the OnPolicyLoop otherwise)"
             )
         lag = config.max_policy_lag
         # a bounded lag gets one bucket per value it may take; "+" holds the largest

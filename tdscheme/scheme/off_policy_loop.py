@@ -1,6 +1,6 @@
-"""OffPolicyDriver: collect into a replay buffer, learn from its samples at an update-to-data ratio.
+"""OffPolicyLoop: collect into a replay buffer, learn from its samples at an update-to-data ratio.
 
-One of the Scheme's drivers (see :mod:`tdscheme.scheme.scheme`), chosen when the
+One of the Scheme's training loops (see :mod:`tdscheme.scheme.scheme`), chosen when the
 Scheme has a ``storage_factory``. The buffer lives where ``SchemeConfig.buffer_location``
 says:
 
@@ -42,10 +42,10 @@ from tdscheme.replay.frames import without_nonfinite
 from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.driver import PushInterval
+from tdscheme.scheme.loop import PushInterval
 from tdscheme.scheme.metrics import episode_metrics, episode_return_metrics, numeric_stats
 
-__all__ = ["OffPolicyDriver", "check_buffer"]
+__all__ = ["OffPolicyLoop", "check_buffer"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +81,10 @@ def check_buffer(buffer: Any, location: str) -> None:
         )
 
 
-class OffPolicyDriver:
+class OffPolicyLoop:
     """Collect into a replay buffer -> sample -> learn -> push, at ``utd_ratio``.
 
-    A :class:`~tdscheme.scheme.driver.Driver` without a coordinator.
+    A :class:`~tdscheme.scheme.loop.TrainingLoop` without a coordinator.
 
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
@@ -100,7 +100,7 @@ class OffPolicyDriver:
             match ``buffer_location``.
     """
 
-    #: The key of this driver's part of ``Scheme.state_dict()``.
+    #: The key of this loop's part of ``Scheme.state_dict()``.
     state_key = "replay"
     collector: RayCollector
     coordinator: None = None
@@ -292,7 +292,7 @@ class OffPolicyDriver:
                 )
             time.sleep(_POLL_S)
 
-    # -- the driver surface -----------------------------------------------------------
+    # -- the loop surface -----------------------------------------------------------
 
     def push_weights(self) -> None:
         """Sends the learner's policy weights (with its exploration state) to every worker."""

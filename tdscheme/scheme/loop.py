@@ -1,17 +1,17 @@
-"""The Driver protocol: the whole surface the Scheme calls on its way of training.
+"""The TrainingLoop protocol: the whole surface the Scheme calls on its way of training.
 
-A way of training is one driver class in :mod:`tdscheme.scheme`
-(:class:`~tdscheme.scheme.collector_driver.CollectorDriver`,
-:class:`~tdscheme.scheme.grad_worker_driver.GradWorkerDriver`,
-:class:`~tdscheme.scheme.offpolicy_driver.OffPolicyDriver`). Each implements every
-member of :class:`Driver`, so the :class:`~tdscheme.scheme.Scheme` calls them
-directly and never asks what kind of driver it holds. A driver without a part
+A way of training is one loop class in :mod:`tdscheme.scheme`
+(:class:`~tdscheme.scheme.on_policy_loop.OnPolicyLoop`,
+:class:`~tdscheme.scheme.grad_worker_loop.GradWorkerLoop`,
+:class:`~tdscheme.scheme.off_policy_loop.OffPolicyLoop`). Each implements every
+member of :class:`TrainingLoop`, so the :class:`~tdscheme.scheme.Scheme` calls them
+directly and never asks what kind of loop it holds. A loop without a part
 says so through the surface: ``collector`` / ``coordinator`` / ``replay_buffer``
-are ``None``, and :class:`NoReplayBuffer` gives drivers without a replay buffer
+are ``None``, and :class:`NoReplayBuffer` gives loops without a replay buffer
 the buffer methods (a ``paused()`` that holds nothing, ``dump_buffer`` /
 ``load_buffer`` that raise).
 
-:class:`PushInterval` is the one rule for when a driver pushes weights
+:class:`PushInterval` is the one rule for when a loop pushes weights
 (every ``weight_push_interval`` updates) and the one place its counter is saved.
 
 Example:
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from tdscheme.collectors import RayCollector
     from tdscheme.gradient_workers import GradientCoordinator
 
-__all__ = ["Driver", "NoReplayBuffer", "PushInterval"]
+__all__ = ["TrainingLoop", "NoReplayBuffer", "PushInterval"]
 
 
-class Driver(Protocol):
+class TrainingLoop(Protocol):
     """One way of training, behind the surface the :class:`~tdscheme.scheme.Scheme` calls.
 
     Attributes:
@@ -74,7 +74,7 @@ class Driver(Protocol):
         ...
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"learner": ..., state_key: ..., ...}``: everything to resume the driver."""
+        """``{"learner": ..., state_key: ..., ...}``: everything to resume the loop."""
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -97,7 +97,7 @@ class Driver(Protocol):
         """Writes the replay buffer to the directory ``path``.
 
         Raises:
-            RuntimeError: the driver has no replay buffer.
+            RuntimeError: the loop has no replay buffer.
         """
         ...
 
@@ -105,13 +105,13 @@ class Driver(Protocol):
         """Reads a replay buffer written by :meth:`dump_buffer`.
 
         Raises:
-            RuntimeError: the driver has no replay buffer.
+            RuntimeError: the loop has no replay buffer.
         """
         ...
 
 
 class NoReplayBuffer:
-    """The replay-buffer part of :class:`Driver` for a driver that trains on-policy.
+    """The replay-buffer part of :class:`TrainingLoop` for a loop that trains on-policy.
 
     Stateless: ``replay_buffer`` is ``None``, :meth:`paused` holds nothing (nothing
     writes between steps) and the buffer methods raise.
@@ -155,7 +155,7 @@ def _no_buffer(what: str) -> RuntimeError:
 class PushInterval:
     """Counts learner updates since the last weight push; a push is due every ``interval``.
 
-    The driver that pushes weights owns one: it calls :meth:`count` after its
+    The loop that pushes weights owns one: it calls :meth:`count` after its
     updates, pushes when that says so, and calls :meth:`pushed` after every push
     (due or not). Its state is ``{"updates_since_push": n}``, merged into the top
     level of the driver's (and so the Scheme's) state: the one place it is saved.

@@ -1,4 +1,4 @@
-"""Receiver: waits for the workers' replies and resolves deaths, stalls and stale batches.
+"""Replies: waits for the workers' replies and resolves deaths, stalls and stale batches.
 
 A reply is one of: a batch (resolved by the flow when it yields it), a batch too
 stale for ``max_policy_lag`` (dropped and resolved here), or a death (the worker
@@ -20,17 +20,17 @@ from tdscheme.collectors.driver.in_flight import RequestsInFlight
 from tdscheme.collectors.driver.liveness import StallMonitor
 from tdscheme.collectors.driver.pool import WorkerPool
 from tdscheme.collectors.driver.stats import CollectorStats
-from tdscheme.collectors.worker.spec import WorkerBatch
+from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.replay.ray_held import last_write
 
-__all__ = ["Receiver"]
+__all__ = ["Replies"]
 
 _POLL_S = 1.0
 
 logger = logging.getLogger(__name__)
 
 
-class Receiver:
+class Replies:
     """The flow's side that waits: replies, deaths, stalls (see the module docstring).
 
     Args:
@@ -74,9 +74,9 @@ class Receiver:
         if result is None:
             self.requests.resolve(ref, request, None, lost=request.asked)
             return None
-        result.incarnation = request.incarnation
+        result.restarts = request.restarts
         if self._monitor is not None:  # a worker that replied is built, and progressed
-            self._monitor.delivered(request.worker_id, request.incarnation)
+            self._monitor.delivered(request.worker_id, request.restarts)
         if result.frames_discarded:  # the budget bound
             # Near the end (a budget under a batch), what is left fits no row or trajectory.
             full = request.asked if request.fixed else self.config.frames_per_worker

@@ -1,0 +1,187 @@
+"""benchmarks/learning.py: the zoo's translation, CleanRL's adaptation, the tables, ``--redraw``.
+
+Nothing here trains: the zoo's installed YAML is translated by its own ExperimentManager
+(no env, no model), the CleanRL replacements run on a small synthetic script, and the
+tables and figures are built from synthetic kept runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up; learning imports peers
+    spec.loader.exec_module(module)
+    return module
+
+
+peers = _load("learning_peers")
+learning = _load("learning")
+
+
+def test_zoo_translation_of_the_installed_cartpole_and_atari_entries():
+    pytest.importorskip("rl_zoo3")
+    cartpole = peers.zoo_settings("ppo", "CartPole-v1", "CartPole-v1")
+    assert cartpole["entry"]["learning_rate"] == "lin_0.001"
+    assert cartpole["n_envs"] == 8 and cartpole["model_kwargs"]["n_steps"] == 32
+    assert cartpole["n_timesteps"] == 100_000
+    lr = cartpole["model_kwargs"]["learning_rate"]
+    assert callable(lr) and lr(1.0) == pytest.approx(0.001) and lr(0.5) == pytest.approx(0.0005)
+    assert cartpole["frame_stack"] is None and cartpole["normalize"] is None
+    assert "n_envs" not in cartpole["model_kwargs"]  # the zoo's keys are not SB3 arguments
+
+    pytest.importorskip("ale_py")
+    pong = peers.zoo_settings("ppo", "PongNoFrameskip-v4", "atari", n_timesteps=2_000_000)
+    assert (pong["n_envs"], pong["frame_stack"], pong["n_timesteps"]) == (8, 4, 2_000_000)
+    assert pong["env_wrapper"] is not None and pong["model_kwargs"]["policy"] == "CnnPolicy"
+    assert pong["model_kwargs"]["clip_range"](1.0) == pytest.approx(0.1)
+    cheetah = peers.zoo_settings("sac", "HalfCheetah-v5", "HalfCheetah-v4")
+    assert cheetah["model_kwargs"]["learning_starts"] == 10_000
+
+
+SCRIPT = """import os
+import time
+
+import gym
+import numpy as np
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+class RecordEpisodeStatistics(gym.Wrapper):
+    def __init__(self, env, deque_size=100):
+        super().__init__(env)
+        self.num_envs = getattr(env, "num_envs", 1)
+
+    def reset(self, **kwargs):
+        observations = super().reset(**kwargs)
+        return observations
+
+    def step(self, action):
+        observations, rewards, dones, infos = super().step(action)
+        return observations, rewards, dones, infos
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    envs.num_envs = args.num_envs
+    print(f"global_step={global_step}, episodic_return={info['r'][idx]}")
+"""
+
+
+def test_cleanrl_adaptation_of_a_synthetic_script_reports_every_replacement():
+    new, report = peers.adapt_source(
+        SCRIPT, peers.cleanrl_replacements(), importable=lambda name: False
+    )
+    compile(new, "adapted.py", "exec")
+    status = {r["old"].splitlines()[0]: r["status"] for r in report}
+    assert status["import gym"] == "applied" and "import gymnasium as gym\n" in new
+    assert status["args = tyro.cli(Args)"] == "applied"
+    assert f"json.loads(os.environ[{peers.CLEANRL_ARGS_ENV!r}])" in new and "tyro" not in new
+    assert "dones = np.logical_or(terminated, truncated)" in new
+    assert "observations, _ = super().reset(**kwargs)" in new
+    assert "envs.num_envs = args.num_envs" not in new
+    assert "self.single_action_space = env.single_action_space" in new
+    assert "class SummaryWriter:" in new and "torch.utils.tensorboard" not in new
+    assert status["envs.single_action_space = envs.action_space"] == "missing"  # not in SCRIPT
+    assert status["np.bool8"] == "not needed"
+    assert "wall_s={time.time() - _bench_started:.3f}" in new
+
+    kept, report = peers.adapt_source(
+        SCRIPT, peers.cleanrl_replacements(), importable=lambda name: True
+    )
+    assert "from torch.utils.tensorboard import SummaryWriter\n" in kept
+    assert "skipped: tensorboard is installed" in [r["status"] for r in report]
+
+    out = "SPS: 12\nglobal_step=1024, episodic_return=-21.0, wall_s=12.5\n"
+    assert peers.parse_cleanrl_stdout(out) == [[1024, 12.5, -21.0, 1]]
+
+
+def _record(framework, seed, evals, train=(), task="cartpole", budget=100_000):
+    settings = {
+        "config": {"trainer": {"eval_episodes": 10, "eval_every_frames": 8192}},
+        "zoo_file": "rl_zoo3/hyperparams/ppo.yml", "zoo_key": "CartPole-v1",
+        "env_id": "CartPole-v1", "entry": {"n_envs": 8}, "versions": {"rl_zoo3": "x"},
+        "eval": {"episodes": 10, "every_steps": 8192},
+        "source": {"sha256": "0" * 64}, "args": {"env_id": "Pong-v5"},
+        "replacements": [{"old": "import gym", "reason": "r", "count": 1, "status": "applied"}],
+    }  # fmt: skip
+    return peers.RunRecord(task, framework, seed, budget, "ok", None, 1.0, ["cmd"], settings,
+                           [list(e) for e in evals], [list(t) for t in train])  # fmt: skip
+
+
+TDSCHEME = [
+    _record("tdscheme ppo-cartpole", 0, [(10_000, 10.0, 200.0), (20_000, 20.0, 480.0)]),
+    _record(
+        "tdscheme ppo-cartpole",
+        1,
+        [(10_000, 12.0, 300.0), (20_000, 24.0, 400.0), (30_000, 36.0, 490.0)],
+    ),  # fmt: skip
+    _record("tdscheme ppo-cartpole", 2, [(10_000, 8.0, 476.0)]),
+]
+SB3 = [
+    _record("SB3 PPO (RL Zoo)", 0, [(25_000, 50.0, 100.0), (50_000, 100.0, 475.0)]),
+    _record(
+        "SB3 PPO (RL Zoo)",
+        1,
+        [(25_000, 40.0, 100.0), (50_000, 80.0, 300.0), (100_000, 160.0, 450.0)],
+    ),  # fmt: skip
+]
+
+
+def test_table_medians_over_seeds_and_time_to_target():
+    section = learning.sections()["cartpole"]
+    table = learning.section_table(
+        section, {"tdscheme ppo-cartpole": TDSCHEME, "SB3 PPO (RL Zoo)": SB3}, "eval"
+    )
+    header, tdscheme, sb3 = table
+    assert header[2] == "final (@100%)" and header[6:8] == ["agent steps to 475", "wall s to 475"]
+    assert tdscheme[1:4] == ["3/3 ok", "480.0 [476.0–490.0]", "476.0 [400.0–480.0]"]
+    assert tdscheme[6:] == ["20,000 [10,000–30,000] (3/3)", "20.0 [8.0–36.0]", "0.20x SB3"]
+    assert sb3[2] == "462.5 [450.0–475.0]" and sb3[6:] == ["50,000 (1/2)", "100.0", "–"]
+
+    halfcheetah = learning.sections()["halfcheetah"]  # no target: the SB3 runs' median final
+    assert learning.resolve_target(halfcheetah, {"SB3 SAC (RL Zoo)": SB3}, "eval") == 462.5
+
+    rows = [[100, 1.0, 10.0, 1], [200, 2.0, 20.0, 1], [300, 3.0, 40.0, 2]]
+    assert learning.smooth_train(rows, window=3) == [[100, 1.0, 10.0], [200, 2.0, 15.0],
+                                                    [300, 3.0, 100.0 / 3]]  # fmt: skip
+    train = [_record("x", s, [], rows) for s in (0, 1)]
+    assert (
+        learning.section_table(section, {"x": train}, "train")[1][2] == "27.5 [27.5–27.5]"
+    )  # window 10: all 4 episodes
+
+
+def test_redraw_rebuilds_the_page_and_figures_from_kept_runs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    data = tmp_path / "learning"
+    cleanrl = _record(peers.CLEANRL_NAME, 0, [], [(50_000, 30.0, -21.0, 1), (90_000, 60.0, -19.0, 1)],
+                      task="pong", budget=100_000)  # fmt: skip
+    ppo_pong = _record("tdscheme ppo-pong", 0, [(100_000, 70.0, -20.0)], task="pong")
+    for record in [*TDSCHEME, *SB3, cleanrl, ppo_pong]:
+        path = learning.record_path(data, record.task, record.framework, record.seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(record)))
+    out = tmp_path / "learning.md"
+    _load("report")  # what learning.py's main imports from benchmarks/ (its script folder)
+    assert learning.main(["--redraw", "--out", str(out)]) == 0
+    page = out.read_text()
+    for section in ("cartpole", "pong"):
+        png = tmp_path / f"learning_{section}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"![{section}](learning_{section}.png)" in page
+    assert "## pong-async" not in page  # only pong's peers: not a section of its own
+    assert "| tdscheme ppo-cartpole | 3/3 ok | 480.0 [476.0–490.0] |" in page
+    assert "## CleanRL's script, adapted at run time" in page
+    assert "== cartpole: evaluation return" in capsys.readouterr().out
