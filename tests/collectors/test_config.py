@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from tensordict import TensorDict
 
 from tdscheme.collectors import PreemptionConfig, RayCollector, RayCollectorConfig
 from tdscheme.collectors.driver.flow import pad_time, stack_rollouts
+from tdscheme.collectors.settings.config import settings_signature
 from tdscheme.collectors.settings.specs import (
     default_remote_config,
     for_added_workers,
@@ -178,11 +180,26 @@ def documented_args(doc: str) -> list[str]:
     return names
 
 
+def signature_drift(written: inspect.Signature, declared: inspect.Signature) -> list[str]:
+    """Where a written-out signature differs from the one the config's fields declare."""
+    drift = []
+    w, d = written.parameters, declared.parameters
+    if list(w) != list(d):
+        drift.append(f"names {list(w)} != {list(d)}")
+    for name in set(w) & set(d):
+        for attr in ("kind", "default", "annotation"):
+            if getattr(w[name], attr) != getattr(d[name], attr):
+                drift.append(
+                    f"{name}.{attr}: {getattr(w[name], attr)!r} != {getattr(d[name], attr)!r}"
+                )
+    return sorted(drift)
+
+
 def test_one_declaration_of_the_settings_signature_fields_and_args_agree():
-    """RayCollector's signature is built from the config's fields, and every field is documented."""
+    """RayCollector's written-out signature is the config's fields, and every field is documented."""
     fields = [f.name for f in dataclasses.fields(RayCollectorConfig)]
-    signature = list(inspect.signature(RayCollector).parameters)
-    assert signature == fields
+    assert list(inspect.signature(RayCollector).parameters) == fields
+    assert signature_drift(inspect.signature(RayCollector.__init__), settings_signature()) == []
     assert sorted(documented_args(RayCollectorConfig.__doc__)) == sorted(fields)
     required = [
         name
@@ -190,6 +207,27 @@ def test_one_declaration_of_the_settings_signature_fields_and_args_agree():
         if p.default is inspect.Parameter.empty
     ]
     assert required == ["create_env_fn", "frames_per_batch"]  # as torchrl's
+    shutdown = inspect.signature(RayCollector.shutdown).parameters  # torchrl's: both positional
+    assert list(shutdown)[1:3] == ["timeout", "shutdown_ray"]
+    assert {shutdown[n].kind for n in ("timeout", "shutdown_ray")} == {
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    }
+    with pytest.raises(TypeError, match=r"^RayCollector.__init__\(\) got an unexpected keyword"):
+        RayCollector(make_env, frames_per_batch=10, num_colectors=2)
+
+
+def test_the_signature_check_sees_a_drift():
+    """The negative control: a renamed, a retyped and a re-defaulted argument are found."""
+
+    def written(self, create_env_fn: Any, policy: Any = None, *, frames: int = 2) -> None: ...
+
+    def declared(self, create_env_fn: Any, policy: Any = None, *, frames: float = 1) -> None: ...
+
+    def renamed(self, create_env_fn: Any, policy: Any = None, *, frame: int = 2) -> None: ...
+
+    drift = signature_drift(inspect.signature(written), inspect.signature(declared))
+    assert drift == ["frames.annotation: 'int' != 'float'", "frames.default: 2 != 1"]
+    assert signature_drift(inspect.signature(renamed), inspect.signature(written))
 
 
 def test_the_args_reader_sees_a_missing_and_a_grouped_name():

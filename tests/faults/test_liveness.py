@@ -153,3 +153,35 @@ def test_elastic_min_workers_goes_on_without_a_failed_worker(ray_clean):
     assert stats["workers_retired"] == [0]
     assert stats["frames_per_worker"] == {1: 100}
     _assert_balanced(stats["ledger"], 100)
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_that_hangs_again_after_its_rebuild_does_not_hold_first_ready_order(
+    ray_clean, tmp_path
+):
+    """The released frames go to the healthy worker; the rebuilt one rests while it could hang.
+
+    Worker 1's env hangs after 150 steps, and its rebuilt actor hangs at its first step: the
+    healthy worker 0 takes the lost request and what is left of the budget, and the run ends
+    with worker 1 rebuilt once or twice, never past max_restarts.
+    """
+    marker = str(tmp_path / "hung")
+
+    def hangs_again() -> object:  # local: Ray ships it by value (tests/ is no package)
+        first = not os.path.exists(marker)
+        open(marker, "a").close()  # noqa: SIM115 - a marker file, closed at once
+        return make_env("CartPole-v1", hang_at_step=150 if first else 1, sleep_s=0.005)
+
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)
+    hangs = hangs_again
+    with RayCollector(
+        [slow, hangs], frames_per_batch=50, total_frames=800, num_collectors=2, sync=False,
+        seed=0, worker_stall_timeout_s=2.0, max_restarts=2, batch_timeout_s=120,
+    ) as collector:  # fmt: skip
+        seen = sum(batch.numel() for batch in collector)
+        stats = collector.stats(timeout=5)
+    assert seen == 800
+    assert 1 <= stats["restarts_per_worker"][1] <= 2 and stats["restarts_per_worker"][0] == 0
+    assert stats["workers_hung"] == stats["restarts"]
+    assert stats["frames_per_worker"][0] > stats["frames_per_worker"][1]
+    _assert_balanced(stats["ledger"], 800)

@@ -35,6 +35,11 @@ from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.keys import MASK_KEY
 from tdscheme.transport import TensorDictCodec
 
+#: The first rest of a worker that lost two requests in a row, without a stall timeout.
+_REST_S = 10.0
+#: The longest rest (it doubles with each further loss in a row).
+_MAX_REST_S = 600.0
+
 
 class BatchFlow:
     """Turns worker requests into a stream of batches.
@@ -77,6 +82,34 @@ class BatchFlow:
         self.budget = FrameBudget(config, stats.ledger)
         self.replies = Replies(pool, config, self.requests, stats, self.budget)
         self._traj_ids = TrajectoryIds()
+        #: worker id -> requests lost in a row (a death or a hang, no batch since)
+        self._losses: dict[int, int] = {}
+        #: worker id -> when a worker that lost requests in a row may be asked again
+        self._cooling_until: dict[int, float] = {}
+
+    def _lost(self, worker_id: int) -> None:
+        """Counts a lost request; a second loss in a row rests the worker (doubling each time).
+
+        A rebuilt worker whose env hangs or crashes again at once would otherwise take
+        the frames the healthy workers could collect, and the run would wait one
+        ``worker_stall_timeout_s`` per rebuild. While it rests, it gets requests only
+        when no other worker can take them.
+        """
+        losses = self._losses[worker_id] = self._losses.get(worker_id, 0) + 1
+        if losses >= 2:
+            base = self.config.worker_stall_timeout_s or _REST_S
+            rest = min(base * 2 ** (losses - 2), _MAX_REST_S)
+            self._cooling_until[worker_id] = time.monotonic() + rest
+
+    def _resting(self, worker_id: int) -> bool:
+        """Whether ``worker_id`` rests while another active worker could take its request."""
+        until = self._cooling_until.get(worker_id)
+        if until is None or time.monotonic() >= until:
+            return False
+        now = time.monotonic()
+        return any(
+            self._cooling_until.get(w, 0.0) <= now for w in self.pool.active_ids() if w != worker_id
+        )
 
     def more_frames(self, in_flight: int) -> bool:
         """Whether frames beyond those yielded and ``in_flight`` are still wanted."""
@@ -133,6 +166,8 @@ class BatchFlow:
         owner: dict[Any, int] = {}
 
         def top_up(worker_id: int, target: int) -> None:
+            if self._resting(worker_id):
+                return
             start = time.perf_counter()
             while sum(1 for w in owner.values() if w == worker_id) < target and self.more_frames(
                 self.requests.frames_bound()
@@ -149,11 +184,16 @@ class BatchFlow:
                 ref = self.replies.wait_one(list(owner))
                 worker_id = owner.pop(ref)
                 result = self.replies.receive(ref)
-                if result is None:  # lost (rebuilt or retired): its frames go to whoever is free
-                    for other in [worker_id, *pool.active_ids()]:
-                        if other not in pool.retired:
-                            top_up(other, max(1, prefetch))
+                if result is None:  # lost (rebuilt or retired): its frames go to the others first,
+                    self._lost(worker_id)  # with room for one more request each, then to it
+                    for other in pool.active_ids():
+                        if other != worker_id:
+                            top_up(other, max(1, prefetch) + 1)
+                    if worker_id not in pool.retired:
+                        top_up(worker_id, max(1, prefetch))
                     continue
+                self._losses.pop(worker_id, None)  # it delivered: no longer resting
+                self._cooling_until.pop(worker_id, None)
                 batch = self._account([(ref, result)], self._decode(result))
                 if batch is None and result.payload is not None:
                     continue  # cut to fit total_frames, nothing left

@@ -1,6 +1,7 @@
 """torchrl RayCollector's attributes, read from a tdscheme RayCollector's own state.
 
-Code written for torchrl's ``RayCollector`` reads ``remote_collectors``, ``num_workers``,
+Code written for torchrl's ``RayCollector`` builds it with torchrl's keywords (the
+constructor here lists each one, so that type checkers and IDEs see them), reads ``remote_collectors``, ``num_workers``,
 ``collector_class``, ``collector_kwargs``, the device lists and so on, and calls
 ``stop_remote_collectors()``, ``add_collectors(...)`` (torchrl's argument order) and
 ``async_shutdown()``; torchrl's ``BaseCollector.__len__`` reads
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from tensordict import TensorDict, TensorDictBase
 
+from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.specs import for_added_workers
+from tdscheme.stragglers import PreemptionConfig
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.pool import WorkerPool
-    from tdscheme.collectors.settings.config import RayCollectorConfig
 
 __all__ = ["TorchrlSurface"]
 
@@ -45,6 +47,68 @@ class TorchrlSurface:
         def _check_open(self) -> None: ...
 
         def _add_workers(self, config: RayCollectorConfig) -> list[int]: ...
+
+        def _setup(self, config: RayCollectorConfig) -> None: ...
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device: Any = None,
+        storing_device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        max_frames_per_traj: int = -1,
+        init_random_frames: int = -1,
+        reset_at_each_iter: bool = False,
+        postproc: Callable | None = None,
+        split_trajs: bool = False,
+        exploration_type: Any = None,
+        collector_class: Any = None,
+        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_workers_per_collector: int = 1,
+        sync: bool = False,
+        ray_init_config: Mapping[str, Any] | None = None,
+        remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_collectors: int | None = None,
+        update_after_each_batch: bool = False,
+        max_weight_update_interval: int = -1,
+        max_policy_lag: int | None = None,
+        preemption: Mapping[str, float] | PreemptionConfig | None = None,
+        compress: bool | Sequence[Any] = False,
+        prefetch_batches: int | None = None,
+        max_restarts: int = 3,
+        seed: int | None = None,
+        batch_timeout_s: float = 600.0,
+        actor_start_timeout_s: float = 120.0,
+        placement: str = "check",
+        worker_stall_timeout_s: float | None = 120.0,
+        min_workers: int | None = None,
+        replay_buffer: Any = None,
+        drop_nonfinite_frames: bool = False,
+        trajs_per_batch: int | None = None,
+        trust_policy: bool | None = None,
+        use_env_creator: bool = False,
+        no_cuda_sync: bool | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[Any], None] | None = None,
+        weight_updater: Any = None,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
+    ) -> None:
+        """torchrl's ``RayCollector(create_env_fn, policy=None, *, ...)``, every keyword written out.
+
+        Each argument is a field of :class:`~tdscheme.collectors.RayCollectorConfig`, where
+        its meaning, default and checks are declared once (a test holds this signature
+        and the config's fields together); the config is built and checked, then the
+        collector from it.
+        """
+        settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._setup(RayCollectorConfig(**settings))
 
     @property
     def remote_collectors(self) -> list[Any]:
