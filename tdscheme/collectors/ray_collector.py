@@ -116,8 +116,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
         return collector
 
     def _setup(self, config: RayCollectorConfig) -> None:
-        super().__init__(
-            pre_collect_hook=config.pre_collect_hook, post_collect_hook=config.post_collect_hook
+        BaseCollector.__init__(  # torchrl's base (TorchrlSurface.__init__ is the signature)
+            self,
+            pre_collect_hook=config.pre_collect_hook,
+            post_collect_hook=config.post_collect_hook,
         )
         self.config = config
         self.policy = config.policy
