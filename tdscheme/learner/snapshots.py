@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -26,10 +27,34 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torch.optim import Optimizer
 
-__all__ = ["cpu_weights", "load_training_state_", "load_weights_", "to_cpu", "training_state"]
+__all__ = [
+    "cpu_module",
+    "cpu_weights",
+    "load_training_state_",
+    "load_weights_",
+    "to_cpu",
+    "training_state",
+]
 
 #: the keys of :func:`training_state`
 STATE_KEYS = frozenset({"version", "loss_module", "optimizer", "lr_scheduler"})
+
+
+def cpu_module(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` on the CPU that shares no storage with it: what collectors get.
+
+    Collector workers run the policy on the CPU and receive CPU weights
+    (:func:`cpu_weights`), wherever the learner trains: the module handed to them is
+    never the learner's own (on a GPU, pickling it would ask every worker for CUDA;
+    on the CPU, it would share the learner's tensors in this process).
+
+    Example:
+        >>> layer = torch.nn.Linear(2, 1)
+        >>> copy = cpu_module(layer)
+        >>> copy.weight.data_ptr() != layer.weight.data_ptr(), copy.weight.device.type
+        (True, 'cpu')
+    """
+    return copy.deepcopy(module).to("cpu")
 
 
 def cpu_weights(module: nn.Module) -> TensorDict:

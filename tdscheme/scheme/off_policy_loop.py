@@ -38,6 +38,7 @@ from tensordict import TensorDictBase
 from tdscheme.collectors import RayCollector
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
+from tdscheme.learner.snapshots import cpu_module
 from tdscheme.replay.frames import without_nonfinite
 from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer
 from tdscheme.runtime import RayLease
@@ -141,7 +142,7 @@ class OffPolicyLoop:
             self.collector = RayCollector.from_config(
                 config.collector_config(
                     env_factory,
-                    learner.policy,
+                    cpu_module(learner.policy),
                     replay_buffer=buffer if self.ray_held else None,
                     offpolicy=True,
                     drop_nonfinite_frames=learner.config.drop_nonfinite_frames,

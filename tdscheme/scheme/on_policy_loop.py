@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
 from tdscheme.learner import Learner
+from tdscheme.learner.snapshots import cpu_module
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.loop import NoReplayBuffer, PushInterval
 from tdscheme.scheme.metrics import episode_metrics, lag_metrics, numeric_stats
@@ -45,7 +46,7 @@ class OnPolicyLoop(NoReplayBuffer):
         self.config = config
         self.learner = learner
         self.collector = RayCollector.from_config(
-            config.collector_config(env_factory, learner.policy)
+            config.collector_config(env_factory, cpu_module(learner.policy))
         )
         self._batches: Iterator[TensorDictBase] | None = None
         self._push = PushInterval(config.weight_push_interval)

@@ -158,16 +158,32 @@ def test_added_workers_keep_every_setting():
 
 
 @pytest.mark.parametrize("cuda", [False, True])
-def test_default_remote_config_gives_workers_a_gpu_share_when_cuda_is_available(monkeypatch, cuda):
-    # torchrl's default: one CPU, and 0.2 of a GPU when CUDA is available.
+def test_default_remote_config_asks_for_no_gpu_even_with_cuda(monkeypatch, cuda):
+    """Workers run the policy on the CPU with CPU weights: a GPU share only if asked for."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    expected = {"num_cpus": 1, "num_gpus": 0.2} if cuda else {"num_cpus": 1}
-    assert default_remote_config() == expected
-    assert default_remote_config(cuda_available=not cuda) != expected  # the argument wins
+    assert default_remote_config() == {"num_cpus": 1}
     config = RayCollectorConfig(make_env, frames_per_batch=10, num_collectors=2)
-    assert remote_configs(config) == [expected, expected]
-    given = RayCollectorConfig(make_env, frames_per_batch=10, remote_configs={"num_cpus": 2})
-    assert remote_configs(given) == [{"num_cpus": 2}]  # the user's options as given
+    assert remote_configs(config) == [{"num_cpus": 1}] * 2
+    given = RayCollectorConfig(make_env, frames_per_batch=10, remote_configs={"num_gpus": 0.5})
+    assert remote_configs(given) == [{"num_gpus": 0.5}]  # the user's options as given
+
+
+def test_collectors_get_a_cpu_copy_of_the_policy_never_the_learners_module():
+    """The module handed to the collectors shares no storage with the learner's."""
+    from tdscheme.learner.snapshots import cpu_module
+    from tdscheme.presets import get_preset
+
+    preset = get_preset("ppo-cartpole")
+    learner = preset.learner_factory()(**preset.policy_factory()())
+    copy = cpu_module(learner.policy)
+    ours = {t.untyped_storage().data_ptr() for t in learner.policy.state_dict().values()}
+    theirs = {t.untyped_storage().data_ptr() for t in copy.state_dict().values()}
+    assert ours and theirs and not ours & theirs
+    assert {t.device.type for t in copy.state_dict().values()} == {"cpu"}
+    if torch.cuda.is_available():  # a policy on another device is copied to the CPU
+        assert {t.device.type for t in cpu_module(learner.policy.cuda()).state_dict().values()} == {
+            "cpu"
+        }
 
 
 def documented_args(doc: str) -> list[str]:

@@ -80,8 +80,8 @@ class RayCollectorConfig:
             per core); ``"local"`` always starts one. tdscheme never stops a Ray it
             did not start (see :class:`~tdscheme.runtime.RayLease`).
         remote_configs: Ray actor options (one dict or one per collector);
-            default as torchrl's: ``{"num_cpus": 1}``, plus ``"num_gpus": 0.2`` when
-            CUDA is available (see :func:`~tdscheme.collectors.settings.specs.default_remote_config`).
+            default ``{"num_cpus": 1}``, no GPU unless asked for (torchrl adds 0.2 of
+            a GPU with CUDA; :func:`~tdscheme.collectors.settings.specs.default_remote_config`).
         num_collectors: number of workers (default: ``len(create_env_fn)`` or 1).
         update_after_each_batch, max_weight_update_interval: automatic pushes, above.
         max_policy_lag: drop (and count in ``frames_dropped``) any batch collected

@@ -18,8 +18,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.torchrl_args import for_worker_collector, is_policy_service
 from tdscheme.episodes import FinishedEpisodes
@@ -125,35 +123,22 @@ class WorkerBatch:
     episodes: FinishedEpisodes | None = None
 
 
-#: The share of a GPU each worker asks for on a machine with CUDA (torchrl's default).
-DEFAULT_GPU_SHARE = 0.2
+def default_remote_config() -> dict[str, Any]:
+    """Ray options for one collector actor when ``remote_configs`` is not given: one CPU.
 
-
-def default_remote_config(*, cuda_available: bool | None = None) -> dict[str, Any]:
-    """Ray options for one collector actor when ``remote_configs`` is not given.
-
-    torchrl's default: one CPU, and ``0.2`` of a GPU when CUDA is available on the
-    driver (so five workers share a GPU). torchrl also reserves 2 GiB of Ray's
-    ``memory`` resource per worker; tdscheme does not: it is a scheduling
+    No GPU unless you ask for one (``remote_configs={"num_cpus": 1, "num_gpus": ...}``):
+    the workers run the policy on the CPU with CPU weights wherever the learner trains,
+    so a GPU share would only keep the GPU from the learner (torchrl's RayCollector
+    gives each worker 0.2 of a GPU when CUDA is available). torchrl also reserves 2 GiB
+    of Ray's ``memory`` resource per worker; tdscheme does not: it is a scheduling
     reservation, not a limit, and on a small machine it leaves workers waiting for
     memory Ray will never free (pass ``{"memory": ...}`` to reserve it).
 
-    Args:
-        cuda_available: whether the workers should get a GPU share; ``None``:
-            ``torch.cuda.is_available()`` in this process, as torchrl.
-
     Example:
-        >>> default_remote_config(cuda_available=False)
+        >>> default_remote_config()
         {'num_cpus': 1}
-        >>> default_remote_config(cuda_available=True)
-        {'num_cpus': 1, 'num_gpus': 0.2}
     """
-    if cuda_available is None:
-        cuda_available = torch.cuda.is_available()
-    config: dict[str, Any] = {"num_cpus": 1}
-    if cuda_available:
-        config["num_gpus"] = DEFAULT_GPU_SHARE
-    return config
+    return {"num_cpus": 1}
 
 
 def remote_configs(config: RayCollectorConfig) -> list[dict[str, Any]]:
