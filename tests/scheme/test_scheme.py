@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 
 import pytest
+import ray
 import torch
 
 from tdscheme import Scheme, SchemeConfig
@@ -110,19 +114,51 @@ def test_steps_train_push_every_k_updates_and_state_restores(ray_clean):
 
 
 def test_a_step_never_waits_on_a_ping_of_every_worker(ray_clean, monkeypatch):
+    """The per-step counters send their pings and read the answers at a later call: every
+    wait on a ping is ``timeout_s=0``; a frozen worker is counted out once its round settles."""
     from tdscheme.collectors.driver.pool import WorkerPool
 
-    pings, answering = [], WorkerPool.answering
+    pings, ping_refs, waits = [], set(), []
+    answering, submit, wait = WorkerPool.answering, WorkerPool.submit, WorkerPool.wait
 
     def counted(self, timeout_s):
         pings.append(timeout_s)
         return answering(self, timeout_s)
 
+    def submitted(self, worker_id, method, *args):
+        ref = submit(self, worker_id, method, *args)
+        if method == "ping":
+            ping_refs.add(ref)
+        return ref
+
+    def waited(self, refs, *, num_returns=1, timeout_s):
+        if ping_refs & set(refs):
+            waits.append(timeout_s)
+        return wait(self, refs, num_returns=num_returns, timeout_s=timeout_s)
+
     monkeypatch.setattr(WorkerPool, "answering", counted)
+    monkeypatch.setattr(WorkerPool, "submit", submitted)
+    monkeypatch.setattr(WorkerPool, "wait", waited)
     with build(tiny_preset(num_collectors=2)) as scheme:
         metrics = [scheme.step() for _ in range(3)]
         assert pings == []  # the counters are the driver's own
         assert all(m["collector/workers_alive"] == 2.0 for m in metrics)
         assert scheme.collector.stats(timeout=10.0)["workers_alive"] == 2 and pings == [10.0]
-        assert scheme.collector.counters(alive_max_age_s=0.0)["workers_alive"] == 2
-        assert pings == [10.0, 1.0]  # an old count is refreshed by a ping of at most 1 s
+        waits = [w for w in waits if w != 10.0]  # stats() is the call that may wait
+        collector = scheme.collector
+        pid = ray.get(collector.workers[1].__ray_call__.remote(lambda _: os.getpid()), timeout=30)
+        os.kill(pid, signal.SIGSTOP)  # answers no ping
+        try:
+            assert collector.counters(alive_max_age_s=0.0)["workers_alive"] == 2  # round sent
+            deadline = time.monotonic() + 30
+            while collector.counters(alive_max_age_s=3600)["workers_alive"] != 1:
+                assert time.monotonic() < deadline, "the ping round never settled"
+                time.sleep(0.05)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert collector.counters(alive_max_age_s=0.0)["workers_alive"] == 1  # next round sent
+        deadline = time.monotonic() + 30
+        while collector.counters(alive_max_age_s=3600)["workers_alive"] != 2:
+            assert time.monotonic() < deadline, "the thawed worker was not counted again"
+            time.sleep(0.05)
+    assert pings == [10.0] and waits and set(waits) == {0}  # never a blocking wait on a ping

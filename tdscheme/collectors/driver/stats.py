@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from tdscheme.collectors.driver.ledger import FrameLedger
 from tdscheme.episodes import FinishedEpisodes
+from tdscheme.errors import WorkerError
+from tdscheme.runtime.actor_pool import DIED
 
 if TYPE_CHECKING:
     from tdscheme.collectors.driver.pool import WorkerPool
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 
 #: The most written episodes kept for :meth:`CollectorStats.take_written_episodes`.
 KEPT_EPISODES = 100_000
+
+#: Seconds after which a ping round of ``counters()`` counts the workers that answered.
+PING_ROUND_S = 1.0
 
 
 @dataclasses.dataclass
@@ -248,6 +253,7 @@ class StatsReport:
         self.background = background
         self.is_closed = is_closed
         self._alive: tuple[int | None, float] = (None, time.monotonic())  # last ping: count, when
+        self._pings: tuple[list[Any], float] | None = None  # a ping round in flight: refs, sent
 
     def report(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         """Counters and timers, torchrl's keys and tdscheme's, within ``timeout`` seconds.
@@ -277,23 +283,49 @@ class StatsReport:
         return self._report(workers, alive)
 
     def counters(self, *, alive_max_age_s: float = 10.0) -> dict[str, Any]:
-        """:meth:`report` (``"aggregate"``) without waiting on the workers at every call.
+        """:meth:`report` (``"aggregate"``) without ever waiting on the workers.
 
         For a per-step metric: the counters are the driver's own. ``workers_alive``
-        is the last ping's count (:meth:`report`'s, or every worker before any),
-        refreshed by a ping of at most 1 s only when it is older than
-        ``alive_max_age_s`` seconds.
+        is the count of the last ping round that settled (:meth:`report`'s, or every
+        worker before any). When that count is older than ``alive_max_age_s`` seconds a
+        new round is sent and read at later calls, never waited for: it settles once
+        every worker answered, or :data:`PING_ROUND_S` after it was sent (a worker that
+        has not answered by then counts as not alive).
 
         Raises:
             RuntimeError: background collection stopped on an error.
         """
-        if time.monotonic() - self._alive[1] >= alive_max_age_s:
-            alive = self._ping(1.0)
-        else:
-            alive = self._alive[0]
-            if alive is None:
-                alive = len(self.parts.pool.active_ids())
+        self._settle_pings()
+        if self._pings is None and time.monotonic() - self._alive[1] >= alive_max_age_s:
+            self._send_pings()
+        alive = self._alive[0]
+        if alive is None:
+            alive = len(self.parts.pool.active_ids())
         return self._report("aggregate", alive)
+
+    def _send_pings(self) -> None:
+        if not self.is_closed():
+            pool = self.parts.pool
+            self._pings = ([pool.submit(i, "ping") for i in pool.active_ids()], time.monotonic())
+
+    def _settle_pings(self) -> None:
+        """Counts a ping round every worker answered, or one :data:`PING_ROUND_S` old."""
+        if self._pings is None:
+            return
+        refs, sent = self._pings
+        pool = self.parts.pool
+        closed = self.is_closed()
+        ready = [] if closed else pool.wait(refs, num_returns=len(refs), timeout_s=0)
+        if not closed and len(ready) < len(refs) and time.monotonic() - sent < PING_ROUND_S:
+            return
+        alive = 0
+        for ref in ready:
+            try:
+                alive += pool.outcome(ref) is not DIED
+            except WorkerError:  # its actor failed: not alive
+                pass
+        pool.forget(set(refs) - set(ready))
+        self._pings, self._alive = None, (alive, time.monotonic())
 
     def _ping(self, timeout_s: float) -> int:
         """Workers answering a ping within ``timeout_s`` (none is pinged once closed)."""
