@@ -184,7 +184,7 @@ def section_buffer(rows: list[dict[str, Any]], quick: bool) -> None:
 
 def section_prefetch(rows: list[dict[str, Any]], preset: Any, repeats: int, updates: int) -> None:
     """Learner updates/s on a Ray-held buffer, samples prefetched or not, alternating."""
-    from tdscheme.replay.ray_held import BoundedRayBuffer
+    from tdscheme.replay.bounded import BoundedRayBuffer
 
     preset = preset.override({"buffer_location": "ray"})
     factories = preset.factories()

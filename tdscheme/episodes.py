@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.keys import MASK_KEY
+from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY, MASK_KEY
 
 __all__ = ["EpisodeTracker", "FinishedEpisodes", "finished_episodes"]
 
@@ -26,6 +26,10 @@ class FinishedEpisodes(NamedTuple):
 
     returns: list[float]
     lengths: list[float] | None  # None when the env records no step count
+    #: the env-config task (level index, -1: none) and version each ran at its end;
+    #: None when the frames carry none
+    tasks: list[int] | None = None
+    versions: list[int] | None = None
 
 
 def finished_episodes(batch: TensorDictBase) -> FinishedEpisodes | None:
@@ -47,7 +51,7 @@ def finished_episodes(batch: TensorDictBase) -> FinishedEpisodes | None:
         ...     episode_reward=torch.tensor([[1.0], [2.0], [4.0]]),
         ...     step_count=torch.tensor([[1], [2], [6]]), batch_size=[3])}, batch_size=[3])
         >>> finished_episodes(batch)
-        FinishedEpisodes(returns=[2.0, 4.0], lengths=[2.0, 6.0])
+        FinishedEpisodes(returns=[2.0, 4.0], lengths=[2.0, 6.0], tasks=None, versions=None)
     """
     done = batch.get(("next", "done"), None)
     returns = batch.get(("next", "episode_reward"), None)
@@ -58,10 +62,22 @@ def finished_episodes(batch: TensorDictBase) -> FinishedEpisodes | None:
     if mask is not None:
         done = done & mask.reshape(*mask.shape, *([1] * (done.ndim - mask.ndim))).bool()
     lengths = batch.get(("next", "step_count"), None)
+    tasks, versions = (
+        _at_ends(batch.get(key, None), done) for key in (ENV_TASK_KEY, ENV_CONFIG_VERSION_KEY)
+    )
     return FinishedEpisodes(
         returns=returns[done].double().tolist(),
         lengths=None if lengths is None else lengths.reshape(done.shape)[done].double().tolist(),
+        tasks=tasks,
+        versions=versions,
     )
+
+
+def _at_ends(values: torch.Tensor | None, done: torch.Tensor) -> list[int] | None:
+    """A per-frame value (shaped as the batch) at the frames where an episode ended."""
+    if values is None:
+        return None
+    return values.reshape(*values.shape, *([1] * (done.ndim - values.ndim)))[done].tolist()
 
 
 class EpisodeTracker:

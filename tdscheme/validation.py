@@ -10,10 +10,19 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: mode='fast' is invalid; accepted: 'sync', 'async'
+
+An optional package is checked the same way, without importing it, and named with the
+extra of ``pyproject.toml`` that installs it:
+
+    >>> missing_extra("video=True", ["no_such_package_here"], "video")
+    ImportError("video=True needs no_such_package_here, which is not installed; install it with `pip install 'tdscheme[video]'`")
+    >>> missing_extra("video=True", ["math"], "video") is None
+    True
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +34,7 @@ __all__ = [
     "check_int",
     "check_positive_number",
     "invalid",
+    "missing_extra",
 ]
 
 
@@ -65,3 +75,36 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     """Raises unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise invalid(name, value, ", ".join(map(repr, choices)))
+
+
+def missing_extra(
+    what: str, packages: Sequence[str], extra: str, *, instead: str = ""
+) -> ImportError | None:
+    """The error for a feature whose optional packages are missing, or ``None``; imports nothing.
+
+    Args:
+        what: the feature, as the subject of "needs" (e.g. ``"env_backend='envpool'"``).
+        packages: the Python packages (import names) it needs.
+        extra: the extra of ``pyproject.toml`` that installs them (``pip install
+            'tdscheme[<extra>]'``).
+        instead: what to do instead, appended as ``", or <instead>"``.
+
+    Returns:
+        An ``ImportError`` naming the missing packages and the install command, or ``None``.
+    """
+    missing = [name for name in packages if not _installed(name)]
+    if not missing:
+        return None
+    one = len(missing) == 1
+    text = (
+        f"{what} needs {' and '.join(missing)}, which {'is' if one else 'are'} not installed; "
+        f"install {'it' if one else 'them'} with `pip install 'tdscheme[{extra}]'`"
+    )
+    return ImportError(text + (f", or {instead}" if instead else ""))
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        return False

@@ -64,6 +64,30 @@ def hung_worker_first_ready() -> dict[str, Any]:
         )  # fmt: skip
 
 
+def hung_worker_hangs_again_first_ready() -> dict[str, Any]:
+    """Issue 38's case: one of two workers' envs hangs after 150 steps at every build; the
+    budget is reached on the healthy worker within ``worker_stall_timeout_s`` + 30 s."""
+    from tdscheme.envs import make_faulty_env
+
+    stall_s = 10.0
+    healthy = functools.partial(make_faulty_env, sleep_s=0.002)
+    hangs = functools.partial(make_faulty_env, sleep_s=0.002, hang_at_step=150)
+
+    def check(stats: dict[str, Any]) -> str:
+        frames = stats["frames_per_worker"]
+        wrong = [] if frames[0] > frames[1] else [f"frames per worker {frames}"]
+        if not 1 <= stats["restarts_per_worker"][1] <= 2:
+            wrong.append(f"restarts per worker {stats['restarts_per_worker']}")
+        return ", ".join(wrong)
+
+    return collect_row(
+        "an env hangs at every build of one worker (first-ready, worker_stall_timeout_s=10, "
+        "max_restarts=2): the healthy worker finishes the budget", stall_s + 30.0,
+        total_frames=1600, create_env_fn=[healthy, hangs], frames_per_batch=50,
+        num_collectors=2, worker_stall_timeout_s=stall_s, max_restarts=2, check=check,
+    )  # fmt: skip
+
+
 def hung_worker_stacked() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         return collect_row(
@@ -245,6 +269,7 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
     (fn.__name__, fn)
     for fn in (
         hung_worker_first_ready,
+        hung_worker_hangs_again_first_ready,
         hung_worker_stacked,
         hung_worker_stacked_preemption,
         worker_process_frozen_stacked,

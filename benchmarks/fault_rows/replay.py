@@ -220,7 +220,7 @@ def buffer_actor_hung() -> dict[str, Any]:
     import torch
     from tensordict import TensorDict
 
-    from tdscheme.replay.ray_held import BoundedRayBuffer
+    from tdscheme.replay.bounded import BoundedRayBuffer
 
     fault, bound_s = "the Ray-held buffer's process stopped (SIGSTOP) during sample()", 10.0
     with _ray(), _buffer() as rb:

@@ -21,6 +21,7 @@ from tdscheme.cli.parser import train_overrides
 from tdscheme.engine import CheckpointManager
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.engine.checkpoint_eval import evaluate_checkpoints, write_scores
+from tdscheme.engine.extras import missing_plot_package, missing_video_packages
 from tdscheme.engine.plot import (
     has_lag_histogram,
     plot_checkpoint_scores,
@@ -29,7 +30,8 @@ from tdscheme.engine.plot import (
     plot_throughput,
 )
 from tdscheme.engine.run_log import read_metrics
-from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.engine.trainer_config import CONFIG_FILE, TrainerConfig
+from tdscheme.envs.ids import missing_env_packages
 from tdscheme.errors import (
     CheckpointError,
     NonFiniteInputError,
@@ -218,6 +220,7 @@ def _print_summary(
 
 def _eval(args: argparse.Namespace) -> int:
     paths = _checkpoints_to_evaluate(Path(args.checkpoint), args.pick)
+    _check_eval_packages(args, many=len(paths) > 1)
     scores = evaluate_checkpoints(
         paths, preset_from_config=preset_from_dict, episodes=args.episodes, seed=args.seed,
         eval_workers=args.eval_workers, deterministic=not args.stochastic,
@@ -237,6 +240,29 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"wrote {write_scores(run_dir, scores)}")
         print(f"wrote {plot_checkpoint_scores(run_dir)}")
     return 0
+
+
+def _check_eval_packages(args: argparse.Namespace, *, many: bool) -> None:
+    """Raises the ``ImportError`` naming the extra of a package the evaluation needs, before it starts.
+
+    The run's env (from ``RUN_DIR/config.json``), videos (``--video``) and the plot of a
+    run's checkpoints.
+    """
+    run_dir = _run_dir_of(Path(args.checkpoint))
+    found = []
+    if many and run_dir is not None:
+        found.append(missing_plot_package("tdscheme eval of a run (eval_checkpoints.png)"))
+    if args.video:
+        found.append(missing_video_packages())
+    config = None if run_dir is None else run_dir / CONFIG_FILE
+    if config is not None and config.is_file():
+        algo = preset_from_dict(json.loads(config.read_text(encoding="utf-8"))).algo
+        found.append(missing_env_packages(algo.env_id, backend=algo.env_backend))
+        if args.video:
+            found.append(missing_env_packages(algo.env_id, render=True))
+    for err in found:
+        if err is not None:
+            raise err
 
 
 def _checkpoints_to_evaluate(path: Path, pick: str | None) -> list[Path]:

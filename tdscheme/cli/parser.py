@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tdscheme.cli.options import add_setting_options, option_name, setting_error
+from tdscheme.cli.preflight import check_packages, check_prioritized
 from tdscheme.cli.resume import resume_overrides
-from tdscheme.engine.logger_backends import missing_package_error
 from tdscheme.engine.trainer_config import CONFIG_FILE
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
 
@@ -34,7 +34,9 @@ __all__ = ["bench_preset", "build_parser", "train_preset"]
 _SHORT_USAGE = "%(prog)s [-h] [PRESET] [--SETTING VALUE ...]"
 
 #: Parsed arguments that are not settings of a preset.
-_NOT_SETTINGS = ("command", "command_parser", "verbose", "preset", "resume", "seconds")
+_NOT_SETTINGS = (
+    "command", "command_parser", "verbose", "preset", "resume", "seconds", "extension_probe",
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,7 +159,8 @@ def train_preset(args: argparse.Namespace) -> Preset:
     """The preset ``tdscheme train`` runs: the named one (or the run's, with ``--resume``), overridden.
 
     Args:
-        args: ``build_parser().parse_args(...)`` of a ``train`` command.
+        args: ``build_parser().parse_args(...)`` of a ``train`` command; its
+            ``extension_probe``, when set, is :func:`tdscheme.cli.preflight.start_probe`'s.
 
     Returns:
         The preset, every setting checked (its configs validate them).
@@ -170,33 +173,38 @@ def train_preset(args: argparse.Namespace) -> Preset:
     overrides = train_overrides(args)
     try:
         if args.resume is not None:
-            if args.preset is not None:
-                sub.error("argument PRESET: not allowed with --resume (the run's preset is reused)")
-            config_path = Path(args.resume) / CONFIG_FILE
-            if not config_path.is_file():
-                sub.error(
-                    f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run"
-                )
-            saved = preset_from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-            _check_known(saved, overrides, sub)
-            kept, notes, errors = resume_overrides(saved, overrides, str(args.resume))
-            if errors:
-                sub.error("; ".join(errors))
-            for note in notes:
-                print(f"tdscheme train: {note}", file=sys.stderr)
-            return saved.override({**kept, "run_dir": str(args.resume), "resume": True})
-        preset = get_preset(args.preset or DEFAULT_PRESET)
-        _check_known(preset, overrides, sub)
-        if "run_dir" not in overrides:
-            overrides["run_dir"] = str(_new_run_dir(preset.name))
-        preset = preset.override(overrides)
+            preset = _resumed_preset(args, overrides, sub)
+        else:
+            preset = get_preset(args.preset or DEFAULT_PRESET)
+            _check_known(preset, overrides, sub)
+            if "run_dir" not in overrides:
+                overrides["run_dir"] = str(_new_run_dir(preset.name))
+            preset = preset.override(overrides)
     except (ValueError, TypeError) as err:
         sub.error(setting_error(err, overrides))
-    _check_prioritized(preset, sub)
-    missing = missing_package_error(preset.trainer.logger)  # not once Ray and the workers are up
-    if missing is not None:
-        sub.error(f"argument --logger: {missing}")
+    # a new run and a resumed one alike: the optional packages, then torchrl's extension
+    check_packages(preset, sub)
+    check_prioritized(preset, sub, getattr(args, "extension_probe", None))
     return preset
+
+
+def _resumed_preset(
+    args: argparse.Namespace, overrides: dict[str, Any], sub: argparse.ArgumentParser
+) -> Preset:
+    """The run's saved preset (``RUN_DIR/config.json``) with the options ``--resume`` may change."""
+    if args.preset is not None:
+        sub.error("argument PRESET: not allowed with --resume (the run's preset is reused)")
+    config_path = Path(args.resume) / CONFIG_FILE
+    if not config_path.is_file():
+        sub.error(f"argument --resume: {args.resume} has no {CONFIG_FILE}; not a tdscheme run")
+    saved = preset_from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+    _check_known(saved, overrides, sub)
+    kept, notes, errors = resume_overrides(saved, overrides, str(args.resume))
+    if errors:
+        sub.error("; ".join(errors))
+    for note in notes:
+        print(f"tdscheme train: {note}", file=sys.stderr)
+    return saved.override({**kept, "run_dir": str(args.resume), "resume": True})
 
 
 def bench_preset(args: argparse.Namespace) -> Preset:
@@ -206,42 +214,11 @@ def bench_preset(args: argparse.Namespace) -> Preset:
     preset = get_preset(args.preset or DEFAULT_PRESET)
     _check_known(preset, overrides, sub)
     try:
-        return preset.override(overrides)
+        preset = preset.override(overrides)
     except (ValueError, TypeError) as err:
         sub.error(setting_error(err, overrides))
-
-
-def _check_prioritized(preset: Any, sub: argparse.ArgumentParser) -> None:
-    """``--prioritized`` needs torchrl's C++ segment trees: a usage error before Ray if they do not load.
-
-    Only then is torchrl imported here (a few seconds); without it torchrl's
-    ``PrioritizedSampler`` fails once Ray and the workers are up.
-    """
-    if not getattr(preset.algo, "prioritized", False):
-        return
-    from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
-
-    if SumSegmentTreeFp32 is not None:
-        return
-    try:
-        import torchrl._torchrl  # noqa: F401 - only for the reason it does not load
-
-        reason = "it imports, but has no segment trees"
-    except ImportError as err:
-        message = str(err)
-        reason = (
-            "an undefined symbol: it was built for another torch"
-            if "undefined symbol" in message
-            else message.strip()[:120] or type(err).__name__
-        )
-    import torch
-
-    sub.error(
-        f"argument --prioritized: prioritized replay needs torchrl's C++ extension "
-        f"(torchrl._torchrl, its segment trees), which does not load with torch "
-        f"{torch.__version__} here ({reason}); install a torchrl build for this torch, "
-        f"or leave --prioritized out"
-    )
+    check_packages(preset, sub)  # the env's packages (bench runs no logger, writes no video)
+    return preset
 
 
 def _new_run_dir(name: str) -> Path:

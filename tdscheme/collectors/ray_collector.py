@@ -14,6 +14,8 @@ from tensordict import TensorDictBase
 from torchrl.collectors.utils import split_trajectories
 
 from tdscheme.collectors.driver.background import BackgroundCollection
+from tdscheme.collectors.driver.budget import FrameBudget
+from tdscheme.collectors.driver.env_config import EnvConfigs
 from tdscheme.collectors.driver.flow import BatchFlow
 from tdscheme.collectors.driver.pool import WorkerPool
 from tdscheme.collectors.driver.stats import CollectorParts, CollectorStats, StatsReport
@@ -36,7 +38,6 @@ from tdscheme.facades import documented_by
 from tdscheme.rollout.torchrl_names import BaseCollector
 from tdscheme.runtime import RayLease
 from tdscheme.transport import TensorDictCodec
-from tdscheme.validation import check_frame_budget
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
     shared by all workers; each acknowledges the version when they arrive (even
     mid-batch) and runs it from its next batch. Automatic pushes follow torchrl's
     ``update_after_each_batch`` and ``max_weight_update_interval``.
+
+    Env configs are versioned the same way: :meth:`set_env_config` pushes one (each env
+    copy runs it from its next reset, or at once), every frame carries
+    ``("collector", "env_config_version")``, :meth:`wait_for_env_config` waits for the acks.
 
     With torchrl's trainers and ``learner_backend="ray"``, torchrl's learner publishes
     the weights straight to the workers, stamped with its model version, and driver
@@ -189,6 +194,16 @@ class RayCollector(TorchrlSurface, BaseCollector):
     def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
         return self._pusher.wait(timeout_s)
 
+    @documented_by(EnvConfigs.push)
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        self._check_open()
+        return self._pool.env_configs.push(config, **kwargs)
+
+    @documented_by(EnvConfigs.wait)
+    def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        self._check_open()
+        return self._pool.env_configs.wait(version, timeout_s)
+
     def _after_batch(self, worker_ids: list[int]) -> None:
         """torchrl's automatic pushes, when the consumer asks for the next batch."""
         due = self._auto_pushes.due(worker_ids)
@@ -272,22 +287,10 @@ class RayCollector(TorchrlSurface, BaseCollector):
         """Frames yielded so far."""
         return self._stats.frames
 
+    @documented_by(FrameBudget.set_total_frames)
     def set_total_frames(self, total_frames: int) -> None:
-        """Changes the frame budget (the constructor's ``total_frames``) of this collector.
-
-        It counts every frame yielded (or written) since construction, or since the state loaded
-        with :meth:`load_state_dict`; it may be changed while iterating: the batch that would pass
-        it is cut to fit, as at construction. A replay-buffer request already sent keeps its budget.
-
-        Args:
-            total_frames: an int >= 0, or -1 for no limit.
-
-        Raises:
-            ValueError: ``total_frames`` is neither.
-        """
-        check_frame_budget("total_frames", total_frames)
-        self.config.total_frames = self.total_frames = total_frames
-        self._flow.budget.reopen()
+        self._flow.budget.set_total_frames(total_frames)
+        self.total_frames = total_frames
 
     @property
     def frames_left(self) -> int | None:

@@ -132,14 +132,13 @@ def _on_workers(
     try:
         by_index: dict[int, EvalReply] = {}
         todo = list(enumerate(weights))
-        sent: dict[int, int] = {}  # frames -> index (unique per checkpoint of one run)
         while todo or pool.busy:
             while todo and pool.busy < len(pool):
                 index, (frames, w) = todo.pop(0)
-                pool.start_evaluation(w, frames=frames, seed=seed)
-                sent[frames] = index
+                # keyed by the checkpoint: two checkpoints may hold the same frame count
+                pool.start_evaluation(w, frames=frames, seed=seed, key=index)
             for reply in pool.poll(timeout_s=1.0):
-                by_index[sent[reply.frames]] = reply
+                by_index[reply.key] = reply
         return [by_index[i] for i in range(len(weights))]
     finally:
         pool.shutdown()

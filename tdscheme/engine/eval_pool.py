@@ -6,7 +6,9 @@ each with the frame count of the weights it used (AllenAct's validation beside
 training, RLlib's ``evaluation_parallel_to_training``). Each worker runs one
 evaluation at a time; when every worker is busy a due evaluation waits for the first
 that frees, and a newer one replaces it meanwhile (the replaced one is counted as
-``skipped``), so training never waits and requests never pile up. A worker
+``skipped``), so training never waits and requests never pile up. Videos, when the spec
+asks for them, come with the replies (each reply brings those finished since the
+worker's last) and, at the end of a run, from :meth:`EvalPool.drain_videos`. A worker
 that dies is rebuilt (:class:`~tdscheme.runtime.actor_pool.ActorPool`'s rules,
 ``max_restarts``) and its evaluation sent again; one that runs past ``timeout_s`` is
 declared hung, killed and rebuilt the same way.
@@ -39,6 +41,8 @@ class _Request:
     frames: int
     seed: int | None
     sent_at: float
+    key: Any = None  # the caller's name for it, given back in its reply
+    video: bool = False
 
 
 class EvalPool(ActorPool):
@@ -93,7 +97,15 @@ class EvalPool(ActorPool):
     def _idle(self) -> list[int]:
         return sorted(set(self.active_ids()) - {w for w, _ in self._pending.values()})
 
-    def start_evaluation(self, weights: TensorDictBase, *, frames: int, seed: int | None) -> bool:
+    def start_evaluation(
+        self,
+        weights: TensorDictBase,
+        *,
+        frames: int,
+        seed: int | None,
+        key: Any = None,
+        video: bool = False,
+    ) -> bool:
         """Starts an evaluation of ``weights`` on an idle worker, else queues it.
 
         One evaluation waits at most: when every worker is busy it goes to the first
@@ -104,13 +116,16 @@ class EvalPool(ActorPool):
             weights: the policy weights (CPU), put in the object store once.
             frames: the frames they were trained on: the step the result is logged at.
             seed: the evaluation env's seed.
+            key: the caller's name for this evaluation, given back as its reply's
+                ``key`` (e.g. the checkpoint it came from; frames need not be unique).
+            video: the worker also records a video after it (the spec's ``video``).
         """
         if self._start_timeout_s is not None:
             self.wait_started(
                 range(len(self)), timeout_s=self._start_timeout_s, argument="eval_workers"
             )
             self._start_timeout_s = None
-        request = _Request(ray.put(weights), frames, seed, time.monotonic())
+        request = _Request(ray.put(weights), frames, seed, time.monotonic(), key, video)
         idle = self._idle()
         if idle:
             self._send(idle[0], request)
@@ -143,7 +158,7 @@ class EvalPool(ActorPool):
             if reply is DIED:
                 self._resend(worker_id, request, self.last_death.get(worker_id, "died"))
             else:
-                replies.append(reply)
+                replies.append(dataclasses.replace(reply, key=request.key))
         idle = self._idle()
         if self._queued is not None and idle:
             self._send(idle[0], self._queued)
@@ -172,9 +187,24 @@ class EvalPool(ActorPool):
             raise TimeoutError(f"{self.busy} evaluation(s) still running after {timeout_s:g} s")
         return sorted(replies, key=lambda reply: reply.frames)
 
+    def drain_videos(self, timeout_s: float) -> list[tuple[int, Any]]:
+        """The videos the workers recorded and have not replied yet: ``(frames, clip)``, oldest first.
+
+        Each worker waits at most ``timeout_s`` for the one it is recording (see
+        :meth:`~tdscheme.engine.eval_worker.EvalWorker.videos_done`).
+
+        Raises:
+            EvalWorkerError: a worker died or did not answer in time (its videos are lost).
+        """
+        answers = self.call_all("videos_done", [(timeout_s,)] * len(self), timeout_s + 30.0)
+        done = [video for answer in answers if answer for video in answer]
+        return sorted(done, key=lambda video: video[0])
+
     def _send(self, worker_id: int, request: _Request) -> None:
         request.sent_at = time.monotonic()
-        ref = self.submit(worker_id, "evaluate", request.weights, request.frames, request.seed)
+        ref = self.submit(
+            worker_id, "evaluate", request.weights, request.frames, request.seed, request.video
+        )
         self._pending[ref] = (worker_id, request)
 
     def _resend(self, worker_id: int, request: _Request, reason: str) -> None:

@@ -4,8 +4,14 @@ Runs inside the actor (the driver's side is :mod:`tdscheme.engine.eval_pool`): i
 builds the evaluation env once and keeps a copy of the policy module; each
 :meth:`EvalWorker.evaluate` loads the weights it is given, seeds the env and plays
 whole episodes with :func:`~tdscheme.engine.evaluation.evaluate`, as the Trainer does
-inline. The class is plain Python (the pool wraps it with ``ray.remote``), so it runs
-in-process too.
+inline. With ``spec.video`` it also records one episode of those weights on the same
+seed, on a rendering env of its own, in a thread of low CPU priority
+(:class:`~tdscheme.engine.video_clips.BackgroundVideos`): the evaluation's reply does
+not wait for it; each reply brings the videos finished since the last one
+(:class:`~tdscheme.engine.video_clips.VideoClip`, encoded), and
+:meth:`EvalWorker.videos_done` the last ones at the end of a run. The video is made
+here, beside training, never in the driver's step. The class is plain Python (the pool wraps it
+with ``ray.remote``), so it runs in-process too.
 
 Example:
     >>> from tensordict import TensorDict
@@ -32,6 +38,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.engine.evaluation import EvalResult, evaluate
+from tdscheme.engine.video_clips import BackgroundVideos, VideoClip, VideoSettings
 from tdscheme.log_levels import configure_worker_logging
 
 __all__ = ["EvalReply", "EvalWorker", "EvalWorkerSpec"]
@@ -50,6 +57,8 @@ class EvalWorkerSpec:
         episodes: episodes per evaluation.
         max_steps: env steps after which an evaluation gives up.
         deterministic: act with the policy's mode (else sample).
+        video: record a video of each evaluation that asks for one (its env is built
+            with the worker); ``None``: no videos.
     """
 
     env_factory: Callable[[], Any]
@@ -57,16 +66,24 @@ class EvalWorkerSpec:
     episodes: int
     max_steps: int
     deterministic: bool = True
+    video: VideoSettings | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalReply:
-    """One evaluation: the frames the weights were trained on, the episodes, the seconds."""
+    """One evaluation: the frames the weights were trained on, the episodes, the seconds.
+
+    ``key`` is the caller's name for the evaluation (:class:`~tdscheme.engine.eval_pool.EvalPool`
+    sets it from its request: two checkpoints of one frame count stay apart), ``videos``
+    the ``(frames, clip)`` of each video the worker finished since its last reply.
+    """
 
     frames: int
     returns: tuple[float, ...]
     lengths: tuple[int, ...]
     seconds: float
+    key: Any = None
+    videos: tuple[tuple[int, VideoClip], ...] = ()
 
     @property
     def result(self) -> EvalResult:
@@ -101,20 +118,34 @@ class EvalWorker:
         self.spec = spec
         self.env = spec.env_factory()
         self.policy = spec.policy
+        self.videos = None
+        if spec.video is not None:  # a thread of low CPU priority: it records after evaluations
+            self.videos = BackgroundVideos(
+                spec.video, spec.policy, deterministic=spec.deterministic, lower_priority=True
+            )
         logger.info("eval worker %d ready: %d episodes per evaluation", worker_id, spec.episodes)
 
     def ping(self) -> int:
         """Answered once the worker is built; returns its id."""
         return self.worker_id
 
-    def evaluate(self, weights: TensorDictBase, frames: int, seed: int | None) -> EvalReply:
+    def evaluate(
+        self, weights: TensorDictBase, frames: int, seed: int | None, video: bool = False
+    ) -> EvalReply:
         """Loads ``weights``, seeds the env with ``seed`` and plays ``spec.episodes`` episodes.
 
         Args:
             weights: the policy's weights (``Learner.policy_weights()``).
             frames: the frames those weights were trained on (returned as is).
             seed: the env's seed for this evaluation (``None``: not reseeded).
+            video: also record one episode on ``seed`` (needs ``spec.video``), after this
+                reply: it comes with a later one, or from :meth:`videos_done`.
+
+        Raises:
+            ValueError: ``video`` without ``spec.video``.
         """
+        if video and self.videos is None:
+            raise ValueError("video=True is invalid without spec.video; accepted: False")
         start = time.perf_counter()
         weights.to_module(self.policy)
         if seed is not None:
@@ -125,9 +156,30 @@ class EvalWorker:
             deterministic=spec.deterministic,
         )  # fmt: skip
         seconds = time.perf_counter() - start
-        return EvalReply(frames, result.returns, result.lengths, seconds)
+        if video:
+            self.videos.submit(weights, frames=frames, seed=seed)
+        done = tuple(self.videos.poll()) if self.videos is not None else ()
+        return EvalReply(frames, result.returns, result.lengths, seconds, videos=done)
+
+    def videos_done(self, timeout_s: float) -> list[tuple[int, VideoClip]]:
+        """The videos not yet replied, once the one being recorded is done (``timeout_s`` at most).
+
+        Returns:
+            ``(frames, clip)`` of each; a video still recording after ``timeout_s`` is
+            left out, with a warning.
+        """
+        if self.videos is None:
+            return []
+        try:
+            return self.videos.drain(timeout_s)
+        except TimeoutError:
+            logger.warning("eval worker %d: a video still recording after %g s is left out",
+                           self.worker_id, timeout_s)  # fmt: skip
+            return self.videos.poll()
 
     def shutdown(self) -> None:
-        """Closes the env. Idempotent."""
+        """Closes the envs. Idempotent."""
         if not self.env.is_closed:
             self.env.close()
+        if self.videos is not None:
+            self.videos.close()

@@ -11,6 +11,12 @@ every worker busy waits for the first that frees; newer weights replace it meanw
 
 Either way evaluation ``i`` seeds its env with the run's ``i``-th evaluation seed, so
 the same weights give the same episodes inline and on a worker.
+
+Videos (``video=True``) never hold a training step: the eval worker records one after
+its evaluation, at a low CPU priority, without holding its reply, or, inline, a thread of
+the driver does (:class:`~tdscheme.engine.video_clips.BackgroundVideos`; either way
+newer weights replace a video still waiting for its turn); each is handed over when it
+arrives, at the frame count of the weights it shows.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from tdscheme.engine.eval_worker import EvalWorkerSpec
 from tdscheme.engine.evaluation import EvalResult, evaluate
 from tdscheme.engine.seeding import worker_seeds
 from tdscheme.engine.trainer_config import TrainerConfig
+from tdscheme.engine.video_clips import BackgroundVideos, ClipMaker, VideoClip, VideoSettings
+from tdscheme.errors import EvalWorkerError
 from tdscheme.scheme import Scheme
 
 __all__ = ["Evaluations"]
@@ -43,6 +51,12 @@ class Evaluations:
             ``target_elapsed_s``), so that checkpoints hold them.
         log: logs a dict of metrics at a frame count.
         elapsed_s: the run's wall time so far.
+        videos: record one episode of each evaluation's weights, on its seed; ``None``: none.
+        on_video: takes each video with the frame count of its weights (the Trainer
+            writes it into the run directory and logs it).
+
+    Raises:
+        ImportError, RuntimeError: ``videos``' env cannot render (before any worker starts).
     """
 
     def __init__(
@@ -53,6 +67,8 @@ class Evaluations:
         *,
         log: Callable[[dict[str, float], int], None],
         elapsed_s: Callable[[], float],
+        videos: VideoSettings | None = None,
+        on_video: Callable[[VideoClip, int], None] | None = None,
     ) -> None:
         self.config = config
         self.scheme = scheme
@@ -61,20 +77,17 @@ class Evaluations:
         self._elapsed_s = elapsed_s
         self._env: Any = None
         self._pool: EvalPool | None = None
-        self._sent_at: dict[int, tuple[float, float]] = {}  # frames -> (monotonic, elapsed_s)
-        self._videos: Any = None
-        self._log_video: Callable[[Any, int], None] | None = None
+        # evaluation index -> (monotonic, elapsed_s) when sent: the key of its reply
+        self._sent_at: dict[int, tuple[float, float]] = {}
+        self._video_settings = videos
+        self._on_video = on_video
+        self._videos: BackgroundVideos | None = None
+        if videos is not None and config.eval_workers:
+            ClipMaker(videos).close()  # the env renders: said here, not by a worker later
+        elif videos is not None:
+            self._videos = BackgroundVideos(videos, scheme.policy)
         if config.eval_workers:  # started now, built while training starts
             self._workers()
-
-    def record_videos(self, recorder: Any, log_video: Callable[[Any, int], None]) -> None:
-        """Records one episode with the weights of each evaluation, on its seed, as it starts.
-
-        Args:
-            recorder: an :class:`~tdscheme.engine.video.EpisodeRecorder`.
-            log_video: hands the video to the run's logger at a frame count.
-        """
-        self._videos, self._log_video = recorder, log_video
 
     def due(self, frames: int) -> bool:
         """Whether ``eval_every_frames`` frames passed since the last evaluation."""
@@ -99,64 +112,87 @@ class Evaluations:
         With eval workers it returns ``None`` at once; :meth:`collect` records the result.
         """
         self.counters["last_eval_frames"] = frames
-        seed = self._seed_at(self.counters["evaluations"])
+        index = self.counters["evaluations"]
+        seed = self._seed_at(index)
         if not self.config.eval_workers:
             start = time.perf_counter()
             result = self.evaluate()
             self._record(result, frames, {"time/eval_s": time.perf_counter() - start})
-            self._video(frames, seed)
+            if self._videos is not None:  # recorded by the thread while training goes on
+                weights = self.scheme.learner.policy_weights()
+                self._videos.submit(weights, frames=frames, seed=seed)
             return result.mean_return
         pool = self._workers()
-        pool.start_evaluation(self.scheme.learner.policy_weights(), frames=frames, seed=seed)
+        pool.start_evaluation(
+            self.scheme.learner.policy_weights(), frames=frames, seed=seed, key=index,
+            video=self._video_settings is not None,
+        )  # fmt: skip
         self.counters["evaluations"] += 1  # started or queued: either way its seed is used
-        self._sent_at[frames] = (time.monotonic(), self._elapsed_s())
-        self._video(frames, seed)
+        self._sent_at[index] = (time.monotonic(), self._elapsed_s())
         self._log({"eval/skipped": float(pool.skipped)}, frames)
         return None
 
-    def _video(self, frames: int, seed: int | None) -> None:
-        """One episode of the policy now (the weights just evaluated), on the evaluation's seed."""
-        if self._videos is not None:
-            video = self._videos.record(self.scheme.policy, name=f"eval_{frames}", seed=seed)
-            self._log_video(video, frames)
-
     def collect(self, timeout_s: float = 0.0) -> float | None:
-        """Records the evaluations the workers finished (waiting at most ``timeout_s``).
+        """Records the evaluations the workers finished (waiting at most ``timeout_s``), and
+        hands over the videos the driver's thread finished.
 
         Returns:
-            The newest one's mean return, or ``None`` when none finished.
+            The newest evaluation's mean return, or ``None`` when none finished.
         """
         replies = self._pool.poll(timeout_s) if self._pool is not None else []
         for reply in replies:
             self._record_reply(reply)
+        if self._videos is not None:
+            for frames, clip in self._videos.poll():
+                self._on_video(clip, frames)
         return replies[-1].result.mean_return if replies else None
 
     def finish(self, frames: int, *, final: bool, timeout_s: float) -> None:
-        """At the end of a run: the final evaluation (``final``), then every result in flight."""
+        """At the end of a run: the final evaluation (``final``), then every result and video
+        in flight (at most ``timeout_s`` for each kind)."""
         if final and self.counters["last_eval_frames"] != frames:
             self.start(frames)
         if self._pool is not None:
             for reply in self._pool.drain(timeout_s):
                 self._record_reply(reply)
+            if self._video_settings is not None:
+                self._drain_worker_videos(timeout_s)
+        if self._videos is not None:
+            for video_frames, clip in self._videos.drain(timeout_s):
+                self._on_video(clip, video_frames)
 
     def close(self) -> None:
-        """Closes the eval env and stops the eval workers. Idempotent."""
+        """Closes the eval env, stops the eval workers and the video thread. Idempotent."""
         if self._env is not None:
             self._env.close()
             self._env = None
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        if self._videos is not None:
+            self._videos.close()
+            self._videos = None
 
     # -- recording ---------------------------------------------------------------------------
 
     def _record_reply(self, reply: Any) -> None:
-        sent, elapsed = self._sent_at.pop(reply.frames, (time.monotonic(), self._elapsed_s()))
-        for frames in [f for f in self._sent_at if f < reply.frames]:  # replaced while queued
-            del self._sent_at[frames]
+        sent, elapsed = self._sent_at.pop(reply.key, (time.monotonic(), self._elapsed_s()))
+        for index in [i for i in self._sent_at if i < reply.key]:  # replaced while queued
+            del self._sent_at[index]
         extra = {"time/eval_s": reply.seconds, "eval/latency_s": time.monotonic() - sent}
         extra["eval/restarts"] = float(sum(self._pool.restarts())) if self._pool else 0.0
         self._record(reply.result, reply.frames, extra, elapsed_s=elapsed)
+        for frames, clip in reply.videos:  # those the worker finished since its last reply
+            self._on_video(clip, frames)
+
+    def _drain_worker_videos(self, timeout_s: float) -> None:
+        try:
+            videos = self._pool.drain_videos(timeout_s)
+        except EvalWorkerError as err:  # the run's results stand; its last videos are lost
+            logger.warning("the eval workers' last videos are lost: %s", err)
+            return
+        for frames, clip in videos:
+            self._on_video(clip, frames)
 
     def _record(
         self,
@@ -189,6 +225,7 @@ class Evaluations:
             spec = EvalWorkerSpec(
                 env_factory=self.scheme.eval_env_factory or self.scheme.env_factory,
                 policy=self.scheme.policy, episodes=cfg.eval_episodes, max_steps=cfg.eval_max_steps,
+                video=self._video_settings,
             )  # fmt: skip
             resources = cfg.eval_worker_resources
             self._pool = EvalPool(

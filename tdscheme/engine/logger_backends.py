@@ -14,42 +14,57 @@ with no network:
 * ``"mlflow"``: torchrl's ``MLFlowLogger`` (experiment ``exp_name``, run named after
   ``run_dir``) on ``MLFLOW_TRACKING_URI`` when set, else on a file store in
   ``run_dir/mlruns`` (``mlflow ui --backend-store-uri run_dir/mlruns`` shows it).
+
+A resumed run continues its W&B run (the same id, ``resume="allow"``; offline, each
+session writes its own ``run_dir/wandb/offline-run-*-<id>`` with that id) and its MLflow
+run (the same run id, on the same store): the ids are kept in ``run_dir/logger_run.json``
+(:data:`LOGGER_RUN_FILE`). The steps a crashed session logged after its last checkpoint
+stay in those services' histories (``metrics.csv`` drops them).
   MLflow 3.10 and later refuse file stores unless ``MLFLOW_ALLOW_FILE_STORE=true``,
   which is then set for this process (when it is unset). MLflow exports the URI it
   logs to as ``MLFLOW_TRACKING_URI``; closing the logger unsets the run directory's
   again, so that the next run in this process gets its own store.
 
 W&B and MLflow come with the ``loggers`` extra (``pip install 'tdscheme[loggers]'``);
-:func:`missing_package_error` names it without importing anything, so the
-``tdscheme`` command reports a missing package before it starts Ray.
+:func:`missing_package_error` names it without importing anything
+(:mod:`tdscheme.engine.extras`), so the ``tdscheme`` command reports a missing package
+before it makes a run directory or starts Ray.
 
-:func:`log_video_file` hands a recorded mp4 to the backends that take videos.
+:func:`log_video_file` hands a recorded mp4 to the backends that take videos (TensorBoard:
+the GIF of :func:`gif_bytes`).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tdscheme.engine.atomic import write_text_atomic
+from tdscheme.engine.extras import missing_logger_package
+
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["close_torchrl_logger", "log_video_file", "make_torchrl_logger", "missing_package_error"]
+__all__ = [
+    "LOGGER_RUN_FILE",
+    "close_torchrl_logger",
+    "gif_bytes",
+    "log_video_file",
+    "make_torchrl_logger",
+    "missing_package_error",
+]
 
 logger = logging.getLogger(__name__)
 
+#: The file of a run directory that keeps the W&B / MLflow run it logs to, so that a resumed run
+#: continues that run (see :func:`make_torchrl_logger`).
+LOGGER_RUN_FILE = "logger_run.json"
+
 #: The most frames of the animated GIF that TensorBoard gets (see :func:`log_video_file`).
 GIF_MAX_FRAMES = 200
-
-#: Each backend's Python package, the extra that installs it, and its own pip name.
-_PACKAGES = {
-    "tensorboard": ("tensorboard", "tensorboard", "tensorboard"),
-    "wandb": ("wandb", "loggers", "wandb"),
-    "mlflow": ("mlflow", "loggers", "mlflow-skinny"),
-}
 
 
 def missing_package_error(backend: str) -> ImportError | None:
@@ -59,26 +74,23 @@ def missing_package_error(backend: str) -> ImportError | None:
         backend: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"``.
 
     Returns:
-        An ``ImportError`` naming the package and the install command, or ``None``.
+        An ``ImportError`` naming the package and the install command, or ``None``
+        (:func:`tdscheme.engine.extras.missing_logger_package`).
 
     Example:
         >>> missing_package_error("csv") is None
         True
     """
-    if backend not in _PACKAGES:
-        return None
-    package, extra, pip_name = _PACKAGES[backend]
-    if importlib.util.find_spec(package) is not None:
-        return None
-    return ImportError(
-        f"backend={backend!r} needs the {package} package, which is not installed; install it "
-        f"with `pip install 'tdscheme[{extra}]'` (or `pip install {pip_name}`), or use "
-        f"backend='csv'"
-    )
+    return missing_logger_package(backend)
 
 
 def make_torchrl_logger(backend: str, run_dir: Path, exp_name: str) -> Any:
     """Builds the torchrl logger of ``backend`` for ``run_dir`` (see the module).
+
+    W&B and MLflow continue the run whose id ``run_dir``'s :data:`LOGGER_RUN_FILE`
+    holds (a resumed run, or any reopening of the run directory): W&B with that id and
+    ``resume="allow"``, MLflow with that run id when the store is the one it was made
+    in (else a new run, with a warning). The id of the run in use is written there.
 
     Args:
         backend: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"``.
@@ -98,22 +110,46 @@ def make_torchrl_logger(backend: str, run_dir: Path, exp_name: str) -> Any:
     error = missing_package_error(backend)
     if error is not None:
         raise error
-    return builders[backend](Path(run_dir), exp_name)
+    run_dir = Path(run_dir)
+    runs = _saved_runs(run_dir)
+    torchrl_logger = builders[backend](run_dir, exp_name, runs.get(backend))
+    if backend in ("wandb", "mlflow"):
+        runs[backend] = _run_record(backend, torchrl_logger)
+        write_text_atomic(run_dir / LOGGER_RUN_FILE, json.dumps(runs, indent=2, sort_keys=True))
+    return torchrl_logger
 
 
-def _csv(run_dir: Path, exp_name: str) -> Any:
+def _saved_runs(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / LOGGER_RUN_FILE
+    if not path.is_file():
+        return {}
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        logger.warning("ignoring %s (%s): the logger starts a new run", path, err)
+        return {}
+    return runs if isinstance(runs, dict) else {}
+
+
+def _run_record(backend: str, torchrl_logger: Any) -> dict[str, str]:
+    if backend == "wandb":
+        return {"id": torchrl_logger.experiment.id}
+    return {"run_id": _mlflow_run_id(torchrl_logger), "tracking_uri": torchrl_logger.log_dir}
+
+
+def _csv(run_dir: Path, exp_name: str, saved: Any = None) -> Any:
     from torchrl.record.loggers.csv import CSVLogger
 
     return CSVLogger(exp_name=exp_name, log_dir=str(run_dir))
 
 
-def _tensorboard(run_dir: Path, exp_name: str) -> Any:
+def _tensorboard(run_dir: Path, exp_name: str, saved: Any = None) -> Any:
     from torchrl.record.loggers.tensorboard import TensorboardLogger
 
     return TensorboardLogger(exp_name=exp_name, log_dir=str(run_dir))
 
 
-def _wandb(run_dir: Path, exp_name: str) -> Any:
+def _wandb(run_dir: Path, exp_name: str, saved: Any = None) -> Any:
     import wandb
     from torchrl.record.loggers.wandb import WandbLogger
 
@@ -125,14 +161,16 @@ def _wandb(run_dir: Path, exp_name: str) -> Any:
         silent=True, console="off", x_disable_stats=True, disable_git=True, save_code=False
     )
     # torchrl's offline=True would set WANDB_MODE for the whole process; mode= is this run's.
-    # name= replaces the exp_name torchrl passes as the run's name.
+    # name= replaces the exp_name torchrl passes as the run's name; id= and resume="allow"
+    # (torchrl's default) continue the run this directory logged to before
+    run_id = saved.get("id") if isinstance(saved, dict) else None
     return WandbLogger(
         exp_name=exp_name, save_dir=str(run_dir), project=exp_name, log_env_packages=False,
-        mode=mode, settings=quiet, name=run_dir.resolve().name,
+        mode=mode, settings=quiet, name=run_dir.resolve().name, id=run_id, resume="allow",
     )  # fmt: skip
 
 
-def _mlflow(run_dir: Path, exp_name: str) -> Any:
+def _mlflow(run_dir: Path, exp_name: str, saved: Any = None) -> Any:
     from mlflow.tracking import MlflowClient
     from torchrl.record.loggers.mlflow import MLFlowLogger
 
@@ -140,10 +178,49 @@ def _mlflow(run_dir: Path, exp_name: str) -> Any:
     if uri.startswith("file:"):
         # MLflow >= 3.10 raises on file stores (in "maintenance mode") without this opt-out
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    torchrl_logger = MLFlowLogger(exp_name=exp_name, tracking_uri=uri)
+    run_id = _mlflow_run_to_continue(saved, uri)
+    if run_id is not None:
+        torchrl_logger = _continued_mlflow_logger(MLFlowLogger, run_id)(exp_name, uri)
+    else:
+        torchrl_logger = MLFlowLogger(exp_name=exp_name, tracking_uri=uri)
     run_id = torchrl_logger.experiment.info.run_id
     MlflowClient(uri).set_tag(run_id, "mlflow.runName", run_dir.resolve().name)
     return torchrl_logger
+
+
+def _mlflow_run_to_continue(saved: Any, uri: str) -> str | None:
+    """The saved MLflow run id, if it is a run of the store at ``uri``; else ``None`` (warned)."""
+    if not isinstance(saved, dict) or not saved.get("run_id"):
+        return None
+    if saved.get("tracking_uri") != uri:
+        logger.warning(
+            "MLflow run %s was logged to %s, not %s: a new run starts",
+            saved["run_id"], saved.get("tracking_uri"), uri,
+        )  # fmt: skip
+        return None
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(uri).get_run(saved["run_id"])
+    except MlflowException as err:
+        logger.warning("MLflow run %s is not in %s (%s): a new run starts", saved["run_id"], uri,
+                       str(err).splitlines()[0])  # fmt: skip
+        return None
+    return saved["run_id"]
+
+
+def _continued_mlflow_logger(base: type, run_id: str) -> Any:
+    """torchrl's ``MLFlowLogger`` that continues the run ``run_id`` instead of starting one."""
+
+    class ContinuedMLFlowLogger(base):
+        def _create_experiment(self) -> Any:
+            import mlflow
+
+            self.id = mlflow.get_run(run_id).info.experiment_id
+            return mlflow.start_run(run_id=run_id)
+
+    return ContinuedMLFlowLogger
 
 
 def _file_store_uri(run_dir: Path) -> str:
@@ -199,30 +276,31 @@ def log_video_file(
     name: str,
     path: Path,
     *,
-    frames: np.ndarray,
-    fps: float,
+    gif: bytes | None,
+    size: tuple[int, int],
     step: int,
 ) -> bool:
     """Logs a recorded mp4 where the backend takes videos.
 
     W&B gets the mp4 itself (``wandb.Video``), MLflow gets it as an artifact under
-    ``videos/``, TensorBoard an animated GIF of ``frames`` (what torch's ``add_video``
-    writes; torchrl's ``log_video`` needs moviepy 1, which our other pins rule out), of
-    every k-th frame when there are more than :data:`GIF_MAX_FRAMES` (a GIF is slow to
-    encode and large: 450 CartPole frames take about 7 s).
-    The CSV logger takes none: the mp4 in the run directory is the record.
+    ``videos/``, TensorBoard the animated GIF of :func:`gif_bytes` (what torch's
+    ``add_video`` writes; torchrl's ``log_video`` needs moviepy 1, which our other pins
+    rule out). The CSV logger takes none: the mp4 in the run directory is the record.
 
     Args:
         backend: the logger's backend.
         torchrl_logger: the logger.
         name: the video's name, e.g. ``"eval/video"``.
         path: the mp4 file.
-        frames: its frames, ``[T, H, W, 3]`` uint8.
-        fps: its frames per second.
+        gif: the GIF TensorBoard takes (:func:`gif_bytes`; needed for TensorBoard only).
+        size: the frames' ``(height, width)``.
         step: the step to log it at (frames trained on).
 
     Returns:
         Whether the backend took the video.
+
+    Raises:
+        ValueError: TensorBoard and no ``gif``.
     """
     if backend == "wandb":
         import wandb
@@ -234,22 +312,29 @@ def log_video_file(
         client = MlflowClient(torchrl_logger.log_dir)
         client.log_artifact(_mlflow_run_id(torchrl_logger), str(path), "videos")
     elif backend == "tensorboard":
-        _log_tensorboard_gif(torchrl_logger.experiment, name, frames, fps=fps, step=step)
+        if gif is None:
+            raise ValueError("gif=None is invalid with backend='tensorboard'; accepted: GIF bytes")
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        height, width = size
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+        summary = Summary(value=[Summary.Value(tag=name, image=image)])
+        torchrl_logger.experiment.file_writer.add_summary(summary, step)
     else:
         return False
     return True
 
 
-def _log_tensorboard_gif(
-    writer: Any, name: str, frames: np.ndarray, *, fps: float, step: int
-) -> None:
-    import imageio.v3 as iio
-    from tensorboard.compat.proto.summary_pb2 import Summary
+def gif_bytes(frames: np.ndarray, fps: float) -> bytes:
+    """The animated GIF TensorBoard shows of ``frames`` (``[T, H, W, 3]`` uint8) at ``fps``.
 
-    stride = -(-len(frames) // GIF_MAX_FRAMES)  # still real time: each frame shown longer
-    gif = iio.imwrite(
+    Every k-th frame when there are more than :data:`GIF_MAX_FRAMES`, each shown k times
+    longer, so it still plays in real time (a GIF is slow to encode and large: 450
+    CartPole frames take about 7 s).
+    """
+    import imageio.v3 as iio
+
+    stride = -(-len(frames) // GIF_MAX_FRAMES)
+    return iio.imwrite(
         "<bytes>", frames[::stride], extension=".gif", duration=1000.0 * stride / fps, loop=0
     )
-    _, height, width, channels = frames.shape
-    image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=gif)
-    writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)

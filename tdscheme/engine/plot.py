@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tdscheme.engine.extras import missing_plot_package
 from tdscheme.engine.run_log import read_metrics
 from tdscheme.scheme.metrics import LAG_HISTOGRAM_PREFIX
 
@@ -229,14 +230,12 @@ def plot_checkpoint_scores(
 
 def _figure(caller: str, size: tuple[float, float]) -> Any:
     """A matplotlib Figure on the Agg canvas (pyplot's global state left alone)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(
-            f"{caller} needs matplotlib; install it with `pip install matplotlib` "
-            "(or `pip install tdscheme[plot]`)"
-        ) from err
+    missing = missing_plot_package(caller)
+    if missing is not None:
+        raise missing
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
     return figure

@@ -35,6 +35,7 @@ from torchrl.record.loggers.common import Logger
 from tdscheme.engine.atomic import atomic_write
 from tdscheme.engine.logger_backends import (
     close_torchrl_logger,
+    gif_bytes,
     log_video_file,
     make_torchrl_logger,
     missing_package_error,
@@ -43,6 +44,7 @@ from tdscheme.engine.trainer_config import BACKENDS
 
 if TYPE_CHECKING:
     from tdscheme.engine.video import Recording
+    from tdscheme.engine.video_clips import VideoClip
 
 logger = logging.getLogger(__name__)
 
@@ -161,30 +163,37 @@ class RunLogger:
         self._writer.writerows([step, name, repr(value)] for name, value in rows.items())
         self._file.flush()
 
-    def log_video(self, name: str, recording: Recording, *, step: int) -> bool:
+    def log_video(self, name: str, video: Recording | VideoClip, *, step: int) -> bool:
         """Logs a recorded mp4 to the backend where it takes videos (W&B, TensorBoard, MLflow).
 
         Args:
             name: The video's name, e.g. ``"eval/video"``.
-            recording: A :class:`~tdscheme.engine.video.Recording` written to its ``path``
-                (by :class:`~tdscheme.engine.video.EpisodeRecorder`); TensorBoard gets
-                its frames as an animated GIF.
+            video: A :class:`~tdscheme.engine.video.Recording` written to its ``path``
+                (by :class:`~tdscheme.engine.video.EpisodeRecorder`), or a
+                :class:`~tdscheme.engine.video_clips.VideoClip` written to its ``path``;
+                TensorBoard gets it as an animated GIF (the clip's own, else encoded
+                from the recording's frames here).
             step: A non-negative int, usually the frames collected so far.
 
         Returns:
             Whether the backend took it (the CSV backend takes no video: the mp4 is the record).
 
         Raises:
-            ValueError: If ``step`` is invalid or ``recording`` has no ``path``.
+            ValueError: If ``step`` is invalid or ``video`` has no ``path``.
             RuntimeError: If the logger is closed.
         """
         self._check_open()
         _check_step(step, "step")
-        if recording.path is None:
-            raise ValueError("recording.path is None; accepted: a Recording written to an mp4")
+        if video.path is None:
+            raise ValueError("video.path is None; accepted: a video written to an mp4")
+        frames = getattr(video, "frames", None)  # a Recording's; a clip has its GIF
+        gif = getattr(video, "gif", None)
+        if gif is None and frames is not None and self.backend == "tensorboard":
+            gif = gif_bytes(frames, video.fps)
+        size = frames.shape[1:3] if frames is not None else (video.height, video.width)
         return log_video_file(
-            self.backend, self._torchrl_logger, _check_name(name), recording.path,
-            frames=recording.frames, fps=recording.fps, step=step,
+            self.backend, self._torchrl_logger, _check_name(name), video.path,
+            gif=gif, size=tuple(size), step=step,
         )  # fmt: skip
 
     def log_hparams(self, config: Mapping[str, Any] | Any) -> None:

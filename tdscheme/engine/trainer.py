@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -11,10 +12,12 @@ from typing import Any
 
 import torch
 
-from tdscheme.engine.atomic import write_text_atomic
+from tdscheme.engine.atomic import atomic_write, write_text_atomic
 from tdscheme.engine.checkpoint import CheckpointManager
+from tdscheme.engine.curriculum import CurriculumRunner
 from tdscheme.engine.evaluation import EvalResult
 from tdscheme.engine.evaluations import Evaluations
+from tdscheme.engine.extras import missing_logger_package, missing_video_packages
 from tdscheme.engine.progress import Progress
 from tdscheme.engine.replay_checkpoint import (
     load_replay_buffer,
@@ -24,7 +27,7 @@ from tdscheme.engine.replay_checkpoint import (
 from tdscheme.engine.run_log import RunLogger
 from tdscheme.engine.seeding import rng_state, seed_everything, set_rng_state, worker_seeds
 from tdscheme.engine.trainer_config import CONFIG_FILE, TrainerConfig
-from tdscheme.engine.video import EpisodeRecorder
+from tdscheme.engine.video_clips import VideoClip, VideoSettings
 from tdscheme.runtime import interrupts
 from tdscheme.scheme import Scheme
 
@@ -63,6 +66,9 @@ class Trainer:
             ``run_dir/config.json``, logged as hyperparameters and kept in checkpoints.
         video_env_factory: builds the rendering env ``config.video`` records (a preset's
             ``video_env_factory()``); ``None``: the eval env factory (its env must render).
+        curriculum: ``curriculum(episodes) -> env config or None``, called after every
+            step with the recent episodes; a config is pushed to the workers, versioned, and
+            its state checkpointed (:mod:`tdscheme.engine.curriculum`, ``ThresholdCurriculum``).
 
     Raises:
         TypeError: ``scheme`` is neither a Scheme nor a function returning one.
@@ -85,6 +91,7 @@ class Trainer:
         config: TrainerConfig | None = None,
         run_config: Mapping[str, Any] | None = None,
         video_env_factory: Callable[[], Any] | None = None,
+        curriculum: Callable[..., Any] | None = None,
     ) -> None:
         self._started = time.perf_counter()
         self.config = TrainerConfig() if config is None else config
@@ -96,7 +103,7 @@ class Trainer:
         self._run_log: RunLogger | None = None
         self._evals: Evaluations | None = None
         self._video_env_factory = video_env_factory
-        self._videos: EpisodeRecorder | None = None
+        self._curriculum = CurriculumRunner(curriculum)
         self.scheme: Scheme | None = None
         self._counters: dict[str, Any] = {
             "elapsed_s": 0.0, "last_eval_frames": -1, "last_checkpoint_frames": -1,
@@ -115,6 +122,10 @@ class Trainer:
 
     def _setup(self, scheme: Scheme | Callable[[], Scheme]) -> None:
         cfg = self.config
+        # the logger's and the video extra's packages, before the scheme starts Ray
+        for missing in (missing_logger_package(cfg.logger), cfg.video and missing_video_packages()):
+            if missing:
+                raise missing
         resume_state = None
         if self.run_dir is not None:
             self.checkpoints = CheckpointManager(
@@ -132,13 +143,22 @@ class Trainer:
             raise TypeError(
                 f"scheme={scheme!r} is invalid; accepted: a Scheme or a function returning one"
             )
+        videos = None
+        if cfg.video:  # its env is built now: one that cannot render fails before training
+            env_factory = self._video_env_factory or self.scheme.eval_env_factory
+            videos = VideoSettings(
+                env_factory or self.scheme.env_factory, max_frames=cfg.video_max_frames,
+                gif=cfg.logger == "tensorboard",
+            )  # fmt: skip
         self._evals = Evaluations(
-            cfg, self.scheme, self._counters, log=self._log_at, elapsed_s=lambda: self.elapsed_s
-        )
+            cfg, self.scheme, self._counters, log=self._log_at, elapsed_s=lambda: self.elapsed_s,
+            videos=videos, on_video=self._write_video,
+        )  # fmt: skip
         if resume_state is not None:
             self._restore(resume_state)
         elif self.seed is not None:
             seed_everything(self.seed)
+        self._curriculum.start(self.scheme, resume_state)  # after the scheme's own state
         if self.run_dir is not None:
             self._run_log = RunLogger(
                 self.run_dir, backend=cfg.logger, exp_name=cfg.exp_name,
@@ -148,16 +168,14 @@ class Trainer:
                 _write_json(self.run_dir / CONFIG_FILE, self.run_config)
                 if resume_state is None:
                     self._run_log.log_hparams(self.run_config)
-        if cfg.video:  # built now: an env that cannot render fails before training starts
-            env_factory = self._video_env_factory or self.scheme.eval_env_factory
-            self._videos = EpisodeRecorder(
-                env_factory or self.scheme.env_factory, self.run_dir / "videos",
-                max_frames=cfg.video_max_frames,
-            )  # fmt: skip
-            self._evals.record_videos(
-                self._videos, lambda video, frames: self._run_log.log_video(
-                    "eval/video", video, step=frames)
-            )  # fmt: skip
+
+    def _write_video(self, clip: VideoClip, frames: int) -> None:
+        """Writes a video into ``run_dir/videos/eval_<frames>.mp4`` and hands it to the logger."""
+        path = self.run_dir / "videos" / f"eval_{frames}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, binary=True) as f:
+            f.write(clip.mp4)
+        self._run_log.log_video("eval/video", dataclasses.replace(clip, path=path), step=frames)
 
     # -- counters ----------------------------------------------------------------------
 
@@ -210,6 +228,7 @@ class Trainer:
                     break
                 before = self.frames
                 metrics = self.scheme.step()
+                metrics.update(self._curriculum.step(self.scheme))
                 metrics["time/elapsed_s"] = self.elapsed_s
                 self._log(metrics)
                 postfix = {}  # a step where no episode ended keeps the last return shown
@@ -303,6 +322,7 @@ class Trainer:
             "seed": self.seed,
             "rng": rng_state(),
             "config": self.run_config,
+            "curriculum": self._curriculum.state_dict(),
         }
 
     def save_checkpoint(self) -> Path:
@@ -348,8 +368,6 @@ class Trainer:
                 self._run_log.close()
             if self._evals is not None:
                 self._evals.close()
-            if self._videos is not None:
-                self._videos.close()
         finally:
             torch.set_num_threads(self._threads_before)
             if self.scheme is not None:

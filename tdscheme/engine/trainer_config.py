@@ -44,7 +44,9 @@ class TrainerConfig:
             rendering copy of the eval env (the evaluation's numbers do not change) as
             ``run_dir/videos/eval_<frames>.mp4``, and send it to the logger where it
             takes videos (W&B, TensorBoard, MLflow); needs ``run_dir`` and the ``video``
-            extra.
+            extra. Recorded off the training loop: by the eval worker after its
+            evaluation, or (inline evaluation) by a thread of the driver, where newer
+            weights replace a video still waiting for it.
         video_max_frames: the most frames one video records (it stops there, mid-episode).
         target_return: stop the run as soon as an evaluation's mean return reaches
             this (``None``: run the whole budget).
@@ -59,7 +61,9 @@ class TrainerConfig:
             validation, RLlib's ``evaluation_parallel_to_training``): training never
             waits, each result is logged at the frames of the weights it evaluated and
             ``target_return`` stops the run from it; a due evaluation that finds every
-            worker busy is skipped (``eval/skipped``). 0: the driver evaluates inline.
+            worker busy waits for the first that frees, and is replaced by newer
+            weights if another comes due meanwhile (each one replaced counts in
+            ``eval/skipped``). 0: the driver evaluates inline.
         eval_worker_resources: Ray actor options of each eval worker; ``None``:
             ``{"num_cpus": 0}`` (it shares the collectors' CPUs; give it its own on a
             bigger machine).

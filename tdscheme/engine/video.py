@@ -35,7 +35,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import os
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type, step_mdp
 
 from tdscheme.engine.evaluation import _act, _module_device
+from tdscheme.engine.extras import missing_video_packages
 
 __all__ = ["EpisodeRecorder", "Recording", "frames_per_second", "record_episode", "render_frame"]
 
@@ -211,12 +211,9 @@ def write_mp4(path: str | os.PathLike, recording: Recording) -> Path:
 
 def check_video_packages() -> None:
     """Raises an ``ImportError`` naming the ``video`` extra when imageio or its ffmpeg is missing."""
-    missing = [p for p in ("imageio", "imageio_ffmpeg") if importlib.util.find_spec(p) is None]
-    if missing:
-        raise ImportError(
-            f"videos need {' and '.join(missing)}, which is not installed; install them with "
-            f"`pip install 'tdscheme[video]'`"
-        )
+    missing = missing_video_packages()
+    if missing is not None:
+        raise missing
 
 
 class EpisodeRecorder:

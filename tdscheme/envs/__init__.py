@@ -9,6 +9,9 @@
   check an id against gymnasium's registry without importing torch or torchrl.
 * :mod:`tdscheme.envs.faulty`: :func:`make_faulty_env` and :class:`FaultyEnv`,
   envs that sleep, raise, crash, hang or give NaN at step N, for fault drills.
+* :mod:`tdscheme.envs.env_config`: how an env takes an env config while workers run it
+  (``set_env_config``), :class:`EnvAttributes` (a config sets attributes),
+  :func:`make_configurable_env` and :class:`TaskDistribution`.
 
 The names are imported lazily (PEP 562): ``from tdscheme.envs import check_env_id``
 imports gymnasium only, so the ``tdscheme`` command checks ``--env-id`` before it
@@ -42,18 +45,24 @@ _EXPORTS = {
     "close_env_ids": "tdscheme.envs.ids",
     "FaultyEnv": "tdscheme.envs.faulty",
     "make_faulty_env": "tdscheme.envs.faulty",
+    "EnvAttributes": "tdscheme.envs.env_config",
+    "TaskDistribution": "tdscheme.envs.env_config",
+    "make_configurable_env": "tdscheme.envs.env_config",
 }
 
 __all__ = [
     "ATARI_BACKENDS",
     "BACKENDS",
     "ENV_BACKENDS",
+    "EnvAttributes",
     "EnvPoolEnv",
     "FaultyEnv",
+    "TaskDistribution",
     "check_env_id",
     "close_env_ids",
     "is_atari_id",
     "make_atari_env",
+    "make_configurable_env",
     "make_env",
     "make_envpool_env",
     "make_faulty_env",
@@ -61,6 +70,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from tdscheme.envs.atari import ATARI_BACKENDS, is_atari_id, make_atari_env
+    from tdscheme.envs.env_config import EnvAttributes, TaskDistribution, make_configurable_env
     from tdscheme.envs.faulty import FaultyEnv, make_faulty_env
     from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, close_env_ids
     from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env, make_envpool_env

@@ -2,7 +2,9 @@
 
 Light (it imports gymnasium only, not torch or torchrl), so the ``tdscheme``
 command checks ``--env-id`` before it starts Ray, and a preset's config checks it
-when it is built.
+when it is built. :func:`missing_env_packages` names the extra an env needs
+(``envpool``, ``atari``, ``mujoco``; ``video`` to render classic control) without
+importing it.
 
 Example:
     >>> check_env_id("CartPole-v1")
@@ -16,9 +18,9 @@ from __future__ import annotations
 
 import difflib
 
-from tdscheme.validation import invalid
+from tdscheme.validation import invalid, missing_extra
 
-__all__ = ["ENV_BACKENDS", "check_env_id", "close_env_ids"]
+__all__ = ["ENV_BACKENDS", "check_env_id", "close_env_ids", "missing_env_packages"]
 
 #: The env backends of :func:`tdscheme.envs.make_env` (gymnasium's ids, or EnvPool's).
 ENV_BACKENDS = ("gymnasium", "envpool")
@@ -64,3 +66,48 @@ def check_env_id(env_id: object, *, name: str = "env_id") -> None:
         raise invalid(
             name, env_id, f"a registered gymnasium env id{hint}; gymnasium says: {err}"
         ) from None
+
+
+def missing_env_packages(
+    env_id: str, *, backend: str = "gymnasium", render: bool = False
+) -> ImportError | None:
+    """The error for an env whose optional packages are missing, or ``None``; imports none of them.
+
+    Args:
+        env_id: the env id (gymnasium's, or EnvPool's with ``backend="envpool"``).
+        backend: ``"gymnasium"`` or ``"envpool"``.
+        render: the env renders frames (videos: gymnasium's, whatever ``backend`` trains on).
+
+    Returns:
+        An ``ImportError`` naming the packages and the extra that installs them
+        (``envpool``; ``atari``: ale-py and OpenCV; ``mujoco``; ``video``: pygame, which
+        renders gymnasium's classic-control envs), or ``None``.
+
+    Example:
+        >>> missing_env_packages("CartPole-v1") is None
+        True
+    """
+    if backend == "envpool" and not render:
+        return missing_extra(
+            "env_backend='envpool'", ["envpool"], "envpool", instead="env_backend='gymnasium'"
+        )
+    if env_id.startswith("ALE/"):
+        what = f"{'videos of ' if render else ''}env_id={env_id!r} (Atari through gymnasium)"
+        return missing_extra(what, ["ale_py", "cv2"], "atari")
+    entry = _entry_point(env_id)
+    if entry.startswith("gymnasium.envs.mujoco"):
+        return missing_extra(f"env_id={env_id!r} (MuJoCo)", ["mujoco"], "mujoco")
+    if render and entry.startswith("gymnasium.envs.classic_control"):
+        return missing_extra(f"videos of env_id={env_id!r}", ["pygame"], "video")
+    return None
+
+
+def _entry_point(env_id: str) -> str:
+    """gymnasium's entry point of ``env_id`` as a dotted name ("" when unknown)."""
+    import gymnasium
+
+    try:
+        entry = gymnasium.spec(env_id).entry_point
+    except gymnasium.error.Error:
+        return ""
+    return entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""

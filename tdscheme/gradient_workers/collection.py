@@ -25,6 +25,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from tdscheme.episodes import EpisodeTracker
+from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.worker_collector import WorkerCollector
 
@@ -44,6 +45,8 @@ class LocalCollection:
         collector_kwargs: extra keyword arguments for every collector.
         collector_class: a single-process torchrl collector class (``BaseCollector``
             subclass taking one env); ``None``: :class:`~tdscheme.rollout.lean.LeanCollector`.
+        env_config: the env config every collector's envs run from the start (a rebuilt
+            gradient worker's); later ones come through :meth:`set_env_config`.
 
     Example:
         >>> from functools import partial
@@ -68,6 +71,7 @@ class LocalCollection:
         seed: int | None = None,
         collector_kwargs: dict[str, Any] | None = None,
         collector_class: type | None = None,
+        env_config: EnvConfigPush | None = None,
     ) -> None:
         #: the class of every collector (the user's, or LeanCollector)
         self.collector_class = LeanCollector if collector_class is None else collector_class
@@ -78,6 +82,7 @@ class LocalCollection:
                 frames_per_batch=frames_per_collector,
                 collector_class=self.collector_class,
                 collector_kwargs=collector_kwargs,
+                env_config=env_config,
             )  # fmt: skip
             for _ in range(num_collectors)
         ]
@@ -88,9 +93,21 @@ class LocalCollection:
     def set_seed(self, seed: int) -> None:
         """Seeds collector ``i`` with ``seed + i`` and resets its envs (episodes restart)."""
         for i, rollout in enumerate(self._rollouts):
+            rollout.env_config.seed(seed + i)  # task draws: before the seeded resets
             rollout.collector.set_seed(seed + i)
             rollout.collector.reset()
         self._trackers = [EpisodeTracker() for _ in self._rollouts]
+
+    def set_env_config(self, push: EnvConfigPush) -> int:
+        """Gives an env config to every collector (applied per env copy: see
+        :mod:`tdscheme.rollout.env_config`); returns its version (the acknowledgement).
+
+        Raises:
+            ValueError: a version not newer than one received, or an env that takes no config.
+        """
+        for rollout in self._rollouts:
+            rollout.env_config.stage(push)
+        return push.version
 
     def progress(self) -> int:
         """Env steps taken so far by every collector (frames)."""

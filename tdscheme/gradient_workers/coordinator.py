@@ -15,7 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tdscheme.facades import documented_by
 from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
+from tdscheme.gradient_workers.env_config import GradientEnvConfigs
 from tdscheme.gradient_workers.metrics import Timer
 from tdscheme.gradient_workers.nonfinite import NonFiniteGradients
 from tdscheme.gradient_workers.pool import DIED, GradientWorkerPool
@@ -114,6 +116,7 @@ class GradientCoordinator:
             seed=config.seed,
             max_restarts=config.max_restarts,
         )
+        self.env_configs = GradientEnvConfigs(self.pool, timeout_s=config.timeout_s)
         try:
             workers = range(len(specs))
             options = [config.remote_options() for _ in workers]
@@ -197,8 +200,9 @@ class GradientCoordinator:
 
     def _restart(self, worker_id: int, reason: str) -> None:
         self.pool.restart(
-            worker_id, reason, weights_ref=self._weights_ref(), version=self.learner.version
-        )
+            worker_id, reason, weights_ref=self._weights_ref(), version=self.learner.version,
+            **self.env_configs.start_kwargs(worker_id),
+        )  # fmt: skip
         self.totals["restarts"] += 1
         self._starting.add(worker_id)
 
@@ -285,6 +289,10 @@ class GradientCoordinator:
         self.pool.call_all("set_seed", seeds, timeout_s=self.config.timeout_s)
         return seed
 
+    @documented_by(GradientEnvConfigs.push)
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        return self.env_configs.push(config, **kwargs)
+
     # -- state --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -295,9 +303,12 @@ class GradientCoordinator:
         """The learner's state and the totals: everything to resume (a superset of the Learner's).
 
         Returns:
-            ``{"mode", "learner", "totals"}``, plain values and CPU tensors.
+            ``{"mode", "learner", "totals", "env_config"}``, plain values and CPU tensors.
         """
-        return {"mode": self.mode, "learner": self._learner_state(), "totals": dict(self.totals)}
+        return {
+            "mode": self.mode, "learner": self._learner_state(), "totals": dict(self.totals),
+            "env_config": self.env_configs.state_dict(),
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` into the driver's Learner and every worker.
@@ -319,6 +330,7 @@ class GradientCoordinator:
         self.totals.update({key: int(value) for key, value in state["totals"].items()})
         self._weights = None
         self._after_load()
+        self.env_configs.load_state_dict(state.get("env_config"))  # older states hold none
 
     def _learner_state(self) -> dict[str, Any]:
         return self.learner.state_dict()

@@ -53,14 +53,14 @@ class GradientWorkerPool(ActorPool):
             self.start(worker_id, weights=weights_ref, version=version)
 
     def restart(  # type: ignore[override]
-        self, worker_id: int, reason: str, *, weights_ref: Any, version: int
+        self, worker_id: int, reason: str, *, weights_ref: Any, version: int, **start_kwargs: Any
     ) -> None:
-        """Replaces a dead worker with a fresh one holding the given weights.
+        """Replaces a dead worker with a fresh one holding the given weights (and env config).
 
         Raises:
             GradientWorkerError: the worker has used up ``max_restarts``.
         """
-        super().restart(worker_id, reason, weights=weights_ref, version=version)
+        super().restart(worker_id, reason, weights=weights_ref, version=version, **start_kwargs)
 
     def put(self, value: Any) -> Any:
         """Puts ``value`` in the object store once; returns its ref."""

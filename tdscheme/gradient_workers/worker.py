@@ -20,6 +20,7 @@ from tdscheme.gradient_workers import allreduce
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.log_levels import configure_worker_logging
+from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = ["GradientResult", "GradientWorker"]
@@ -79,14 +80,15 @@ class GradientWorker:
             first (:func:`~tdscheme.log_levels.configure_worker_logging`); the
             gradient worker pool passes its driver's level. ``None`` (in-process
             use) leaves logging alone.
+        env_config: the env config its envs run from the start (a rebuilt worker's).
 
     Example:
-        >>> from functools import partial
-        >>> from tdscheme.envs import make_env
+        >>> import functools
         >>> from tdscheme.presets import get_preset
-        >>> preset = get_preset("ppo-cartpole")
-        >>> spec = GradientWorkerSpec(partial(make_env, "CartPole-v1"), preset.policy_factory(),
-        ...                           preset.learner_factory(), frames_per_batch=50)
+        >>> from tdscheme.envs import make_env
+        >>> cartpole, ppo = functools.partial(make_env, "CartPole-v1"), get_preset("ppo-cartpole")
+        >>> spec = GradientWorkerSpec(cartpole, ppo.policy_factory(), ppo.learner_factory(),
+        ...                           frames_per_batch=50)
         >>> worker = GradientWorker(0, spec, seed=0)
         >>> result = worker.compute_gradients()
         >>> result.frames, result.version, sorted(result.timings_ms)
@@ -105,6 +107,7 @@ class GradientWorker:
         weights: TensorDictBase | Payload | None = None,
         version: int = 0,
         log_level: int | None = None,
+        env_config: EnvConfigPush | None = None,
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
@@ -128,6 +131,7 @@ class GradientWorker:
             seed=seed,
             collector_kwargs=spec.collector_kwargs,
             collector_class=spec.collector_class,
+            env_config=env_config,
         )
         self._last_batch: TensorDictBase | None = None
         self._rank: int | None = None
@@ -211,6 +215,11 @@ class GradientWorker:
         self.learner.load_weights(weights)
         self.learner.version = int(version)
         return int(version)
+
+    @ray.method(concurrency_group="control")
+    def set_env_config(self, push: EnvConfigPush) -> int:
+        """Receives an env config while it computes (:meth:`LocalCollection.set_env_config`)."""
+        return self._collection.set_env_config(push)
 
     def weights(self) -> Payload:
         """This worker's loss-module weights, encoded."""

@@ -7,7 +7,7 @@ Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
     ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'appo-pong', 'dqn-cartpole',
      'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum',
-     'ppo-pong', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
+     'ppo-pendulum-curriculum', 'ppo-pong', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
+from tdscheme.presets.curriculum import ppo_pendulum_curriculum
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
 from tdscheme.presets.impala import appo_cartpole, impala_cartpole
 from tdscheme.presets.offpolicy import (
@@ -51,6 +52,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "ppo-cartpole": ppo_cartpole,
     "a2c-cartpole": a2c_cartpole,
     "ppo-pendulum": ppo_pendulum,
+    "ppo-pendulum-curriculum": ppo_pendulum_curriculum,
     "a3c-cartpole": a3c_cartpole,
     "ppo-cartpole-dd": ppo_cartpole_dd,
     "dqn-cartpole": dqn_cartpole,

@@ -37,6 +37,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.value import GAE, VTrace
 
 from tdscheme.envs import is_atari_id, make_atari_env, make_env
+from tdscheme.envs.env_config import make_configurable_env
 from tdscheme.learner import Learner, LearnerConfig
 from tdscheme.learner.vtrace import vtrace_estimator
 from tdscheme.presets.pixel_networks import pixel_actor_critic
@@ -60,7 +61,12 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 
 def train_env(
-    env_id: str, *, num_envs: int = 1, reward_scale: float = 1.0, backend: str = "gymnasium"
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    reward_scale: float = 1.0,
+    backend: str = "gymnasium",
+    configurable: bool = False,
 ) -> EnvBase:
     """A training env: ``num_envs`` batched copies that record episode return and length.
 
@@ -70,6 +76,8 @@ def train_env(
         reward_scale: multiplies the reward the learner sees; ``("next",
             "episode_reward")`` sums the unscaled rewards.
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
+        configurable: each gymnasium copy takes env configs that set its attributes
+            (:func:`~tdscheme.envs.env_config.make_configurable_env`; gymnasium only).
 
     Returns:
         A torchrl env with ``RewardSum`` and ``StepCounter`` transforms; an Atari id
@@ -86,7 +94,10 @@ def train_env(
                 context=f"env_id={env_id!r}",
             )  # fmt: skip
         return make_atari_env(env_id, num_envs=num_envs, backend=backend)
-    env = make_env(env_id, num_envs=num_envs, backend=backend)
+    if configurable:
+        env = make_configurable_env(env_id, num_envs=num_envs)
+    else:
+        env = make_env(env_id, num_envs=num_envs, backend=backend)
     transforms = [*_float32(env), RewardSum(), StepCounter()]
     if reward_scale != 1.0:
         transforms.append(RewardScaling(loc=0.0, scale=reward_scale))

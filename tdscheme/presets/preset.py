@@ -46,6 +46,10 @@ class Preset:
         algo: env, network and loss hyperparameters.
         scheme: collectors and weight pushes.
         trainer: frames, evaluation, logging and checkpoints.
+        curriculum: a module-level function building the Trainer's curriculum
+            (:mod:`tdscheme.engine.curriculum`); with one, each training env copy takes env
+            configs (:func:`~tdscheme.envs.env_config.make_configurable_env`) and the
+            evaluation env stays as built (the hardest setting). ``None``: none.
 
     Example:
         >>> from tdscheme.presets import PRESETS
@@ -61,6 +65,7 @@ class Preset:
     algo: ActorCriticConfig
     scheme: SchemeConfig
     trainer: TrainerConfig
+    curriculum: Callable[[], Any] | None = None
 
     # -- factories ---------------------------------------------------------------------
 
@@ -71,7 +76,7 @@ class Preset:
         a = self.algo
         return partial(
             train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale,
-            backend=a.env_backend,
+            backend=a.env_backend, configurable=self.curriculum is not None,
         )  # fmt: skip
 
     def eval_env_factory(self) -> Callable[[], Any]:
@@ -125,6 +130,7 @@ class Preset:
         return Trainer(
             self.build_scheme, config=self.trainer, run_config=self.to_dict(),
             video_env_factory=self.video_env_factory(),
+            curriculum=None if self.curriculum is None else self.curriculum(),
         )  # fmt: skip
 
     # -- configuration -------------------------------------------------------------------
@@ -175,6 +181,31 @@ class Preset:
         fields = {f.name for f in dataclasses.fields(self)} - set(_SECTIONS)
         own = {k: changes.pop(k) for k in list(changes) if k in fields}
         return dataclasses.replace(self.override(changes), name=name, **own)
+
+    def missing_packages(self) -> list[tuple[str, ImportError]]:
+        """The optional packages this run needs that are not installed, each with its setting.
+
+        Checked without importing them (nor torch): the env's backend or id
+        (``envpool``, ``atari``, ``mujoco``), the logger (``loggers``,
+        ``tensorboard``) and videos (``video``, and the video env's renderer).
+
+        Returns:
+            ``(setting name, ImportError naming the extra)`` pairs, in that order; empty
+            when everything is installed.
+        """
+        from tdscheme.engine.extras import missing_logger_package, missing_video_packages
+        from tdscheme.envs.ids import missing_env_packages
+
+        a, t = self.algo, self.trainer
+        env_setting = "env_backend" if a.env_backend == "envpool" else "env_id"
+        found = [
+            (env_setting, missing_env_packages(a.env_id, backend=a.env_backend)),
+            ("logger", missing_logger_package(t.logger)),
+        ]
+        if t.video:  # the video env is gymnasium's, rendering (see video_env_factory)
+            found.append(("video", missing_video_packages()))
+            found.append(("video", missing_env_packages(a.env_id, render=True)))
+        return [(name, err) for name, err in found if err is not None]
 
     def setting_owners(self) -> dict[str, str]:
         """Every setting name and the section (``algo``, ``scheme``, ``trainer``) it belongs to."""

@@ -4,7 +4,8 @@
   left out), in torchrl's layout.
 * :mod:`~tdscheme.replay.ray_held`: torchrl's Ray-held buffers, built quiet
   (:func:`~tdscheme.replay.ray_held.ray_buffer_kwargs`), written by workers through
-  tdscheme's codec, called with a time bound, a dead actor named.
+  tdscheme's codec with a time bound, a dead actor named.
+* :mod:`~tdscheme.replay.bounded`: the driver's calls on such a buffer, each bounded.
 
 Used by the collector workers (writes), the driver (a dead worker's last write) and the
 off-policy training loop (samples); none of them imports another for it.
@@ -19,12 +20,13 @@ from tdscheme.facades import lazy_exports
 __all__ = ["BoundedRayBuffer", "is_ray_replay_buffer", "ray_buffer_kwargs"]
 
 if typing.TYPE_CHECKING:
-    from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer, ray_buffer_kwargs
+    from tdscheme.replay.bounded import BoundedRayBuffer
+    from tdscheme.replay.ray_held import is_ray_replay_buffer, ray_buffer_kwargs
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "BoundedRayBuffer": "tdscheme.replay.ray_held",
+        "BoundedRayBuffer": "tdscheme.replay.bounded",
         "is_ray_replay_buffer": "tdscheme.replay.ray_held",
         "ray_buffer_kwargs": "tdscheme.replay.ray_held",
     },

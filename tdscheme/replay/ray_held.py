@@ -20,13 +20,13 @@ around it, all on torchrl's own buffer:
   the write and a record of it (the reply the worker was about to send) land together,
   and the driver asks for the record of a worker that died (:func:`last_write`): a
   batch in the buffer is counted as written, never as lost, and never asked again.
-  torchrl's ``"distributed"`` transport writes through its own client, without the
-  record: there a death in that window counts the written batch as lost.
-* **Bounded calls** (:class:`BoundedRayBuffer`): torchrl's client waits on its actor
-  with a bare ``ray.get``; the off-policy Scheme samples, counts, writes priorities and
-  checkpoints through this wrapper instead, each call bounded by ``timeout_s`` and the
-  next sample asked for ahead (``prefetch=1``; not for a prioritized buffer, whose
-  sample drawn ahead would miss the priorities the current update writes).
+  A buffer of torchrl's ``"distributed"`` transport is written the same way (its own
+  client fixes the shape of a write at its first); either way the storage's layout
+  (``ndim``) is read from the buffer's actor, not assumed.
+* **Bounded calls**: torchrl's client waits on its actor with a bare ``ray.get``; a
+  worker's writes and its look at the storage are bounded here, the driver's calls
+  (samples, counts, priorities, checkpoints) by
+  :class:`~tdscheme.replay.bounded.BoundedRayBuffer`.
 * **A dead actor named**: a call that finds the actor dead is a
   :class:`~tdscheme.errors.ReplayBufferDied` naming the replay buffer (its frames went
   with it: it is not rebuilt empty behind the learner's back); a worker that meets it
@@ -44,6 +44,8 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -56,8 +58,8 @@ from tdscheme.log_levels import driver_log_level
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = [
-    "BoundedRayBuffer",
     "BufferWriter",
+    "bounded_in_thread",
     "OneLineReprReplayBuffer",
     "buffer_died",
     "is_ray_replay_buffer",
@@ -156,8 +158,10 @@ class BufferWriter:
     for that transport the batch is encoded here and decoded inside the buffer's
     actor, where the buffer's own ``extend`` writes it (Ray's ``__ray_call__`` runs a
     function on the actor): torchrl's storage, sampler and writer do the rest, as
-    for any client write. Other transports (torchrl's ``"distributed"``) write
-    through the client itself.
+    for any client write. So do the writes into a buffer of torchrl's
+    ``"distributed"`` transport: its own client binds a schema to the shape of its
+    first write, and a worker's last write, cut to the frame budget, is shorter (the
+    driver still samples through that transport).
 
     Args:
         client: a client of the buffer (``RayReplayBuffer.client()``).
@@ -172,16 +176,30 @@ class BufferWriter:
         self._storage_ndim: int | None = None
 
     def storage_ndim(self) -> int:
-        """The ``ndim`` of the buffer's storage (asked of its actor once; 1 if it cannot tell)."""
+        """The ``ndim`` of the buffer's storage, asked of its actor once (either transport).
+
+        Raises:
+            ReplayBufferDied: the buffer's actor is dead.
+            TimeoutError: it did not answer within ``timeout_s``.
+            TypeError: the client is neither of torchrl's (no actor to ask).
+        """
         if self._storage_ndim is None:
-            self._storage_ndim = 1
-            if self._actor is not None:
-                try:
-                    self._storage_ndim = ray.get(
-                        self._actor.__ray_call__.remote(_storage_ndim), timeout=self.timeout_s
-                    )
-                except RayActorError as err:
-                    raise buffer_died("a worker's look at the storage", err) from None
+            actor = _buffer_actor(self.client)
+            if actor is None:
+                raise TypeError(
+                    f"the replay buffer's client is a {type(self.client).__name__}; accepted: a "
+                    f"client of torchrl's RayReplayBuffer (transport 'ray' or 'distributed')"
+                )
+            try:
+                self._storage_ndim = ray.get(
+                    actor.__ray_call__.remote(_storage_ndim), timeout=self.timeout_s
+                )
+            except GetTimeoutError:
+                raise TimeoutError(
+                    f"the replay buffer's actor did not answer in {self.timeout_s:g} s"
+                ) from None
+            except RayActorError as err:
+                raise buffer_died("a worker's look at the storage", err) from None
         return self._storage_ndim
 
     def extend(self, td: TensorDictBase, record: Any = None) -> None:
@@ -190,10 +208,15 @@ class BufferWriter:
         Args:
             td: the frames.
             record: kept in the buffer's actor with the write, atomically, as the
-                last write of ``record.worker_id`` (see :func:`last_write`).
+                last write of ``record.worker_id`` (see :func:`last_write`); the
+                ``"ray"`` transport only.
+
+        Raises:
+            ReplayBufferDied: the buffer's actor is dead.
+            TimeoutError: the write did not finish within ``timeout_s``.
         """
-        if self._actor is None:
-            self.client.extend(td)
+        if self._actor is None:  # torchrl's client of a buffer on a GPU: its own extend
+            bounded_in_thread(lambda: self.client.extend(td), self.timeout_s, "a worker's write")
             return
         payload = self._codec.encode(td)
         try:
@@ -201,8 +224,39 @@ class BufferWriter:
                 self._actor.__ray_call__.remote(_extend_decoded, payload, record),
                 timeout=self.timeout_s,
             )
+        except GetTimeoutError:
+            raise TimeoutError(f"a write did not finish in {self.timeout_s:g} s") from None
         except RayActorError as err:
             raise buffer_died("a worker's write", err) from None
+
+
+def bounded_in_thread(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Runs ``call()`` in a helper thread and returns its value, waiting at most ``timeout_s``.
+
+    For a call that itself waits without a bound (torchrl's bare ``ray.get``): past the
+    bound the caller gets an error and the thread is left to its wait (it ends when the
+    call does: the actor answers, or dies and Ray says so).
+
+    Raises:
+        TimeoutError: ``call`` did not return within ``timeout_s`` (naming ``what``).
+        BaseException: whatever ``call`` raised.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - raised in the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=run, name=f"tdscheme-bounded-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not return within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) -> Any:
@@ -217,8 +271,8 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         ReplayBufferDied: the buffer's actor is dead.
         ray.exceptions.GetTimeoutError: it did not answer within ``timeout_s``.
     """
-    actor = _plain_ray_actor(buffer.client())
-    if actor is None:
+    actor = getattr(buffer, "_rb", None)  # torchrl's actor (a "distributed" client() waits)
+    if not isinstance(actor, ray.actor.ActorHandle):
         return None
     try:
         return ray.get(actor.__ray_call__.remote(_last_record, worker_id), timeout=timeout_s)
@@ -226,13 +280,29 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         raise buffer_died("the driver's look for a dead worker's last write", err) from None
 
 
+def _buffer_actor(client: Any) -> Any:
+    """The buffer actor behind a client of either of torchrl's transports, else ``None``."""
+    actor = getattr(client, "_actor", None)
+    return actor if isinstance(actor, ray.actor.ActorHandle) else None
+
+
 def _plain_ray_actor(client: Any) -> Any:
-    """The buffer actor behind a client of torchrl's ``"ray"`` transport, else ``None``."""
+    """The buffer actor a worker writes into through the codec, else ``None``.
+
+    A client of either of torchrl's transports: ``"ray"`` (unless the buffer is on a GPU:
+    then torchrl's client moves the frames itself) or ``"distributed"``, whose own
+    writes bind a schema to the first write's shape (a cut last write would not fit).
+    """
     try:
-        from torchrl.data.replay_buffers.ray_buffer import _RayReplayBufferClient
+        from torchrl.data.replay_buffers.ray_buffer import (
+            _LazyDistributedReplayClient,
+            _RayReplayBufferClient,
+        )
     except ImportError:  # another torchrl: write through the client
         return None
     if isinstance(client, _RayReplayBufferClient) and not client.has_gpu:
+        return client._actor
+    if isinstance(client, _LazyDistributedReplayClient):
         return client._actor
     return None
 
@@ -252,98 +322,3 @@ def _storage_ndim(buffer: Any) -> int:
 def _last_record(buffer: Any, worker_id: int) -> Any:
     """Runs inside the buffer's actor: the last record kept for ``worker_id``."""
     return buffer.__dict__.get(_RECORDS, {}).get(worker_id)
-
-
-class BoundedRayBuffer:
-    """A Ray-held torchrl buffer (``RayReplayBuffer``) whose calls each wait ``timeout_s`` at most.
-
-    Args:
-        buffer: the buffer (torchrl's ``RayReplayBuffer`` or a buffer with
-            ``service_backend="ray"``).
-        timeout_s: the longest any call may take.
-        prefetch: ``1``: each ``sample()`` (of the buffer's own batch size) also
-            asks for the next one; ``0``: no sample ahead.
-
-    Raises (from each call):
-        TimeoutError: the buffer's actor did not answer within ``timeout_s``.
-        ReplayBufferDied: the buffer's actor is dead.
-    """
-
-    def __init__(self, buffer: Any, timeout_s: float, *, prefetch: int = 0) -> None:
-        if prefetch not in (0, 1):
-            raise ValueError(f"prefetch={prefetch!r} is invalid; accepted: 0 or 1")
-        self.buffer = buffer
-        self.timeout_s = timeout_s
-        self.prefetch = prefetch
-        actor = getattr(buffer, "_rb", None)
-        self._actor = actor if getattr(buffer, "transport_kind", "ray") == "ray" else None
-        self._next_sample: Any = None  # the sample asked for ahead (an ObjectRef)
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._actor is None:
-            return getattr(self.buffer, method)(*args, **kwargs)
-        return self._get(self._submit(method, *args, **kwargs), method)
-
-    def _submit(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return getattr(self._actor, method).remote(*args, **kwargs)
-        except RayActorError as err:
-            raise buffer_died(f"the learner's {method}()", err) from None
-
-    def _get(self, ref: Any, method: str) -> Any:
-        try:
-            return ray.get(ref, timeout=self.timeout_s)
-        except GetTimeoutError:
-            raise TimeoutError(
-                f"the replay buffer's actor did not answer {method}() within "
-                f"{self.timeout_s:g} s (batch_timeout_s)"
-            ) from None
-        except RayActorError as err:
-            raise buffer_died(f"the learner's {method}()", err) from None
-
-    def sample(self, batch_size: int | None = None) -> Any:
-        """``buffer.sample(batch_size)``, bounded; the next one asked for ahead (``prefetch``)."""
-        if self._actor is None or not self.prefetch or batch_size is not None:
-            return self._call("sample", batch_size)
-        ref = self._next_sample if self._next_sample is not None else self._submit("sample")
-        self._next_sample = None
-        sample = self._get(ref, "sample")
-        self._next_sample = self._submit("sample")  # sampled while the learner uses this one
-        return sample
-
-    def __len__(self) -> int:
-        return self._call("__len__")
-
-    @property
-    def write_count(self) -> int:
-        """Frames (rows) written so far, bounded."""
-        if self._actor is None:  # another transport: the buffer's own
-            return self.buffer.write_count
-        return self._call("_getattr", "write_count")
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._call("__getitem__", index)
-
-    def extend(self, data: Any) -> Any:
-        """``buffer.extend(data)`` (moved to CPU, as torchrl's client does), bounded."""
-        return self._call("extend", data.to("cpu") if hasattr(data, "to") else data)
-
-    def update_tensordict_priority(self, data: Any) -> None:
-        """Writes a sample's priorities back, bounded."""
-        self._call("update_tensordict_priority", data)
-
-    def dumps(self, path: str) -> None:
-        """torchrl's ``dumps`` (a checkpoint of the buffer), bounded."""
-        self._call("dumps", path)
-
-    def loads(self, path: str) -> None:
-        """torchrl's ``loads``, bounded."""
-        self._call("loads", path)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("buffer", "timeout_s", "prefetch", "_actor", "_next_sample"):
-            raise AttributeError(name)
-        return getattr(self.buffer, name)
-
-    def __repr__(self) -> str:
-        return f"BoundedRayBuffer({type(self.buffer).__name__}, timeout_s={self.timeout_s:g})"

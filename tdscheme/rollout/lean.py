@@ -128,6 +128,8 @@ class LeanCollector(Collector):
         #: called with the env batch's size after each env step of the lean loop (torchrl's
         #: rollout steps through ``env.step_and_maybe_reset``, which a caller can wrap)
         self.step_hook: Callable[[int], None] | None = None
+        #: called before each env step of the lean loop (env configs: rollout/env_config.py)
+        self.before_step: Callable[[], None] | None = None
         self.lean_reason = self._why_not_lean()
         if self.lean_reason is not None:
             logger.debug("LeanCollector runs torchrl's rollout: %s", self.lean_reason)
@@ -240,8 +242,11 @@ class LeanCollector(Collector):
         step_falses = falses if set(_DONE_KEYS) & set(reads) else {}
         to_gym, read_obs = action_to_gym(env), self._observations.read
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
+        before = self.before_step
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         for t in range(self.frames_per_batch):
+            if before is not None:
+                before()
             inputs = {
                 **obs,
                 _TRAJ_IDS: traj_ids,

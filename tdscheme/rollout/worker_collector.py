@@ -14,7 +14,9 @@ step torchrl collectors in their own process; both build them here, so both get:
   which a driver reads without waiting for the batch (the collector workers' stall
   check, :mod:`tdscheme.collectors.driver.liveness`);
 * **torchrl's defaults for the class** (:func:`~tdscheme.rollout.torchrl_names.default_collector_kwargs`)
-  under the user's collector arguments.
+  under the user's collector arguments;
+* **env configs** (:class:`~tdscheme.rollout.env_config.EnvConfigRunner`): received,
+  applied at each copy's reset (or at once), and stamped on every frame.
 
 Runs in the worker's process (never the driver's): the env is built where it is stepped.
 
@@ -37,6 +39,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
 from tdscheme.rollout.input_checks import check_policy_keys, env_output_error
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import (
@@ -48,7 +51,13 @@ from tdscheme.rollout.torchrl_names import (
     trajectory_pool,
 )
 
-__all__ = ["WorkerCollector", "build_collector", "count_env_steps", "fast_path"]
+__all__ = [
+    "WorkerCollector",
+    "build_collector",
+    "call_before_steps",
+    "count_env_steps",
+    "fast_path",
+]
 
 
 def build_collector(
@@ -64,6 +73,7 @@ def build_collector(
     preemptible: bool = False,
     first_traj_id: int = 0,
     frames_done: int = 0,
+    on_env: Callable[[Any], None] | None = None,
 ) -> Any:
     """A torchrl collector, built in the worker's process (see the module).
 
@@ -84,6 +94,8 @@ def build_collector(
         frames_done: frames its earlier actors collected: it takes random actions
             only for what they left of ``init_random_frames``, and its checkpoints hold
             the whole count.
+        on_env: called with the env built here before the collector is built (``None``
+            when the collector builds its envs in other processes).
 
     Returns:
         The collector.
@@ -98,6 +110,8 @@ def build_collector(
     elif callable(env) and not isinstance(env, torch.nn.Module):
         env = env()
         check_policy_keys(env, policy)  # before torchrl runs the policy on it
+    if on_env is not None:
+        on_env(None if isinstance(env, list) else env)
     kwargs = default_collector_kwargs(collector_class)
     if worker_id is not None and takes_argument(collector_class, "worker_idx"):
         kwargs["worker_idx"] = worker_id  # as torchrl's RayCollector: a receiver's rank
@@ -169,20 +183,58 @@ def count_env_steps(collector: Any, on_steps: Callable[[int], None]) -> bool:
     return True
 
 
+def call_before_steps(collector: Any, before: Callable[[], None]) -> None:
+    """Calls ``before()`` before each env step of a torchrl collector.
+
+    Sets a :class:`~tdscheme.rollout.lean.LeanCollector`'s ``before_step`` (its lean loop)
+    and wraps the env's ``step_and_maybe_reset`` (torchrl's rollout); only one of them
+    runs in a given collector.
+    """
+    if hasattr(collector, "before_step"):
+        collector.before_step = before
+    env = getattr(collector, "env", None)
+    step = getattr(env, "step_and_maybe_reset", None)
+    if step is None:
+        return
+
+    @functools.wraps(step)
+    def stepped(*args: Any, **kwargs: Any) -> Any:
+        before()
+        return step(*args, **kwargs)
+
+    object.__setattr__(env, "step_and_maybe_reset", stepped)
+
+
 class WorkerCollector:
     """One torchrl collector stepped in a worker process: built, checked, counted, named.
 
     Args:
         create_env_fn, policy, **build_args: :func:`build_collector`'s arguments.
+        env_config: the env config every copy runs from the start (a rebuilt or restored
+            worker's); ``None``: the env as built.
 
     Attributes:
         collector: the torchrl collector.
+        env_config: its env configs (:class:`~tdscheme.rollout.env_config.EnvConfigRunner`).
         frames_seen: frames yielded over the worker's life (the step numbers in messages).
     """
 
-    def __init__(self, create_env_fn: Any, policy: Any, **build_args: Any) -> None:
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any,
+        *,
+        env_config: EnvConfigPush | None = None,
+        **build_args: Any,
+    ) -> None:
         self.worker_id = build_args.get("worker_id") or 0
-        self.collector = build_collector(create_env_fn, policy, **build_args)
+
+        def runner(env: Any) -> None:  # before torchrl's first reset: it runs the config
+            self.env_config = EnvConfigRunner(env, worker_id=self.worker_id)
+            self.env_config.start(env_config)
+
+        self.collector = build_collector(create_env_fn, policy, on_env=runner, **build_args)
+        call_before_steps(self.collector, self.env_config.before_step)
         self.env_steps = 0  # progress, read by a driver while the worker collects
         self.frames_seen = 0
         self._steps_counted = count_env_steps(self.collector, self._add_steps)
@@ -218,6 +270,7 @@ class WorkerCollector:
             if named is None:
                 raise
             raise named from err
+        self.env_config.stamp(td)
         frames = td.numel()
         self.frames_seen += frames
         if not self._steps_counted:
@@ -234,6 +287,7 @@ class WorkerCollector:
             The seed torchrl chains to next.
         """
         torch.manual_seed(seed)
+        self.env_config.seed(seed)  # before the seeded resets draw levels
         next_seed = self.collector.set_seed(seed, static_seed)
         _writable_carrier(self.collector)
         self.collector.reset()  # the first frames come from a seeded reset too

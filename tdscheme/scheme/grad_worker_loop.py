@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tdscheme.episodes import FinishedEpisodes
 from tdscheme.gradient_workers import GradientCoordinator, build_gradient_coordinator
 from tdscheme.learner import Learner
 from tdscheme.scheme.config import SchemeConfig
@@ -117,6 +118,7 @@ class GradWorkerLoop(NoReplayBuffer):
     state_key = "grad_workers"
     collector: None = None
     coordinator: GradientCoordinator
+    episodes: FinishedEpisodes | None = None  # the last step's (mean returns: see step)
 
     def __init__(
         self,
@@ -138,10 +140,25 @@ class GradWorkerLoop(NoReplayBuffer):
         )
 
     def step(self) -> tuple[int, dict[str, float]]:
-        """One coordinator step: ``(frames trained on, metrics)`` (see :func:`scheme_metrics`)."""
+        """One coordinator step: ``(frames trained on, metrics)`` (see :func:`scheme_metrics`).
+
+        The workers report the mean return of the episodes that ended and their count,
+        not each one: :attr:`episodes` holds that mean once per episode, with no tasks.
+        """
         step = self.coordinator.step()
         metrics = scheme_metrics(step, mode=self.coordinator.mode, learner=self.learner)
+        count = int(step.get("episodes", 0))
+        mean = step.get("episode_return_mean")
+        self.episodes = FinishedEpisodes([float(mean)] * count, None) if count and mean else None
         return int(step["frames"]), metrics
+
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        """``GradientCoordinator.set_env_config``: to every gradient worker's collectors."""
+        return self.coordinator.set_env_config(config, **kwargs)
+
+    def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        """The version each worker runs: a push to gradient workers waits for their acks."""
+        return self.coordinator.env_configs.acked_versions()
 
     def push_weights(self) -> None:
         """Nothing to push: the coordinator sends weights with every request."""

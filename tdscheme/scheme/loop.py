@@ -34,9 +34,10 @@ from tdscheme.validation import check_int
 
 if TYPE_CHECKING:
     from tdscheme.collectors import RayCollector
+    from tdscheme.episodes import FinishedEpisodes
     from tdscheme.gradient_workers import GradientCoordinator
 
-__all__ = ["TrainingLoop", "NoReplayBuffer", "PushInterval"]
+__all__ = ["TrainingLoop", "CollectorEnvConfigs", "NoReplayBuffer", "PushInterval"]
 
 
 class TrainingLoop(Protocol):
@@ -56,6 +57,8 @@ class TrainingLoop(Protocol):
             0 for the others).
         frame_limit: the Scheme's ``total_frames`` (``None``: none), set by
             ``Scheme.set_total_frames``: no step counts frames past it.
+        episodes: the episodes that ended in the last step, with the env-config tasks and
+            versions they ran where the frames carry them (``None``: none recorded).
     """
 
     state_key: str
@@ -64,9 +67,19 @@ class TrainingLoop(Protocol):
     replay_buffer: Any
     frames_pending: int
     frame_limit: int | None
+    episodes: FinishedEpisodes | None
 
     def step(self) -> tuple[int, dict[str, float]]:
         """One iteration: ``(frames trained on, metrics)``."""
+        ...
+
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        """Pushes an env config to whoever collects (``RayCollector.set_env_config``'s
+        arguments); returns its version."""
+        ...
+
+    def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        """Blocks until every worker acknowledged ``version``; returns each one's."""
         ...
 
     def push_weights(self) -> None:
@@ -146,6 +159,20 @@ class NoReplayBuffer:
             RuntimeError: always.
         """
         raise _no_buffer("load_replay_buffer")
+
+
+class CollectorEnvConfigs:
+    """The env-config part of :class:`TrainingLoop` for a loop whose workers are a RayCollector's."""
+
+    collector: RayCollector
+
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        """``RayCollector.set_env_config``: to the collector workers; returns the version."""
+        return self.collector.set_env_config(config, **kwargs)
+
+    def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        """``RayCollector.wait_for_env_config``."""
+        return self.collector.wait_for_env_config(version, timeout_s)
 
 
 def _no_buffer(what: str) -> RuntimeError:

@@ -10,13 +10,14 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from tdscheme.episodes import finished_episodes
+from tdscheme.episodes import FinishedEpisodes, finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY
 
 __all__ = [
     "LAG_HISTOGRAM_PREFIX",
     "episode_metrics",
     "episode_return_metrics",
+    "finished_metrics",
     "lag_distribution",
     "lag_metrics",
     "numeric_stats",
@@ -43,6 +44,11 @@ def episode_return_metrics(returns: list[float], lengths: list[float] | None = N
     return out
 
 
+def finished_metrics(episodes: FinishedEpisodes | None) -> dict[str, float]:
+    """:func:`episode_return_metrics` of ``episodes`` (empty for ``None``: none recorded)."""
+    return {} if episodes is None else episode_return_metrics(episodes.returns, episodes.lengths)
+
+
 def episode_metrics(batch: TensorDictBase) -> dict[str, float]:
     """Mean return and length of the episodes that finished in ``batch``.
 
@@ -65,10 +71,7 @@ def episode_metrics(batch: TensorDictBase) -> dict[str, float]:
         >>> episode_metrics(batch)
         {'train/episodes': 2.0, 'train/episode_return': 3.0, 'train/episode_length': 4.0}
     """
-    episodes = finished_episodes(batch)
-    if episodes is None:
-        return {}
-    return episode_return_metrics(episodes.returns, episodes.lengths)
+    return finished_metrics(finished_episodes(batch))
 
 
 def lag_metrics(batch: TensorDictBase, newest_version: int) -> dict[str, float]:

@@ -36,15 +36,17 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
+from tdscheme.episodes import FinishedEpisodes, finished_episodes
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.learner.snapshots import cpu_module
+from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.frames import without_nonfinite
-from tdscheme.replay.ray_held import BoundedRayBuffer, is_ray_replay_buffer
+from tdscheme.replay.ray_held import is_ray_replay_buffer
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.loop import PushInterval
-from tdscheme.scheme.metrics import episode_metrics, episode_return_metrics, numeric_stats
+from tdscheme.scheme.loop import CollectorEnvConfigs, PushInterval
+from tdscheme.scheme.metrics import finished_metrics, numeric_stats
 
 __all__ = ["OffPolicyLoop", "check_buffer"]
 
@@ -82,7 +84,7 @@ def check_buffer(buffer: Any, location: str) -> None:
         )
 
 
-class OffPolicyLoop:
+class OffPolicyLoop(CollectorEnvConfigs):
     """Collect into a replay buffer -> sample -> learn -> push, at ``utd_ratio``.
 
     A :class:`~tdscheme.scheme.loop.TrainingLoop` without a coordinator.
@@ -105,6 +107,7 @@ class OffPolicyLoop:
     state_key = "replay"
     collector: RayCollector
     coordinator: None = None
+    episodes: FinishedEpisodes | None = None  # those that ended in the last step
     replay_buffer: Any
     frame_limit: int | None
 
@@ -196,11 +199,12 @@ class OffPolicyLoop:
         metrics: dict[str, float] = {}
         if self.ray_held:
             frames = self._await_writes()
-            metrics.update(episode_return_metrics(*self.collector.written_episodes()))
+            self.episodes = self.collector.written_episodes()
         else:
             batch = self._next_batch()
             frames = self._extend(batch)
-            metrics.update(episode_metrics(batch))
+            self.episodes = finished_episodes(batch)
+        metrics.update(finished_metrics(self.episodes))
         collected = time.perf_counter()
         self.learner.anneal_exploration_(frames)
         learning_frames = self._learning_frames(frames)
@@ -359,7 +363,7 @@ class OffPolicyLoop:
     def _release(self) -> None:
         if self.ray_held:  # the buffer's actor goes with the run (a local one stays readable)
             buffer, self.replay_buffer = self.replay_buffer, None
-            if buffer is not None and is_ray_replay_buffer(buffer):
+            if buffer is not None:  # a BoundedRayBuffer: its shutdown is bounded
                 buffer.shutdown()
         if self._lease is not None:
             self._lease.release()

@@ -15,16 +15,17 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
+from tdscheme.episodes import FinishedEpisodes, finished_episodes
 from tdscheme.learner import Learner
 from tdscheme.learner.snapshots import cpu_module
 from tdscheme.scheme.config import SchemeConfig
-from tdscheme.scheme.loop import NoReplayBuffer, PushInterval
-from tdscheme.scheme.metrics import episode_metrics, lag_metrics, numeric_stats
+from tdscheme.scheme.loop import CollectorEnvConfigs, NoReplayBuffer, PushInterval
+from tdscheme.scheme.metrics import finished_metrics, lag_metrics, numeric_stats
 
 __all__ = ["OnPolicyLoop"]
 
 
-class OnPolicyLoop(NoReplayBuffer):
+class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
     """Collect -> learn -> push with a driver-side RayCollector.
 
     A :class:`~tdscheme.scheme.loop.TrainingLoop` without a coordinator or a replay buffer.
@@ -39,6 +40,7 @@ class OnPolicyLoop(NoReplayBuffer):
     state_key = "collector"
     collector: RayCollector
     coordinator: None = None
+    episodes: FinishedEpisodes | None = None  # those that ended in the last step
 
     def __init__(
         self, config: SchemeConfig, *, env_factory: Callable[[], Any], learner: Learner
@@ -70,7 +72,8 @@ class OnPolicyLoop(NoReplayBuffer):
         if pushed:
             self.push_weights()
         metrics = {"time/wait_s": got_batch - start, "time/learn_s": learned - got_batch}
-        metrics.update(episode_metrics(batch))
+        self.episodes = finished_episodes(batch)
+        metrics.update(finished_metrics(self.episodes))
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         # The push that followed this update does not count: the batch was used before it.
         metrics.update(self._lag_metrics(batch, self.collector.policy_version - int(pushed)))

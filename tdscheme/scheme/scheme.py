@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from tdscheme.collectors import RayCollector
+from tdscheme.episodes import FinishedEpisodes
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.factories import (
@@ -229,6 +230,26 @@ class Scheme:
         }
         metrics.update(loop_metrics)
         return metrics
+
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+        """Pushes an env config to whoever collects: the collector workers, or every
+        gradient worker's collectors (``RayCollector.set_env_config``'s arguments:
+        ``worker_ids``, ``apply="reset"`` or ``"now"``, ``apply_env_config``).
+
+        Returns:
+            The config's version; frames carry it in ``("collector", "env_config_version")``.
+        """
+        return self.loop.set_env_config(config, **kwargs)
+
+    def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        """Blocks until every worker acknowledged ``version`` (``None``: the newest); returns theirs."""
+        return self.loop.wait_for_env_config(version, timeout_s)
+
+    @property
+    def last_episodes(self) -> FinishedEpisodes | None:
+        """The episodes that ended in the last step: returns, and the env-config tasks and
+        versions they ran (``None``: none recorded; gradient workers: their mean return)."""
+        return self.loop.episodes
 
     def set_total_frames(self, total_frames: int) -> None:
         """Trains on at most ``total_frames`` frames in all (those resumed from included).

@@ -256,9 +256,9 @@ def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkey
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--logger", "mlflow"])
     assert exit_info.value.code == 2
-    assert "argument --logger: backend='mlflow' needs the mlflow package" in (
-        capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "argument --logger: backend='mlflow' needs mlflow, which is not installed" in err
+    assert "pip install 'tdscheme[loggers]'" in err
 
 
 @pytest.mark.skipif(

@@ -13,6 +13,8 @@ import sys
 import tempfile
 import textwrap
 
+import pytest
+
 JOIN_CLUSTER = textwrap.dedent(
     """
     import functools, json
@@ -52,8 +54,10 @@ WAIT_FOR_A_NODE = textwrap.dedent(
     from tdscheme.testing import make_env, mlp_policy
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # 5 ms a step: the run outlasts the node's death being noticed and its worker's rebuild
     kwargs = dict(
-        create_env_fn=functools.partial(make_env, "CartPole-v1"), policy=mlp_policy(4, 2),
+        create_env_fn=functools.partial(make_env, "CartPole-v1", sleep_s=0.005),
+        policy=mlp_policy(4, 2),
         frames_per_batch=100, total_frames=400, num_collectors=2, remote_configs={"num_cpus": 1},
         ray_init_config={"address": cluster.address},
     )
@@ -92,6 +96,92 @@ WAIT_FOR_A_NODE = textwrap.dedent(
     """
 )
 
+NODE_REMOVED = textwrap.dedent(
+    """
+    import functools, json, time
+    import ray
+    from ray.cluster_utils import Cluster
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+    from tdscheme import RayCollector
+    from tdscheme.replay.ray_held import ray_buffer_options
+    from tdscheme.testing import make_env, mlp_policy
+
+    # a node is declared dead ~3 s after its raylet stops answering (Ray's default: ~30 s)
+    fast = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+            "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "resources": {"head": 1},
+        "_system_config": fast})
+    others = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    # the driver stays connected: torchrl's buffer joins this Ray, not the newest on the machine
+    ray.init(address=cluster.address)
+    # 5 ms a step: the run outlasts the node's death being noticed and its worker's rebuild
+    kwargs = dict(
+        create_env_fn=functools.partial(make_env, "CartPole-v1", sleep_s=0.005),
+        policy=mlp_policy(4, 2),
+        frames_per_batch=100, num_collectors=2, remote_configs={"num_cpus": 1},
+        ray_init_config={"address": cluster.address}, max_restarts=3,
+    )
+
+    def remove_a_workers_node(collector):
+        # a node other than the head (which holds the driver's Ray and the buffer) with a worker
+        nodes = collector.worker_nodes()
+        victim = next(n for n in others if n.node_id in nodes)
+        others.remove(victim)
+        cluster.remove_node(victim, allow_graceful=False)  # its processes killed, not drained
+        return victim.node_id, nodes
+
+    out = {}
+    try:
+        # 1. iteration (first-ready): the node goes while batches stream in
+        collector = RayCollector(**kwargs, total_frames=3000)
+        frames, removed, after = 0, None, None
+        for batch in collector:
+            frames += batch.numel()
+            if removed is None and frames >= 300:
+                removed, before = remove_a_workers_node(collector)
+            elif removed is not None and frames < 3000 and collector.counters()["restarts"]:
+                after = collector.worker_nodes()  # rebuilt (the last batch ends the collector)
+        stats = collector.stats(timeout=30)
+        out["iteration"] = {"frames": frames, "removed": removed, "before": before,
+                            "after": after, "restarts": stats["restarts"],
+                            "ledger": stats["ledger"]}
+        collector.shutdown()
+
+        # 2. background writes into a Ray-held buffer (its actor on the head node)
+        others.append(cluster.add_node(num_cpus=1))
+        cluster.wait_for_nodes()
+        options = {**ray_buffer_options(), "resources": {"head": 0.01}}
+        buffer = RayReplayBuffer(storage=functools.partial(LazyTensorStorage, 10_000),
+                                 batch_size=32, remote_config=options)
+        collector = RayCollector(**kwargs, total_frames=2000, replay_buffer=buffer)
+        collector.start()
+        deadline = time.monotonic() + 120
+        while buffer.write_count < 400:
+            assert time.monotonic() < deadline, "no writes"
+            time.sleep(0.05)
+        removed, before = remove_a_workers_node(collector)
+        deadline = time.monotonic() + 180
+        while collector.is_running:
+            assert time.monotonic() < deadline, "background collection did not end"
+            time.sleep(0.1)
+        stats = collector.stats(timeout=30)
+        out["background"] = {"frames": stats["frames"], "written": buffer.write_count,
+                             "removed": removed, "before": before,
+                             "after": collector.worker_nodes(), "restarts": stats["restarts"],
+                             "ledger": stats["ledger"]}
+        collector.shutdown()
+        buffer.shutdown()
+        print(json.dumps(out))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    """
+)
+
 START_LOCAL = textwrap.dedent(
     """
     import functools, json
@@ -109,7 +199,7 @@ START_LOCAL = textwrap.dedent(
 )
 
 
-def run(script: str) -> dict:
+def run(script: str, timeout_s: float = 240) -> dict:
     # Ray's rule joins a `ray start` cluster recorded in Ray's temp directory, or the one
     # RAY_ADDRESS names: a temp directory of its own keeps this program from another's.
     temp_dir = tempfile.mkdtemp(prefix="tdc", dir="/tmp")  # short: Ray puts sockets in it
@@ -117,13 +207,14 @@ def run(script: str) -> dict:
     env["RAY_TMPDIR"] = temp_dir
     try:
         out = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout_s,
             check=False, env=env,
         )  # fmt: skip
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # a removed node's raylet may print after the result: the last JSON line is the result
+    return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def test_joins_a_two_node_cluster_and_spreads_workers():
@@ -144,3 +235,25 @@ def test_placement_wait_starts_once_a_node_is_added():
 
 def test_starts_a_local_ray_only_when_none_runs_and_stops_it():
     assert run(START_LOCAL) == {"started": True, "frames": 100, "after": False}
+
+
+def balanced(ledger: dict) -> bool:
+    """Balanced, and every frame collected is in one column (yielded or written, lost, ...)."""
+    parts = ("yielded", "dropped", "preempted", "lost", "discarded")
+    return ledger["balanced"] and ledger["collected"] == sum(ledger[p] for p in parts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_collectors_node_removed_mid_run_is_survived():
+    """A three-node cluster loses a node that runs a collector (its processes killed), in
+    first-ready iteration and in background writes into a Ray-held buffer: the worker is
+    rebuilt on the node with room, the budget is reached exactly, the ledger balances."""
+    result = run(NODE_REMOVED, timeout_s=540)
+    for mode, total in (("iteration", 3000), ("background", 2000)):
+        r = result[mode]
+        assert r["removed"] in r["before"] and r["removed"] not in r["after"], (mode, r)
+        assert len(set(r["after"])) == 2 and r["restarts"] >= 1, (mode, r)
+        assert r["frames"] == total, (mode, r)
+        assert balanced(r["ledger"]), (mode, r["ledger"])
+    assert result["background"]["written"] == 2000

@@ -354,7 +354,8 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         next(it)
         collector.update_policy_weights_()
         state = collector.state_dict()
-        assert state[0]["tdscheme"]["driver"] == {"frames": 50, "batches": 1, "policy_version": 1}
+        driver = state[0]["tdscheme"]["driver"]
+        assert driver == {"frames": 50, "batches": 1, "policy_version": 1, "env_config_version": 0}
         collector.load_state_dict(state)  # the request in flight stays booked
         assert_books_agree(collector)
         assert collector._stats.ledger.in_flight == 50

@@ -21,6 +21,7 @@ from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.presets import get_preset
 from tdscheme.replay import ray_buffer_kwargs
+from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.ray_held import BufferWriter, last_write
 from tdscheme.testing import make_env, mlp_policy
 
@@ -150,7 +151,7 @@ def test_the_episodes_written_are_reported_once_each(buffer):
         collector.start()
         _wait_for(lambda: not collector.is_running)
         episodes = collector.written_episodes()
-        assert collector.written_episodes() == ([], None)  # each is reported once
+        assert collector.written_episodes().returns == []  # each is reported once
     data = buffer[:]
     done = data["next", "done"].squeeze(-1)
     assert len(episodes.returns) == int(done.sum()) > 10
@@ -256,15 +257,18 @@ def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
     assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == 144, stats["ledger"]
 
 
-def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean):
+@pytest.mark.parametrize("transport", ["ray", "distributed"])
+def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean, transport):
     """torchrl's ndim=2 storage keeps the env dim: the last write is cut to whole env steps.
 
     Before, the last write was cut to whole env rows ([1, 16] of a [4, 16] batch), which an
-    ndim=2 storage refuses, and background collection stopped on a WorkerError.
+    ndim=2 storage refuses, and background collection stopped on a WorkerError. The
+    storage's ndim is read from the buffer's actor with either of torchrl's transports
+    (the "distributed" one was once assumed to be 1).
     """
     rb = RayReplayBuffer(
         storage=functools.partial(LazyTensorStorage, 10_000, ndim=2), batch_size=32,
-        remote_config={"num_cpus": 0},
+        remote_config={"num_cpus": 0}, transport=transport,
     )  # fmt: skip
     batched = functools.partial(make_env, "CartPole-v1", num_envs=4)
     try:
@@ -279,7 +283,9 @@ def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean):
         assert written(rb) == 37  # an ndim=2 storage counts env steps: 16 + 16 + 5
         ledger = stats["ledger"]
         assert ledger["balanced"] and ledger["short"] == 2 and "env rows" in ledger["short_reason"]
-        assert rb[:].batch_size == torch.Size([4, 37])  # the env dim kept
+        bounded = BoundedRayBuffer(rb, timeout_s=30.0)  # either transport: through the actor
+        assert bounded[:].batch_size == torch.Size([4, 37])  # the env dim kept
+        assert bounded.sample().batch_size == torch.Size([32]) and len(bounded) == 148
     finally:
         rb.shutdown()
 

@@ -262,3 +262,85 @@ def test_a_trainer_run_logs_metrics_config_and_videos_to_wandb(ray_clean, tmp_pa
     assert evals == read_metrics(tmp_path)["eval/return"] and [s for s, _ in evals] == [512, 1024]
     assert [row["eval/step"] for row in history if "eval/video" in row] == [512, 1024]
     assert len([row for row in history if "learner/loss" in row]) == 2
+
+
+# -- resumed runs -------------------------------------------------------------------------
+
+
+def log_resumed(run_dir: Path, backend: str) -> None:
+    """A second session of :func:`log_a_short_run`'s run, from a checkpoint at step 512."""
+    with RunLogger(run_dir, backend=backend, resume_from_step=512) as run_log:
+        for step in (1024, 1536):
+            run_log.log_scalars({"eval/return": step / 10.0 + 1.0}, step=step)
+
+
+def saved_ids(run_dir: Path) -> dict:
+    return json.loads((run_dir / logger_backends.LOGGER_RUN_FILE).read_text())
+
+
+@needs_wandb
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, offline):
+    run_dir = tmp_path / "run"
+    log_a_short_run(run_dir, "wandb")
+    run_id = saved_ids(run_dir)["wandb"]["id"]
+    log_resumed(run_dir, "wandb")
+    assert saved_ids(run_dir) == {"wandb": {"id": run_id}}
+    sessions = sorted(run_dir.glob("wandb/offline-run-*"))
+    assert len(sessions) == 2 and all(s.name.endswith(f"-{run_id}") for s in sessions)
+    second = tmp_path / "second"  # the second session's files, read as wandb_records reads
+    (second / "wandb").mkdir(parents=True)
+    (second / "wandb" / sessions[1].name).symlink_to(sessions[1])
+    [run] = [r.run for r in wandb_records(second) if r.WhichOneof("record_type") == "run"]
+    assert run.run_id == run_id
+    history, _ = wandb_history_and_config(second)
+    assert [(r["eval/step"], r["eval/return"]) for r in history] == [(1024, 103.4), (1536, 154.6)]
+
+
+@needs_mlflow
+def test_a_resumed_run_continues_its_mlflow_run(tmp_path, offline):
+    run_dir = tmp_path / "run"
+    log_a_short_run(run_dir, "mlflow")
+    first = saved_ids(run_dir)["mlflow"]
+    log_resumed(run_dir, "mlflow")
+    client, run = mlflow_run(run_dir)  # one run in the store: the same one
+    assert run.info.run_id == first["run_id"] == saved_ids(run_dir)["mlflow"]["run_id"]
+    assert run.info.status == "FINISHED" and run.data.params["preset"] == "ppo-cartpole"
+    history = client.get_metric_history(run.info.run_id, "eval/return")
+    assert sorted((m.step, m.value) for m in history) == [
+        (512, 51.2), (1024, 102.4), (1024, 103.4), (1536, 154.6)
+    ]  # fmt: skip
+
+
+@needs_mlflow
+def test_a_run_id_of_another_mlflow_store_starts_a_new_run_with_a_warning(
+    tmp_path, offline, monkeypatch, caplog
+):
+    run_dir = tmp_path / "run"
+    log_a_short_run(run_dir, "mlflow")
+    first = saved_ids(run_dir)["mlflow"]["run_id"]
+    other = (tmp_path / "other").resolve().as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    log_resumed(run_dir, "mlflow")
+    assert "a new run starts" in caplog.text
+    assert saved_ids(run_dir)["mlflow"]["run_id"] != first
+    assert saved_ids(run_dir)["mlflow"]["tracking_uri"] == other
+
+
+@needs_mlflow
+def test_a_resumed_trainer_run_continues_its_mlflow_run(ray_clean, tmp_path, offline):
+    """`tdscheme train --resume`'s path: a Trainer with resume=True logs into the same run."""
+    settings = {
+        "num_collectors": 1, "num_envs": 4, "frames_per_batch": 512, "minibatch_size": 256,
+        "num_epochs": 1, "collector_resources": {"num_cpus": 0.5}, "eval_num_envs": 2,
+        "eval_episodes": 2, "progress": False, "target_return": None, "total_frames": 1024,
+        "eval_every_frames": 512, "logger": "mlflow", "run_dir": str(tmp_path),
+    }  # fmt: skip
+    preset = get_preset("ppo-cartpole").override(settings)
+    with preset.build_trainer() as trainer:
+        trainer.run()
+    with preset.override({"total_frames": 2048, "resume": True}).build_trainer() as trainer:
+        trainer.run()
+    client, run = mlflow_run(tmp_path)  # exactly one run
+    assert run.info.run_id == saved_ids(tmp_path)["mlflow"]["run_id"]
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/return"))
+    assert steps == [512, 1024, 1536, 2048]

@@ -1,5 +1,6 @@
 """Videos: episodes rendered from real envs (CartPole, Pong through ale-py), written as mp4 and
-decoded back; and a short real Trainer run with ``video=True`` on W&B."""
+decoded back; the driver's video thread (a Trainer's runs with videos: test_eval_workers.py,
+and on W&B: test_logger_backends.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from tdscheme.engine.evaluation import evaluate
 from tdscheme.engine.video import EpisodeRecorder, Recording, record_episode, write_mp4
+from tdscheme.engine.video_clips import BackgroundVideos, VideoSettings
 from tdscheme.envs import make_atari_env, make_env
 from tdscheme.presets import get_preset
-from tdscheme.testing import mlp_policy
+from tdscheme.testing import make_gated_env, mlp_policy
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(p) is None for p in ("imageio_ffmpeg", "pygame")),
@@ -90,3 +93,31 @@ def test_odd_sized_frames_are_padded_to_even_ones(tmp_path):
     frames = np.random.default_rng(0).integers(0, 255, (4, 5, 7, 3), dtype=np.uint8)
     path = write_mp4(tmp_path / "odd.mp4", Recording(frames, 10.0, 0.0, True))
     assert decoded(path) == (4, 10.0, (8, 6))
+
+
+def test_background_videos_return_at_once_and_newer_weights_replace_a_waiting_one(tmp_path):
+    """The driver's video thread: submit() never waits for a recording (the video env holds
+    its first step until the test opens its gate, after the submits returned)."""
+    gate = tmp_path / "gate"
+    factory = functools.partial(
+        make_gated_env, "CartPole-v1", path=str(gate), text="open", render_mode="rgb_array"
+    )
+    policy = mlp_policy(4, 2)
+    weights = TensorDict.from_module(policy).data
+    with BackgroundVideos(VideoSettings(factory, max_frames=20, gif=True), policy) as videos:
+        for frames in (1, 2, 3):
+            videos.submit(weights.clone(), frames=frames, seed=0)
+        assert videos.poll() == []  # every submit returned while nothing could be recorded
+        gate.write_text("open")
+        done = videos.drain(timeout_s=60)
+    # the first may have started before the second came; a waiting one is replaced
+    assert done[-1][0] == 3 and len(done) + videos.skipped == 3
+    clip = done[-1][1]
+    assert clip.mp4[4:8] == b"ftyp" and clip.gif[:6] == b"GIF89a" and clip.num_frames <= 20
+
+
+def test_a_video_env_that_cannot_render_fails_when_the_thread_starts():
+    with pytest.raises(RuntimeError, match=r"render_mode is None; accepted: .*'rgb_array'"):
+        BackgroundVideos(
+            VideoSettings(functools.partial(make_env, "CartPole-v1")), mlp_policy(4, 2)
+        )

@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from tdscheme import RayCollector
 from tdscheme.errors import ReplayBufferDied, WorkerError
-from tdscheme.replay.ray_held import BoundedRayBuffer
+from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.testing import kill_and_wait, make_env, mlp_policy
 
 SMALL = {"remote_configs": {"num_cpus": 0.5}}
@@ -121,3 +121,72 @@ def test_an_off_policy_run_whose_buffer_actor_died_stops_naming_it(ray_clean):
             for _ in range(20):
                 s.step()
         assert time.monotonic() - start < 60
+
+
+@pytest.fixture
+def distributed_buffer(ray_clean):
+    """torchrl's Ray-held buffer on its "distributed" transport (its own tensor transport)."""
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 10_000), batch_size=8,
+        remote_config={"num_cpus": 0}, transport="distributed",
+    )  # fmt: skip
+    yield rb
+    rb.shutdown()
+
+
+def test_the_distributed_transport_is_bounded_too(distributed_buffer, tmp_path):
+    """Samples through torchrl's distributed client (its own timeout, the first call bounded
+    in a helper thread), the rest through the buffer's actor; a hung buffer times out."""
+    bounded = BoundedRayBuffer(distributed_buffer, timeout_s=60.0)
+    bounded.extend(_frames(20))
+    bounded.extend(_frames(20))  # the second through the bound schema
+    assert len(bounded) == 40 == bounded.write_count
+    assert bounded.sample().batch_size == torch.Size([8])
+    assert torch.equal(bounded[:5]["observation"], torch.arange(5, dtype=torch.float32))
+    bounded.dumps(str(tmp_path / "rb"))
+    bounded.loads(str(tmp_path / "rb"))
+    assert len(bounded) == 40
+    bounded.timeout_s = 2.0
+    pid = ray.get(distributed_buffer._rb.__ray_call__.remote(lambda _: os.getpid()), timeout=30)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for call in (bounded.sample, bounded.__len__, lambda: bounded.extend(_frames(20))):
+            start = time.monotonic()
+            with pytest.raises(TimeoutError, match=r"did not answer \w+\(\) within 2 s"):
+                call()
+            assert time.monotonic() - start < 15.0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_tdscheme_calls_a_ray_held_buffer_only_through_its_bounded_methods(
+    ray_clean, tmp_path, monkeypatch
+):
+    """Every attribute tdscheme asks of the wrapper in a real run (steps, a checkpoint of the
+    buffer, its reload, the state, the shutdown) is one of its bounded methods: nothing
+    reaches torchrl's buffer through ``__getattr__`` (the user's own calls' way in)."""
+    from tests.scheme.test_offpolicy import ray_buffer, scheme
+
+    forwarded = []
+    original = BoundedRayBuffer.__getattr__
+
+    def recording(self, name):
+        forwarded.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(BoundedRayBuffer, "__getattr__", recording)
+    with scheme(
+        ray_buffer, num_collectors=1, frames_per_batch=64, init_random_frames=64,
+        utd_ratio=0.25, buffer_location="ray", collector_resources={"num_cpus": 0.5},
+        checkpoint_replay_buffer=True,
+    ) as s:  # fmt: skip
+        for _ in range(3):
+            s.step()
+        s.dump_replay_buffer(str(tmp_path / "rb"))
+        s.load_replay_buffer(str(tmp_path / "rb"))
+        s.state_dict()
+        assert isinstance(s.replay_buffer, BoundedRayBuffer)
+    assert forwarded == []

@@ -29,3 +29,24 @@ def test_ppo_cartpole_beats_random(ray_clean, tmp_path, backend):
     assert summary["target_reached"], summary
     eval_returns = [value for _, value in read_metrics(tmp_path)["eval/return"]]
     assert eval_returns[-1] == summary["eval_return"] >= 200.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", ["impala-cartpole", "appo-cartpole"])
+def test_the_asynchronous_presets_beat_random(ray_clean, tmp_path, name):
+    """IMPALA and APPO with the preset's own settings (seed 0, its budget, its 475 target as
+    the stop): an evaluation of >= 150, which a random policy (~22) never reaches.
+
+    The collectors take half a CPU each (the session's Ray has 2); first-ready order is
+    timing-dependent, so the run stops at a different frame count each time.
+    """
+    preset = get_preset(name).override(
+        {"collector_resources": {"num_cpus": 0.5}, "run_dir": str(tmp_path), "progress": False}
+    )
+    assert preset.trainer.target_return == 475.0 and preset.scheme.seed == 0
+    with preset.build_trainer() as trainer:
+        summary = trainer.run()
+    eval_returns = [value for _, value in read_metrics(tmp_path)["eval/return"]]
+    assert max(eval_returns) >= 150.0, (eval_returns, summary)
+    assert summary["frames"] <= preset.trainer.total_frames

@@ -15,13 +15,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensordict.nn import TensorDictSequential
 from torchrl.data import TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType
+from torchrl.modules import AdditiveGaussianModule, EGreedyModule
 
 from tdscheme.cli.main import main
+from tdscheme.collectors.settings.specs import worker_specs
 from tdscheme.engine import CheckpointManager, read_metrics
 from tdscheme.engine.checkpoint import load_checkpoint
 from tdscheme.learner import OffPolicyLearner
 from tdscheme.presets import get_preset, preset_from_dict
+from tdscheme.rollout.lean import LeanCollector
+from tdscheme.rollout.torchrl_names import Collector
+from tests.rollout.test_lean import assert_same_frames, batches
 
 ROOT = Path(__file__).resolve().parents[2]
 MUJOCO = importlib.util.find_spec("mujoco") is not None
@@ -65,6 +72,73 @@ def test_factories_pickle_and_build_off_policy_parts(name):
     assert preset_from_dict(preset.to_dict()) == preset
     with pytest.raises(ValueError, match="unknown setting 'clip_epsilon'"):
         preset.override({"clip_epsilon": 0.1})  # a PPO setting
+
+
+def exploration_module(actor, kind: type):
+    [module] = [m for m in actor.modules() if isinstance(m, kind)]
+    return module
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("dqn-cartpole", EGreedyModule), ("td3-pendulum", AdditiveGaussianModule)]
+)
+def test_the_presets_exploration_gives_torchrls_frames_frame_for_frame(name, kind):
+    """Each preset's worker (its env, its actor with its exploration module, its collector
+    settings) against torchrl's Collector: random frames, then the exploring policy, with
+    resets inside the batches, every key equal. The schedule is half annealed (epsilon,
+    sigma mid-way), as the learner leaves it between batches."""
+    preset = get_preset(name).override({"num_envs": 4})
+    factories = preset.factories()
+    torch.manual_seed(0)
+    actor = factories["learner_factory"](**factories["policy_factory"]()).policy
+    exploration_module(actor, kind).step(preset.algo.exploration_frames // 2)
+    config = preset.scheme.collector_config(factories["env_factory"], actor, offpolicy=True)
+    spec = worker_specs(config)[0]
+    kwargs = {k: v for k, v in spec.collector_kwargs.items() if v is not None}
+    kwargs["init_random_frames"] = 64 * 4  # one batch of random actions, then the policy's
+    want, _ = batches(Collector, spec.create_env_fn, actor, steps=64, num_batches=3, **kwargs)
+    got, reason = batches(spec.collector_class, spec.create_env_fn, actor, steps=64,
+                          num_batches=3, **kwargs)  # fmt: skip
+    assert spec.collector_class is LeanCollector and reason is None  # the fast path ran
+    assert_same_frames(want, got)
+    done = torch.cat([b["next", "done"].flatten() for b in got])
+    assert done.any() or name == "td3-pendulum"  # CartPole episodes end inside the batches
+    explored = got[1]["action"] if name == "td3-pendulum" else got[1]["action"].argmax(-1)
+    greedy = actor[:-1](got[1].exclude("action"))["action"]  # the policy without exploring
+    greedy = greedy if name == "td3-pendulum" else greedy.argmax(-1)
+    assert (explored != greedy).any()  # the module did explore
+
+
+def test_an_ornstein_uhlenbeck_policy_gives_torchrls_frames_frame_for_frame():
+    """torchrl's OU noise (a user's DDPG actor) keeps its state in the frames ("_ou_prev_noise",
+    "_ou_steps") and restarts it where InitTracker marks a new episode: tdscheme's worker
+    collector gives torchrl's Collector's frames, frame for frame (on the lean path or, while
+    InitTracker is not on it, on torchrl's own rollout)."""
+    from torchrl.envs import Compose, InitTracker, RewardSum, StepCounter, TransformedEnv
+    from torchrl.modules import OrnsteinUhlenbeckProcessModule
+
+    from tdscheme.envs import make_env
+
+    preset = get_preset("td3-pendulum")
+    torch.manual_seed(0)
+    policy = preset.policy_factory()()["policy"]
+    spec = make_env("Pendulum-v1").action_spec
+    actor = TensorDictSequential(
+        policy, OrnsteinUhlenbeckProcessModule(spec, annealing_num_steps=10)
+    )
+
+    def env_fn():
+        env = make_env("Pendulum-v1", num_envs=4)
+        return TransformedEnv(env, Compose(InitTracker(), StepCounter(max_steps=50), RewardSum()))
+
+    kwargs = {"exploration_type": ExplorationType.RANDOM}
+    want, _ = batches(Collector, env_fn, actor, steps=40, num_batches=3, **kwargs)
+    got, reason = batches(LeanCollector, env_fn, actor, steps=40, num_batches=3, **kwargs)
+    assert_same_frames(want, got)
+    assert got[1]["is_init"].any()  # episodes (and their noise) restart inside the batches
+    assert not torch.equal(got[1]["action"], policy(got[1].exclude("action"))["action"])
+    # InitTracker is not (yet) on the lean path: the worker runs torchrl's rollout, saying why
+    assert reason is None or "InitTracker" in reason
 
 
 @pytest.mark.timeout(300)

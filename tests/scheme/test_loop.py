@@ -28,9 +28,11 @@ def declared(cls: type) -> set[str]:
 
 def test_the_protocol_names_the_whole_surface_the_scheme_calls():
     assert METHODS == ["dump_buffer", "load_buffer", "load_state_dict", "paused",
-                       "push_weights", "set_seed", "shutdown", "state_dict", "step"]  # fmt: skip
+                       "push_weights", "set_env_config", "set_seed", "shutdown", "state_dict",
+                       "step", "wait_for_env_config"]  # fmt: skip
     assert ATTRIBUTES == [
-        "collector", "coordinator", "frame_limit", "frames_pending", "replay_buffer", "state_key",
+        "collector", "coordinator", "episodes", "frame_limit", "frames_pending", "replay_buffer",
+        "state_key",
     ]  # fmt: skip
 
 

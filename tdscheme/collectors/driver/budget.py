@@ -40,6 +40,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.driver.ledger import FrameLedger
 from tdscheme.keys import MASK_KEY
+from tdscheme.validation import check_frame_budget
 
 __all__ = ["FrameBudget", "cut_to_fit"]
 
@@ -88,9 +89,22 @@ class FrameBudget:
             return None
         return 0 if self.closed else max(0, total - self.ledger.yielded)
 
-    def reopen(self) -> None:
-        """Reopens the budget after ``total_frames`` changed (``set_total_frames``)."""
-        self.closed_reason = None
+    def set_total_frames(self, total_frames: int) -> None:
+        """Changes the frame budget (the constructor's ``total_frames``) of this collector.
+
+        It counts every frame yielded (or written) since construction, or since the state loaded
+        with ``load_state_dict``; it may be changed while iterating: the batch that would pass
+        it is cut to fit, as at construction. A replay-buffer request already sent keeps its budget.
+
+        Args:
+            total_frames: an int >= 0, or -1 for no limit.
+
+        Raises:
+            ValueError: ``total_frames`` is neither.
+        """
+        check_frame_budget("total_frames", total_frames)
+        self.config.total_frames = total_frames
+        self.closed_reason = None  # reopened
         self.endgame = False
 
     def wanted(self, in_flight: int) -> bool:

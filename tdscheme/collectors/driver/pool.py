@@ -2,9 +2,9 @@
 
 Slots, restarts, bounded calls and remote errors come from
 :class:`~tdscheme.runtime.actor_pool.ActorPool`; this pool adds the collector's own
-calls: batch requests, preemption, weight pushes and their acknowledgements, and a
-graceful shutdown for collectors that run env subprocesses. A dead worker is rebuilt
-from its small :class:`WorkerSpec` with the current weights, version and a fresh seed.
+calls: batch requests, preemption, weight and env-config pushes and their acknowledgements,
+and a graceful shutdown for collectors that run env subprocesses. A dead worker is rebuilt
+from its small :class:`WorkerSpec` with the current weights, version, env config, fresh seed.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from tdscheme.collectors.driver.env_config import EnvConfigs
 from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.errors import ACTOR_DIED, WorkerError
-from tdscheme.rollout.torchrl_names import is_multi_collector
 from tdscheme.runtime.actor_pool import DIED, ActorPool
 
 __all__ = ["WorkerPool"]
@@ -76,6 +76,7 @@ class WorkerPool(ActorPool):
         self._rebuilt: dict[int, Any] = {}  # worker -> its rebuilt actor's started() future
         self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
         self._frames_done: Counter = Counter()  # worker -> frames it collected, all actors
+        self.env_configs = EnvConfigs(self)  # pushed, acknowledged, given to rebuilt workers
 
     # -- building ------------------------------------------------------------------
 
@@ -115,9 +116,8 @@ class WorkerPool(ActorPool):
     def fast_path(self) -> list[bool | str | None]:
         """Per worker: ``True`` on tdscheme's lean rollout, else why torchrl's rollout runs.
 
-        Said by each worker when it started (``CollectorWorker.started``); a rebuilt
-        worker's answer is read here when it has arrived (never waited for).
-        ``None``: not known (the worker died before answering).
+        Said by each worker when it started (``CollectorWorker.started``), a rebuilt one's read when
+        it has arrived (never waited for); ``None``: not known (the worker died before answering).
         """
         done = self.wait(list(self._rebuilt.values()), num_returns=len(self._rebuilt), timeout_s=0)
         answers = {}
@@ -140,8 +140,12 @@ class WorkerPool(ActorPool):
         return self._batch_frames.get(worker_id)
 
     def _start_worker(self, worker_id: int) -> None:
-        self.start(worker_id, weights=self._weights_ref, policy_version=self._version)
+        self.start(worker_id, **self._current(worker_id))
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
+
+    def _current(self, worker_id: int) -> dict[str, Any]:  # a (re)built worker's start
+        env_config = self.env_configs.start_kwargs(worker_id)
+        return {"weights": self._weights_ref, "policy_version": self._version, **env_config}
 
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]
         """Replaces a dead worker: current weights and version, fresh seed, init_random_frames left.
@@ -157,8 +161,8 @@ class WorkerPool(ActorPool):
         first_traj_id = self._next_traj_ids.get(worker_id, 0) + _TRAJ_ID_MARGIN
         try:
             super().restart(
-                worker_id, reason, weights=self._weights_ref, policy_version=self._version,
-                first_traj_id=first_traj_id, frames_done=self._frames_done[worker_id],
+                worker_id, reason, first_traj_id=first_traj_id,
+                frames_done=self._frames_done[worker_id], **self._current(worker_id),
             )  # fmt: skip
         except WorkerError as err:
             remaining = len(self.active_ids()) - 1
@@ -187,18 +191,18 @@ class WorkerPool(ActorPool):
 
     def collect(self, worker_id: int, batch_id: int, max_frames: int | None = None) -> Any:
         """Asks a worker for a batch (at most ``max_frames`` written); returns the future."""
+        env_config = self.env_configs.min_version(worker_id)
         pushed = self._versions[worker_id].pushed
-        return self.submit(worker_id, "collect", batch_id, pushed, max_frames)
+        return self.submit(worker_id, "collect", batch_id, pushed, max_frames, env_config)
 
     def result(self, ref: Any) -> WorkerBatch | None:
         """The batch behind a finished future, or ``None`` when its worker died or raised.
 
-        A dead worker is restarted (once per death, whichever of its futures
-        reports it first). So is one whose env or policy raised while collecting
-        (a simulator that crashes now and then, as RLlib's
-        ``restart_failed_env_runners``): the exception is logged and the worker
-        rebuilt with a fresh seed, within the same ``max_restarts``. A Ray-held
-        replay buffer found dead (``ReplayBufferDied``) raises at once.
+        A dead worker is restarted (once per death, whichever of its futures reports it
+        first). So is one whose env or policy raised while collecting (a simulator that
+        crashes now and then, as RLlib's ``restart_failed_env_runners``): the exception is
+        logged and the worker rebuilt with a fresh seed, within the same ``max_restarts``.
+        A Ray-held replay buffer found dead (``ReplayBufferDied``) raises at once.
 
         Raises:
             WorkerError: the worker failed in its constructor, or it died (or its env
@@ -220,6 +224,7 @@ class WorkerPool(ActorPool):
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
             return None
         self._frames_done[worker_id] += value.frames + value.frames_discarded + value.frames_dropped
+        self.env_configs.on_batch(worker_id, value.env_config_version)
         if value.next_traj_id is not None:
             seen = self._next_traj_ids.get(worker_id, 0)
             self._next_traj_ids[worker_id] = max(seen, value.next_traj_id)
@@ -357,14 +362,12 @@ class WorkerPool(ActorPool):
 
     def nodes(self, timeout_s: float = 30.0) -> list[str]:
         """The Ray node id each worker runs on."""
-        return ray.get(
-            [
-                slot.actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
-                for slot in self._slots
-                if slot.actor is not None
-            ],
-            timeout=timeout_s,
-        )
+
+        def node(_: Any) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+        refs = [s.actor.__ray_call__.remote(node) for s in self._slots if s.actor is not None]
+        return ray.get(refs, timeout=timeout_s)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -377,12 +380,13 @@ class WorkerPool(ActorPool):
         graceful = [
             slot.actor.shutdown.remote()
             for slot in self._slots
-            if slot.actor is not None and _has_subprocesses(slot.spec)
+            if slot.actor is not None and slot.spec.runs_subprocesses
         ]
         if graceful:
             ray.wait(graceful, num_returns=len(graceful), timeout=timeout_s)
         super().shutdown()
         self._weights_ref = None
+        self.env_configs.shutdown()
         self._rebuilt.clear()
 
 
@@ -394,7 +398,3 @@ def log_torchrl_rollouts(fast_path: dict[int, bool | str | None]) -> None:
             by_reason.setdefault(status, []).append(worker_id)
     for reason, worker_ids in by_reason.items():
         logger.warning("collector workers %s run off the fast path: %s", worker_ids, reason)
-
-
-def _has_subprocesses(spec: WorkerSpec) -> bool:
-    return spec.num_workers_per_collector > 1 or is_multi_collector(spec.collector_class)

@@ -86,11 +86,14 @@ class CollectorStats:
 
     def add_written_episodes(self, episodes: FinishedEpisodes) -> None:
         """Keeps the episodes a worker reported with a write, for :meth:`take_written_episodes`."""
-        lengths = episodes.lengths or [None] * len(episodes.returns)
-        self.written_episodes.extend(zip(episodes.returns, lengths, strict=True))
+        n = len(episodes.returns)
+        columns = (episodes.lengths, episodes.tasks, episodes.versions)
+        columns = [[None] * n if column is None else column for column in columns]
+        self.written_episodes.extend(zip(episodes.returns, *columns, strict=True))
 
     def take_written_episodes(self) -> FinishedEpisodes:
-        """Returns (and lengths) of the episodes that ended in frames written into the replay buffer.
+        """The episodes that ended in frames written into the replay buffer: returns, lengths,
+        and the env-config tasks and versions they ran.
 
         Each is returned once: those written since the last call (the newest
         100,000 of them, if more were written meanwhile). The driver never
@@ -101,16 +104,15 @@ class CollectorStats:
             >>> stats = CollectorStats()
             >>> stats.add_written_episodes(FinishedEpisodes([2.0], [2.0]))
             >>> stats.add_written_episodes(FinishedEpisodes([4.0], None))
-            >>> stats.take_written_episodes(), stats.take_written_episodes()
-            (FinishedEpisodes(returns=[2.0, 4.0], lengths=None), FinishedEpisodes(returns=[], lengths=None))
+            >>> stats.take_written_episodes().returns, stats.take_written_episodes()
+            ([2.0, 4.0], FinishedEpisodes(returns=[], lengths=None, tasks=None, versions=None))
         """
         taken = []
         while self.written_episodes:  # the background thread appends meanwhile
             taken.append(self.written_episodes.popleft())
-        lengths = [length for _, length in taken]
-        return FinishedEpisodes(
-            [ret for ret, _ in taken], None if None in lengths or not taken else lengths
-        )
+        columns = [list(column) for column in zip(*taken, strict=True)] or [[]] * 4
+        returns, *others = columns
+        return FinishedEpisodes(returns, *(None if None in c or not c else c for c in others))
 
     @property
     def frames(self) -> int:
@@ -267,8 +269,11 @@ class StatsReport:
         preempted/lost/dropped/discarded (the frame ledger's columns, and the
         ledger itself under ``"ledger"``), restarts, wait/dispatch/decode/
         weight-push ms, bytes received, the policy version each worker
-        acknowledged (``worker_policy_versions``) and runs, and ``fast_path``: per
-        worker, ``True`` on tdscheme's lean rollout, else why torchrl's rollout runs.
+        acknowledged (``worker_policy_versions``) and runs, ``fast_path``: per
+        worker, ``True`` on tdscheme's lean rollout, else why torchrl's rollout runs, and
+        the env configs: ``env_config_version`` (the newest pushed), per worker the version
+        acknowledged (``worker_env_config_versions``) and the oldest its env copies ran at
+        its latest batch (``worker_running_env_config_versions``), ``env_config_pushes``.
 
         Args:
             workers: ``"aggregate"``, ``"per_worker"`` or ``"both"`` (torchrl's).
@@ -288,7 +293,7 @@ class StatsReport:
         For a per-step metric: the counters are the driver's own. ``workers_alive``
         is the count of the last ping round that settled (:meth:`report`'s, or every
         worker before any). When that count is older than ``alive_max_age_s`` seconds a
-        new round is sent and read at later calls, never waited for: it settles once
+        new round is sent, and read at the next calls, never waited for: it settles once
         every worker answered, or :data:`PING_ROUND_S` after it was sent (a worker that
         has not answered by then counts as not alive).
 
@@ -309,14 +314,13 @@ class StatsReport:
             self._pings = ([pool.submit(i, "ping") for i in pool.active_ids()], time.monotonic())
 
     def _settle_pings(self) -> None:
-        """Counts a ping round every worker answered, or one :data:`PING_ROUND_S` old."""
+        """Counts a ping round that every worker answered, or that is :data:`PING_ROUND_S` old."""
         if self._pings is None:
             return
         refs, sent = self._pings
         pool = self.parts.pool
-        closed = self.is_closed()
-        ready = [] if closed else pool.wait(refs, num_returns=len(refs), timeout_s=0)
-        if not closed and len(ready) < len(refs) and time.monotonic() - sent < PING_ROUND_S:
+        ready = pool.wait(refs, num_returns=len(refs), timeout_s=0) if not self.is_closed() else []
+        if len(ready) < len(refs) and time.monotonic() - sent < PING_ROUND_S:
             return
         alive = 0
         for ref in ready:
@@ -340,6 +344,7 @@ class StatsReport:
         pool, config, num_workers = self.parts.pool, self.parts.config, self.parts.num_workers
         if not self.is_closed():
             pool.poll_acks()
+            pool.env_configs.poll()  # a config a worker refused raises here, named
         return self.parts.stats.report(
             workers,
             num_workers=num_workers,
@@ -354,4 +359,9 @@ class StatsReport:
             workers_retired=sorted(pool.retired),
             num_collectors=num_workers,
             fast_path=pool.fast_path(),
+            env_config_version=pool.env_configs.version,
+            worker_env_config_versions=pool.env_configs.acked_versions(),
+            worker_running_env_config_versions=pool.env_configs.running_versions(),
+            env_config_pushes=pool.env_configs.pushes,
+            env_config_push_ms=1e3 * pool.env_configs.push_s,
         )

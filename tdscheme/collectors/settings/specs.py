@@ -23,6 +23,7 @@ from tdscheme.collectors.settings.torchrl_args import for_worker_collector, is_p
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.replay.ray_held import is_ray_replay_buffer
 from tdscheme.rollout.lean import LeanCollector
+from tdscheme.rollout.torchrl_names import is_multi_collector
 from tdscheme.transport import Payload
 
 __all__ = [
@@ -83,6 +84,11 @@ class WorkerSpec:
         """Whether the collector yields whole trajectories (torchrl's ``trajs_per_batch``)."""
         return self.collector_kwargs.get("trajs_per_batch") is not None
 
+    @property
+    def runs_subprocesses(self) -> bool:
+        """Whether the worker's collector runs its envs in subprocesses (asked to shut down)."""
+        return self.num_workers_per_collector > 1 or is_multi_collector(self.collector_class)
+
 
 @dataclasses.dataclass
 class WorkerBatch:
@@ -106,6 +112,8 @@ class WorkerBatch:
             when the collector does not say): a rebuilt worker starts from the largest.
         episodes: with a replay buffer, the episodes that ended in the frames written
             (their returns, as the driver reads them from a batch it receives).
+        env_config_version: the oldest env-config version an env copy of the worker
+            runs once the batch is collected.
     """
 
     worker_id: int
@@ -121,6 +129,7 @@ class WorkerBatch:
     restarts: int = 0
     next_traj_id: int | None = None
     episodes: FinishedEpisodes | None = None
+    env_config_version: int = 0
 
 
 def default_remote_config() -> dict[str, Any]:

@@ -8,8 +8,9 @@ entry also holds a ``"tdscheme"`` entry with what exact resume needs and torchrl
 collectors ignore (they load non-strictly too)::
 
     [OrderedDict(env_state_dict=..., policy_state_dict=..., frames=..., iter=...,
-                 tdscheme={"policy_version": <this worker's>,
-                           "driver": {"frames": ..., "batches": ..., "policy_version": ...}}),
+                 tdscheme={"policy_version": <this worker's>, "env_config": <its newest>,
+                           "driver": {"frames": ..., "batches": ..., "policy_version": ...,
+                                      "env_config_version": ...}}),
      ...]
 
 So a tdscheme state loads into torchrl's RayCollector and a torchrl state into
@@ -34,7 +35,12 @@ _LEGACY_KEYS = frozenset({"frames", "batches", "policy_version", "workers"})
 
 
 def with_driver_state(
-    workers: Sequence[Mapping[str, Any]], *, frames: int, batches: int, policy_version: int
+    workers: Sequence[Mapping[str, Any]],
+    *,
+    frames: int,
+    batches: int,
+    policy_version: int,
+    env_config_version: int = 0,
 ) -> list[Any]:
     """The workers' states, each with the driver's counters added under ``"tdscheme"``.
 
@@ -42,10 +48,13 @@ def with_driver_state(
         >>> from collections import OrderedDict
         >>> state = with_driver_state([OrderedDict(frames=5, tdscheme={"policy_version": 1})],
         ...                           frames=5, batches=1, policy_version=2)
-        >>> state[0]["tdscheme"]
-        {'policy_version': 1, 'driver': {'frames': 5, 'batches': 1, 'policy_version': 2}}
+        >>> state[0]["tdscheme"]["driver"]
+        {'frames': 5, 'batches': 1, 'policy_version': 2, 'env_config_version': 0}
     """
-    driver = {"frames": frames, "batches": batches, "policy_version": policy_version}
+    driver = {
+        "frames": frames, "batches": batches, "policy_version": policy_version,
+        "env_config_version": env_config_version,
+    }  # fmt: skip
     out = []
     for worker in workers:
         entry = collections.OrderedDict(worker)
@@ -104,14 +113,15 @@ def driver_state(states: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     Example:
         >>> driver_state([{"tdscheme": {"driver": {"frames": 5, "batches": 1,
         ...                                        "policy_version": 2}}}])
-        {'frames': 5, 'batches': 1, 'policy_version': 2}
+        {'frames': 5, 'batches': 1, 'policy_version': 2, 'env_config_version': 0}
         >>> driver_state([{"frames": 5}]) is None
         True
     """
     for state in states:
         driver = (state.get(WORKER_STATE_KEY) or {}).get(_DRIVER)
         if driver is not None:
-            return {k: int(driver[k]) for k in ("frames", "batches", "policy_version")}
+            counters = {k: int(driver[k]) for k in ("frames", "batches", "policy_version")}
+            return {**counters, "env_config_version": int(driver.get("env_config_version", 0))}
     return None
 
 
@@ -159,6 +169,8 @@ class CollectorState:
         """
         parts = self.parts
         parts.check_open()
+        # every env config pushed is in the workers' states (they answer in milliseconds)
+        parts.pool.env_configs.wait(timeout_s=parts.config.batch_timeout_s)
         workers = parts.pool.call_every_worker(
             "state_dict", [()] * parts.num_workers, parts.config.batch_timeout_s
         )
@@ -167,6 +179,7 @@ class CollectorState:
             frames=parts.stats.frames,
             batches=parts.stats.batches,
             policy_version=parts.pool.version,
+            env_config_version=parts.pool.env_configs.version,
         )
 
     def load_state_dict(self, state_dict: Any) -> None:
@@ -175,11 +188,12 @@ class CollectorState:
         As torchrl's: a list of per-worker states, or one state loaded into every
         worker; each worker's torchrl collector loads it non-strictly
         (``strict=False``: what the state holds is loaded, the rest is left). The
-        driver's frame and batch counters and policy version are restored when the
-        state holds them (tdscheme's format, current or former).
+        driver's frame and batch counters, policy version and env-config versions are
+        restored when the state holds them (tdscheme's format, current or former).
 
         Raises:
-            ValueError: a list of neither one nor ``num_collectors`` states.
+            ValueError: a list of neither one nor ``num_collectors`` states, or env-config
+                versions older than those this collector pushed (named per worker).
             TypeError: not a state dict.
             WorkerError: a worker could not load its state, or died past ``max_restarts``
                 (one that dies before is rebuilt and loads it again).
@@ -187,10 +201,17 @@ class CollectorState:
         parts = self.parts
         parts.check_open()
         states = worker_states(state_dict, parts.num_workers)
+        driver = driver_state(states)
+        env_configs = [(s.get(WORKER_STATE_KEY) or {}).get("env_config") for s in states]
+        env_version = 0 if driver is None else driver["env_config_version"]
+        # before any worker loads it: no version goes backwards (named per worker)
+        parts.pool.env_configs.check_load(
+            [0 if c is None else c["version"] for c in env_configs], env_version
+        )
         parts.pool.call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
             "load_state_dict", [(s, False) for s in states], parts.config.batch_timeout_s
         )
-        driver = driver_state(states)
+        parts.pool.env_configs.loaded(env_configs, env_version)
         if driver is not None:
             parts.stats.batches = driver["batches"]
             # the restored run's frames, all yielded; the requests in flight stay booked

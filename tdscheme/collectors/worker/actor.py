@@ -18,11 +18,13 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
+from tdscheme.collectors.worker.env_config import EnvConfigCalls
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
 from tdscheme.replay.ray_held import BufferWriter
+from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinite
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
@@ -36,7 +38,7 @@ __all__ = ["WORKER_STATE_KEY", "BaseCollectorWorker"]
 WORKER_STATE_KEY = "tdscheme"
 
 
-class BaseCollectorWorker:
+class BaseCollectorWorker(EnvConfigCalls):
     """Steps one torchrl collector and returns encoded, stamped batches.
 
     Weights come from the driver (:meth:`set_weights`) or, when a torchrl learner
@@ -58,6 +60,8 @@ class BaseCollectorWorker:
             earlier actors used (a torchrl ``Collector`` counts from it), so
             that no trajectory is spliced across a restart.
         frames_done: frames its earlier actors collected (``init_random_frames`` left).
+        env_config: the env config its envs run from the start (a rebuilt worker's: the
+            newest pushed to it), received as :meth:`set_env_config` receives one.
 
     Example:
         >>> from tdscheme.envs import make_env
@@ -82,6 +86,7 @@ class BaseCollectorWorker:
         log_level: int | None = None,
         first_traj_id: int = 0,
         frames_done: int = 0,
+        env_config: EnvConfigPush | None = None,
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
@@ -102,6 +107,7 @@ class BaseCollectorWorker:
             policy_factory=spec.policy_factory, worker_id=worker_id,
             num_workers_per_collector=spec.num_workers_per_collector,
             preemptible=spec.preemptible, first_traj_id=first_traj_id, frames_done=frames_done,
+            env_config=env_config,
         )  # fmt: skip
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
         if seed is not None:
@@ -115,7 +121,11 @@ class BaseCollectorWorker:
         )  # fmt: skip
 
     def collect(
-        self, batch_id: int, min_policy_version: int = 0, max_frames: int | None = None
+        self,
+        batch_id: int,
+        min_policy_version: int = 0,
+        max_frames: int | None = None,
+        min_env_config_version: int = 0,
     ) -> WorkerBatch:
         """Collects one batch of ``spec.frames_per_batch`` frames.
 
@@ -127,6 +137,8 @@ class BaseCollectorWorker:
                 request made after a push never runs older weights.
             max_frames: with a replay buffer, the most frames to write (the
                 driver's budget, so that none is written past ``total_frames``).
+            min_env_config_version: the newest env config pushed to this worker before
+                the request; the batch waits (up to 60 s) for it, as for weights.
 
         Returns:
             The encoded batch with its provenance (with a replay buffer: the
@@ -134,6 +146,7 @@ class BaseCollectorWorker:
         """
         start = time.perf_counter()
         self._apply_staged_weights(min_policy_version)
+        self._rollout.env_config.wait_received(min_env_config_version)
         version = self.policy_version
         first_step = self._rollout.frames_seen
         if self.spec.preemptible:
@@ -157,6 +170,7 @@ class BaseCollectorWorker:
             collect_s=collected - start,
             encode_s=0.0,
             next_traj_id=next_trajectory_id(self._collector),
+            env_config_version=min(self._rollout.env_config.running_versions()),
         )
         if self.spec.replay_buffer is None:
             batch.payload = self._codec.encode(td)
@@ -331,10 +345,12 @@ class BaseCollectorWorker:
 
         Returns:
             The collector's own ``state_dict()`` with a ``"tdscheme"`` entry,
-            ``{"policy_version": ...}``, which torchrl's ``load_state_dict`` ignores.
+            ``{"policy_version", "env_config"}`` (the newest env config received, or
+            ``None``), which torchrl's ``load_state_dict`` ignores.
         """
         state = self._collector.state_dict()
-        state[WORKER_STATE_KEY] = {"policy_version": self.policy_version}
+        env_config = self._rollout.env_config.state_dict()
+        state[WORKER_STATE_KEY] = {"policy_version": self.policy_version, "env_config": env_config}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = False) -> None:
@@ -351,6 +367,7 @@ class BaseCollectorWorker:
         self._collector.load_state_dict(state, strict=strict)
         if own is not None:
             self.policy_version = int(own["policy_version"])
+            self._rollout.env_config.load_state_dict(own.get("env_config"))
 
     def shutdown(self) -> None:
         """Closes the wrapped collector and its envs. Idempotent."""

@@ -34,7 +34,7 @@ def test_state_is_torchrls_per_worker_list_and_round_trips(ray_clean):
             assert {"env_state_dict", "policy_state_dict", "frames", "iter"} <= set(worker)
         assert sum(w["frames"] for w in state) >= 20  # and the batches prefetched
         driver = state[0]["tdscheme"]["driver"]
-        assert driver == {"frames": 20, "batches": 2, "policy_version": 1}
+        assert driver == {"frames": 20, "batches": 2, "policy_version": 1, "env_config_version": 0}
         # our own round trip on torchrl's CountingEnv (strict loading used to fail here)
         collector.load_state_dict(state)
         assert collector.policy_version == 1 and collector.collected_frames == 20

@@ -69,7 +69,8 @@ def test_seeded_workers_reproduce_and_state_round_trips():
     (a, state), (b, _), (c, _) = observations(5), observations(5), observations(6)
     assert torch.equal(a, b) and not torch.equal(a, c)
     # torchrl's collector state, plus the worker's own entry
-    assert state["tdscheme"] == {"policy_version": 0} and "env_state_dict" in state
+    assert state["tdscheme"] == {"policy_version": 0, "env_config": None}
+    assert "env_state_dict" in state
 
 
 def test_a_module_policy_collects_without_torchrl_future_warning_nor_new_keys():

@@ -1,0 +1,307 @@
+"""A RayCollector's env configs: versioned like weights, one ``ray.put`` per push, acknowledged per worker.
+
+:class:`EnvConfigs` is owned by the :class:`~tdscheme.collectors.driver.pool.WorkerPool`,
+as its weight versions are: each push gets the next version (one integer per push,
+whichever workers it goes to), is put once into Ray's object store and sent to each
+worker's ``set_env_config`` (served in the actor's ``control`` group, so while it
+collects); each worker acknowledges the version. A request made after a push waits for
+it in the worker (``min_env_config_version``), a rebuilt worker starts with the newest
+config pushed to it, and the versions go into the collector's state.
+
+The worker's half is :mod:`tdscheme.collectors.worker.env_config` over
+:mod:`tdscheme.rollout.env_config` (what "apply at reset" means per env copy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tdscheme.errors import WorkerError
+from tdscheme.rollout.env_config import EnvConfigPush, env_config_push
+from tdscheme.runtime.actor_pool import DIED
+from tdscheme.runtime.objects import put
+
+__all__ = ["EnvConfigs"]
+
+
+@dataclasses.dataclass
+class _Worker:
+    """One worker's env configs: the newest pushed (and its object), acknowledged, running."""
+
+    ref: Any = None  # the newest push to it (a rebuilt worker starts with it)
+    pushed: int = 0
+    acked: int = 0
+    acked_ref: Any = None
+    pending: Any = None  # the acknowledgement in flight
+    running: int = 0  # the oldest version its env copies ran at its latest batch
+
+
+class EnvConfigs:
+    """The env configs of a pool's workers (see the module).
+
+    Args:
+        pool: the :class:`~tdscheme.collectors.driver.pool.WorkerPool` (its ``submit``,
+            ``wait``, ``outcome``, ``active_ids`` and length).
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        #: the newest version pushed (0: none)
+        self.version = 0
+        self.pushes = 0
+        self.push_s = 0.0
+        self._workers: list[_Worker] = []
+        self._refused: list[tuple[int, WorkerError]] = []  # (version, error) not raised yet
+
+    # -- what the pool asks ---------------------------------------------------------------
+
+    def _worker(self, worker_id: int) -> _Worker:
+        while len(self._workers) <= worker_id:  # a worker added to the pool runs the env as built
+            self._workers.append(_Worker())
+        return self._workers[worker_id]
+
+    def start_kwargs(self, worker_id: int) -> dict[str, Any]:
+        """The constructor argument of a worker (re)built now: the newest config pushed to it.
+
+        The worker runs it from its first step: it counts as acknowledged.
+        """
+        worker = self._worker(worker_id)
+        self.pool.forget([worker.pending])  # an acknowledgement of the actor it replaces
+        worker.pending, worker.acked, worker.acked_ref = None, worker.pushed, worker.ref
+        return {} if worker.ref is None else {"env_config": worker.ref}
+
+    def min_version(self, worker_id: int) -> int:
+        """The version a request to ``worker_id`` waits for: the newest pushed to it.
+
+        Raises:
+            WorkerError: an acknowledgement that arrived is an error (see :meth:`poll`).
+        """
+        if self._worker(worker_id).pending is not None:
+            self.poll()  # a refused config is reported at the next request
+        return self._workers[worker_id].pushed
+
+    def on_batch(self, worker_id: int, env_config_version: int) -> None:
+        """A batch arrived: its worker's env copies run ``env_config_version`` or newer."""
+        self._worker(worker_id).running = env_config_version
+
+    # -- pushes ---------------------------------------------------------------------------
+
+    def push(
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
+    ) -> int:
+        """Sends an env config to the workers (one ``ray.put``); returns its version.
+
+        Versioned like weights: each push gets the next version (one integer per push,
+        starting at 1), each worker acknowledges it when it arrives (even while it
+        collects: :meth:`wait_for_env_config` blocks until all did), and every frame
+        carries ``("collector", "env_config_version")``: the version its env copy ran.
+        A worker rebuilt after a death starts with the newest config pushed to it.
+
+        How an env receives it: its ``set_env_config(config)`` (the gymnasium env's,
+        through its wrappers and on every copy of a vector env, or the torchrl env's), or
+        ``apply_env_config`` (:mod:`tdscheme.envs.env_config`).
+
+        Args:
+            config: a small picklable value (a dict, a dataclass, a tensor of task ids),
+                or a task distribution: ``{"levels": [...], "probs": [...]}`` (or a
+                :class:`~tdscheme.envs.env_config.TaskDistribution`), from which each env
+                copy draws a level at each of its resets with its worker's seed; frames
+                record the level's index in ``("collector", "env_task")``.
+            worker_ids: push to these workers only (default: all).
+            apply: ``"reset"`` (default): each env copy runs it from its own next reset
+                (no episode is changed midway; a copy mid-episode keeps stamping the older
+                version until it resets); ``"now"``: every copy runs it from its next step.
+            apply_env_config: ``fn(env, config)`` applying it to a worker's torchrl env
+                (every copy at once), for envs without ``set_env_config``.
+
+        Returns:
+            The version of this config.
+
+        Raises:
+            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
+            TypeError: ``config`` (or ``apply_env_config``) cannot be pickled, or
+                ``apply_env_config`` is not callable.
+            WorkerError: an earlier push was refused by a worker (named): an env that
+                offers no way to receive a config, a version that goes backwards.
+
+        Example:
+            >>> # Needs Ray; see the README's "Env configs and curricula"
+            >>> version = collector.set_env_config({"g": 12.0})  # doctest: +SKIP
+            >>> collector.wait_for_env_config(version, timeout_s=10.0)  # doctest: +SKIP
+            [1, 1]
+        """
+        ids = self._worker_ids(worker_ids)
+        push = env_config_push(
+            config, self.version + 1, apply=apply, apply_env_config=apply_env_config
+        )
+        self.poll()
+        start = time.perf_counter()
+        ids = [i for i in ids if i not in self.pool.retired]
+        ref = put(push, what=f"the env config {config!r} for workers {ids}")
+        self.version = push.version
+        for worker_id in ids:
+            worker = self._worker(worker_id)
+            worker.ref, worker.pushed = ref, push.version
+            self.pool.forget([worker.pending])  # a newer version supersedes its ack
+            worker.pending = self.pool.submit(worker_id, "set_env_config", ref)
+        self.pushes += 1
+        self.push_s += time.perf_counter() - start
+        return push.version
+
+    def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
+        num_workers = len(self.pool)
+        if worker_ids is None:
+            return list(range(num_workers))
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+        bad += [i for i in ids if i not in bad and not 0 <= i < num_workers]
+        if bad or not ids:
+            raise ValueError(
+                f"worker_ids={worker_ids!r} is invalid (unknown ids {bad}); accepted: None "
+                f"(all) or ids in 0..{num_workers - 1}"
+            )
+        return ids
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Records the acknowledgements that arrived within ``timeout_s``.
+
+        A worker that died is rebuilt with its newest config when its next request
+        reports the death.
+
+        Raises:
+            WorkerError: a worker refused a config (a version that goes backwards, an env
+                without the protocol, ...), named with the worker and its traceback.
+        """
+        self._collect(timeout_s)
+        self._raise_refused()
+
+    def _collect(self, timeout_s: float) -> None:
+        """Records the acknowledgements that arrived; keeps the refusals for :meth:`_raise_refused`."""
+        pending = {w.pending: i for i, w in enumerate(self._workers) if w.pending is not None}
+        if not pending:
+            return
+        for ref in self.pool.wait(list(pending), num_returns=len(pending), timeout_s=timeout_s):
+            worker = self._workers[pending[ref]]
+            worker.pending = None
+            try:
+                value = self.pool.outcome(ref)
+            except WorkerError as err:
+                self._refused.append((worker.pushed, err))
+                # it runs what it ran; a rebuilt worker too
+                worker.ref, worker.pushed = worker.acked_ref, worker.acked
+                continue
+            if value is not DIED:
+                worker.acked, worker.acked_ref = max(worker.acked, value), worker.ref
+
+    def _raise_refused(self) -> None:
+        """Raises one error for the refusals recorded, naming every worker that refused."""
+        if not self._refused:
+            return
+        refused, self._refused = self._refused, []
+        version, err = refused[0]
+        others = sorted({e.worker_id for _, e in refused} - {err.worker_id})
+        also = f" (workers {others} too)" if others else ""
+        raise WorkerError(
+            err.worker_id, f"refused env config version {version}{also}: {err.message}",
+            err.remote_traceback, method=err.method, remote_type=err.remote_type,
+        )  # fmt: skip
+
+    def wait(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
+        """Blocks until every worker pushed ``version`` (or newer) acknowledged it.
+
+        A worker that died meanwhile is not waited for: its next request rebuilds it
+        with the newest config pushed to it.
+
+        Args:
+            version: a version :meth:`push` returned (``None``: the newest).
+            timeout_s: the longest to wait.
+
+        Returns:
+            The version each worker acknowledged last.
+
+        Raises:
+            TimeoutError: some did not acknowledge in ``timeout_s`` (named).
+            ValueError: ``version`` was never pushed.
+            WorkerError: a worker refused it.
+        """
+        version = self.version if version is None else version
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version:
+            raise ValueError(f"version={version!r} is invalid; accepted: an int >= 0")
+        if version > self.version:
+            raise ValueError(
+                f"version={version} is invalid; accepted: a version pushed (the newest is "
+                f"{self.version})"
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            waiting = [
+                i for i in self.pool.active_ids()
+                if self._workers[i].pushed >= version and self._workers[i].acked < version
+                and self._workers[i].pending is not None
+            ]  # fmt: skip
+            if not waiting:
+                self._raise_refused()
+                return self.acked_versions()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"workers {waiting} did not acknowledge env config version {version} in "
+                    f"{timeout_s} s"
+                )
+            self._collect(timeout_s=min(left, 1.0))  # every refusal, then one error
+
+    def acked_versions(self) -> list[int]:
+        """The env-config version each worker acknowledged last."""
+        return [w.acked for w in self._workers]
+
+    def running_versions(self) -> list[int]:
+        """Per worker: the oldest version its env copies ran at its latest batch."""
+        return [w.running for w in self._workers]
+
+    # -- state ------------------------------------------------------------------------------
+
+    def check_load(self, versions: Sequence[int], driver_version: int) -> None:
+        """Raises before a state with older versions than those already pushed is loaded.
+
+        Args:
+            versions: per worker, the env-config version the state holds.
+            driver_version: the newest version of the state's collector.
+
+        Raises:
+            ValueError: a worker (named) would go back to an older version.
+        """
+        pushed = [self._worker(i).pushed for i in range(len(versions))]
+        older = [(i, v) for i, (p, v) in enumerate(zip(pushed, versions, strict=True)) if v < p]
+        if older or driver_version < self.version:
+            named = ", ".join(f"worker {i}: version {v} < {pushed[i]} pushed" for i, v in older)
+            raise ValueError(
+                f"the state's env config versions go backwards ({named or 'collector'}: the "
+                f"state's newest is {driver_version}, {self.version} was pushed already); "
+                "versions only go forward: load it into a collector that pushed none newer"
+            )
+
+    def loaded(self, states: Sequence[Mapping[str, Any] | None], driver_version: int) -> None:
+        """The workers loaded ``states`` (each a worker's env config or ``None``)."""
+        self.version = max(self.version, driver_version)
+        for i, state in enumerate(states):
+            worker = self._worker(i)
+            if state is None:
+                continue
+            push = EnvConfigPush(
+                state["config"], int(state["version"]), "now", state.get("apply_env_config")
+            )
+            worker.ref = worker.acked_ref = put(push, what=f"the env config of worker {i}")
+            worker.pushed = worker.acked = worker.running = push.version
+
+    def shutdown(self) -> None:
+        """Drops the objects held for rebuilt workers."""
+        for worker in self._workers:
+            worker.ref = worker.acked_ref = worker.pending = None

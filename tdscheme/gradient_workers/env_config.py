@@ -1,0 +1,129 @@
+"""Env configs for gradient workers: versioned, one ``ray.put`` per push, every worker's ack waited for.
+
+The driver's side (a coordinator owns one :class:`GradientEnvConfigs`): as for collector
+workers (:mod:`tdscheme.collectors.driver.env_config`), each push gets the next version,
+each worker acknowledges it (its ``set_env_config`` is served in its ``control`` group,
+while it computes), every collector of the worker applies it per env copy at its reset
+(or at once) and stamps its frames, and a rebuilt worker starts with the newest config.
+A push here waits for the acknowledgements (a gradient worker answers between steps of
+its rollout), so an error (a worker whose env takes no config) is raised by the push.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tdscheme.errors import GradientWorkerError
+from tdscheme.rollout.env_config import EnvConfigPush, env_config_push, state_version
+from tdscheme.runtime.objects import put
+
+__all__ = ["GradientEnvConfigs"]
+
+
+class GradientEnvConfigs:
+    """The env configs of a gradient-worker pool.
+
+    Args:
+        pool: the :class:`~tdscheme.gradient_workers.pool.GradientWorkerPool`.
+        timeout_s: the longest a push waits for the acknowledgements.
+    """
+
+    def __init__(self, pool: Any, *, timeout_s: float) -> None:
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.version = 0
+        self._pushes: dict[int, tuple[EnvConfigPush, Any]] = {}  # worker -> newest (push, ref)
+
+    def push(
+        self, config: Any, *, worker_ids: int | Sequence[int] | None = None, **how: Any
+    ) -> int:
+        """Sends an env config to the gradient workers and waits for their acknowledgements.
+
+        The arguments are ``RayCollector.set_env_config``'s (see
+        :meth:`tdscheme.collectors.driver.env_config.EnvConfigs.push`): ``how`` is its
+        ``apply`` and ``apply_env_config`` (:func:`~tdscheme.rollout.env_config.env_config_push`).
+
+        Returns:
+            The version of this config.
+
+        Raises:
+            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
+            TypeError: ``config`` cannot be pickled.
+            GradientWorkerError: a worker refused it (named), or did not acknowledge it
+                within ``timeout_s``.
+        """
+        ids = _worker_ids(worker_ids, len(self.pool))
+        push = env_config_push(config, self.version + 1, **how)
+        ref = put(push, what=f"the env config {config!r} for gradient workers {ids}")
+        self.version = push.version
+        self._send(push, ref, ids)
+        return push.version
+
+    def _send(self, push: EnvConfigPush, ref: Any, ids: Sequence[int]) -> None:
+        for worker_id in ids:
+            self._pushes[worker_id] = (push, ref)  # a rebuilt worker starts with it
+        refs = [self.pool.submit(worker_id, "set_env_config", ref) for worker_id in ids]
+        ready = self.pool.wait(refs, num_returns=len(refs), timeout_s=self.timeout_s)
+        if len(ready) < len(refs):
+            silent = [self.pool.owner(r) for r in refs if r not in ready]
+            self.pool.forget(refs)
+            raise GradientWorkerError(
+                silent[0], f"workers {silent} did not acknowledge env config version "
+                f"{push.version} in {self.timeout_s} s",
+            )  # fmt: skip
+        for r in refs:  # a refusal raises, named; a death: its restart starts with this config
+            self.pool.outcome(r)
+
+    def start_kwargs(self, worker_id: int) -> dict[str, Any]:
+        """The constructor argument of a rebuilt worker: the newest config pushed to it."""
+        pushed = self._pushes.get(worker_id)
+        return {} if pushed is None else {"env_config": pushed[1]}
+
+    def acked_versions(self) -> list[int]:
+        """The env-config version each worker runs (pushes are acknowledged before they return)."""
+        return [
+            self._pushes[i][0].version if i in self._pushes else 0 for i in range(len(self.pool))
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"version", "workers": {id: {"config", "version", "apply_env_config"}}}``."""
+        workers = {
+            i: {"config": p.config, "version": p.version, "apply_env_config": p.apply_env_config}
+            for i, (p, _) in self._pushes.items()
+        }
+        return {"version": self.version, "workers": workers}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state_dict`: each worker gets its config again, applied at once.
+
+        Raises:
+            ValueError: the state's version is older than one this pool pushed.
+        """
+        if state is None:
+            return
+        version = state_version(state, self.version, "these gradient workers")
+        self.version = version
+        for worker_id, entry in dict(state["workers"]).items():
+            push = EnvConfigPush(
+                entry["config"], int(entry["version"]), "now", entry.get("apply_env_config")
+            )
+            if self._pushes.get(int(worker_id), (None,))[0] == push:
+                continue
+            ref = put(push, what=f"the env config of gradient worker {worker_id}")
+            self._send(push, ref, [int(worker_id)])
+
+
+def _worker_ids(worker_ids: int | Sequence[int] | None, num_workers: int) -> list[int]:
+    if worker_ids is None:
+        return list(range(num_workers))
+    ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+    bad = [
+        i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_workers
+    ]
+    if bad or not ids:
+        raise ValueError(
+            f"worker_ids={worker_ids!r} is invalid (unknown ids {bad}); accepted: None (all) "
+            f"or ids in 0..{num_workers - 1}"
+        )
+    return ids

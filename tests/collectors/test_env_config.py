@@ -1,0 +1,205 @@
+"""RayCollector.set_env_config on a real Ray: versioned, acknowledged, stamped, kept by restarts.
+
+The envs observe the config they run (``EchoConfigEnv``: the observation is its
+``level``), and each config pushed here is ``{"level": version}``, so every frame shows
+both the version it is stamped with and the config it really ran.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import pytest
+import torch
+
+from tdscheme import RayCollector
+from tdscheme.collectors import CollectorWorker, WorkerSpec
+from tdscheme.errors import WorkerError
+from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY, WORKER_ID_KEY
+from tdscheme.rollout.env_config import EnvConfigPush
+from tdscheme.testing import echo_config_env, kill_and_wait, make_env
+
+pytestmark = pytest.mark.timeout(300)
+
+SMALL = {"num_cpus": 0.5}
+TRAJ = ("collector", "traj_ids")
+# three copies whose episodes end at different steps: a switch meets copies mid-episode
+echo = functools.partial(echo_config_env, 3, lengths=[3, 5, 8])
+
+
+def level(version: int) -> dict[str, float]:
+    return {"level": float(version)}
+
+
+def versions(batch) -> torch.Tensor:
+    return batch[ENV_CONFIG_VERSION_KEY]
+
+
+def assert_true_stamps(batch) -> None:
+    """Every frame is stamped with the version whose config it ran."""
+    assert torch.equal(versions(batch), batch["next", "observation"][..., 0].long())
+
+
+def assert_changes_at_resets(batch) -> None:
+    changed = versions(batch)[..., 1:] != versions(batch)[..., :-1]
+    new_traj = batch[TRAJ][..., 1:] != batch[TRAJ][..., :-1]
+    assert not (changed & ~new_traj).any()
+
+
+def echo_collector(**kwargs) -> RayCollector:
+    settings = dict(
+        frames_per_batch=3 * 20, total_frames=-1, num_collectors=2, remote_configs=SMALL,
+        prefetch_batches=1,
+    )  # fmt: skip
+    return RayCollector(echo, None, **{**settings, **kwargs})
+
+
+@pytest.mark.parametrize("apply", ["reset", "now"])
+def test_after_the_ack_no_later_episode_runs_an_older_config(ray_clean, apply):
+    """Acknowledged: every episode started after it (with "now": every frame) runs it."""
+    with echo_collector() as collector:
+        batches = iter(collector)
+        for _ in range(4):
+            assert (versions(next(batches)) == 0).all()
+        version = collector.set_env_config(level(1), apply=apply)
+        assert version == 1
+        assert collector.wait_for_env_config(version, timeout_s=60) == [1, 1]
+        # each worker's first batch after the ack was requested before it (one request per
+        # worker in flight, first-ready order): it may predate the ack, the later ones may not
+        first_after: dict[int, int] = {}  # worker -> the largest traj id in that first batch
+        checked = 0
+        while checked < 6 or len(first_after) < 2:
+            batch = next(batches)
+            assert_true_stamps(batch)
+            if apply == "reset":  # "now" changes episodes midway, on purpose
+                assert_changes_at_resets(batch)
+            worker = int(batch[WORKER_ID_KEY].flatten()[0])
+            if worker not in first_after:
+                first_after[worker] = int(batch[TRAJ].max())
+                continue
+            checked += 1
+            if apply == "now":
+                assert (versions(batch) == 1).all()
+                continue
+            started_after = batch[TRAJ] > first_after[worker]
+            assert started_after.any() and (versions(batch)[started_after] == 1).all()
+        stats = collector.stats()
+        assert stats["env_config_version"] == 1 and stats["env_config_pushes"] == 1
+        assert stats["worker_env_config_versions"] == [1, 1]
+        assert stats["worker_running_env_config_versions"] == [1, 1]
+        assert stats["ledger"]["balanced"]
+
+
+def test_a_push_to_some_workers_and_a_distribution(ray_clean):
+    with echo_collector(sync=True, frames_per_batch=2 * 3 * 30) as collector:
+        batches = iter(collector)
+        next(batches)
+        tasks = {"levels": [level(1), level(2)], "probs": [0.5, 0.5]}
+        version = collector.set_env_config(tasks, worker_ids=[1], apply="now")
+        assert collector.wait_for_env_config(version, timeout_s=60) == [0, 1]
+        next(batches)
+        batch = next(batches)  # requested after the ack (sync: one request per worker)
+        assert (versions(batch[0]) == 0).all() and (batch[0][ENV_TASK_KEY] == -1).all()
+        assert (versions(batch[1]) == 1).all()
+        ran = batch[1]["next", "observation"][..., 0].long()
+        assert torch.equal(ran, batch[1][ENV_TASK_KEY] + 1)  # level i + 1 is task i
+        assert set(batch[1][ENV_TASK_KEY].unique().tolist()) == {0, 1}
+
+
+def test_a_worker_killed_after_a_push_is_rebuilt_with_the_pushed_config(ray_clean):
+    with echo_collector() as collector:
+        batches = iter(collector)
+        next(batches)
+        collector.wait_for_env_config(collector.set_env_config(level(1)), timeout_s=60)
+        collector.wait_for_env_config(collector.set_env_config(level(2), worker_ids=0), 60)
+        kill_and_wait(collector.workers[0])
+        rebuilt = []
+        while len(rebuilt) < 2:
+            batch = next(batches)
+            if (
+                collector.stats()["restarts_per_worker"][0] == 1
+                and int(batch[WORKER_ID_KEY].flatten()[0]) == 0
+            ):
+                rebuilt.append(batch)
+        # the rebuilt actor ran its newest config from its first step: version 2, never 0
+        last = rebuilt[-1]
+        assert (versions(last) == 2).all()
+        assert_true_stamps(last)
+        stats = collector.stats()
+        assert stats["worker_env_config_versions"] == [2, 1]
+
+
+def test_versions_survive_state_dict_and_never_go_backwards(ray_clean):
+    with echo_collector() as collector:
+        batches = iter(collector)
+        next(batches)
+        collector.wait_for_env_config(collector.set_env_config(level(1)), timeout_s=60)
+        collector.wait_for_env_config(collector.set_env_config(level(2)), timeout_s=60)
+        state = collector.state_dict()
+        assert state[0]["tdscheme"]["env_config"]["version"] == 2
+        assert state[0]["tdscheme"]["driver"]["env_config_version"] == 2
+        collector.wait_for_env_config(collector.set_env_config(level(3)), timeout_s=60)
+        with pytest.raises(ValueError, match="worker 0: version 2 < 3 pushed"):
+            collector.load_state_dict(state)
+    with echo_collector() as resumed:
+        resumed.load_state_dict(state)
+        assert resumed.stats()["env_config_version"] == 2
+        batch = next(iter(resumed))
+        assert (versions(batch) == 2).all()
+        assert_true_stamps(batch)
+        assert resumed.set_env_config(level(3)) == 3  # the next version after the state's
+
+
+def test_bad_configs_are_named(ray_clean):
+    with RayCollector(
+        functools.partial(make_env, "CartPole-v1"), None, frames_per_batch=40, total_frames=-1,
+        num_collectors=2, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        with pytest.raises(
+            TypeError, match=r"for workers \[0, 1\] cannot be pickled.*_thread.lock"
+        ):
+            collector.set_env_config({"lock": threading.Lock()})
+        with pytest.raises(ValueError, match="apply='later' is invalid"):
+            collector.set_env_config({"x": 1}, apply="later")
+        with pytest.raises(ValueError, match="worker_ids=5 is invalid"):
+            collector.set_env_config({"x": 1}, worker_ids=5)
+        with pytest.raises(ValueError, match="probs="):
+            collector.set_env_config({"levels": [1, 2], "probs": [1]})
+        version = collector.set_env_config({"x": 1})
+        with pytest.raises(WorkerError, match=r"collector worker \d: refused env config") as err:
+            collector.wait_for_env_config(version, timeout_s=60)
+        assert "GymEnv over TimeLimit (CartPoleEnv) offers no way" in str(err.value)
+        # refused: the workers go on with the env as built, and the ledger balances
+        batch = next(iter(collector))
+        assert (versions(batch) == 0).all()
+
+
+def test_a_worker_refuses_a_version_that_goes_backwards(ray_clean):
+    spec = WorkerSpec(echo, None, frames_per_batch=12)
+    worker = CollectorWorker(0, spec)
+    try:
+        assert worker.set_env_config(EnvConfigPush(level(2), version=2)) == 2
+        with pytest.raises(ValueError, match="version 1 is not newer than version 2"):
+            worker.set_env_config(EnvConfigPush(level(1), version=1))
+    finally:
+        worker.shutdown()
+
+
+def test_workers_write_stamped_frames_into_a_ray_held_buffer(ray_replay_buffer):
+    with RayCollector(
+        echo, None, frames_per_batch=3 * 10, total_frames=-1, num_collectors=2,
+        remote_configs=SMALL, replay_buffer=ray_replay_buffer,
+    ) as collector:  # fmt: skip
+        collector.start()
+        collector.wait_for_env_config(collector.set_env_config(level(1), apply="now"), 60)
+        deadline = time.monotonic() + 120
+        while collector.stats()["worker_running_env_config_versions"] != [1, 1]:
+            assert time.monotonic() < deadline, collector.stats()
+            time.sleep(0.2)
+        with collector.pause():
+            sample = ray_replay_buffer.sample(512)
+    assert ENV_CONFIG_VERSION_KEY in sample.keys(True)
+    assert_true_stamps(sample)
+    assert 1 in versions(sample) and set(versions(sample).unique().tolist()) <= {0, 1}

@@ -1,0 +1,313 @@
+"""Env configs in a worker's rollout: applied per copy at its reset (or at once), stamped per frame.
+
+In-process, no Ray: :class:`~tdscheme.rollout.worker_collector.WorkerCollector` over envs
+whose observation is the config they run (``EchoConfigEnv``), so every frame shows both
+what it ran and what it was stamped with.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import gymnasium as gym
+import pytest
+import torch
+from torchrl.envs import GymWrapper, RewardSum, StepCounter, TransformedEnv
+
+from tdscheme.envs import make_env
+from tdscheme.envs.env_config import (
+    EnvAttributes,
+    TaskDistribution,
+    as_distribution,
+    env_config_target,
+    make_configurable_env,
+)
+from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
+from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
+from tdscheme.rollout.torchrl_names import Collector
+from tdscheme.rollout.worker_collector import WorkerCollector
+from tdscheme.testing import EchoConfigEnv, echo_config_env
+
+pytestmark = pytest.mark.timeout(120)
+
+TRAJ = ("collector", "traj_ids")
+
+
+def level(version: int) -> dict[str, float]:
+    return {"level": float(version)}
+
+
+def ran(batch) -> torch.Tensor:
+    """The level each frame's step ran under (the env observes it after the step)."""
+    return batch["next", "observation"][..., 0].long()
+
+
+def assert_stamps_true(batch) -> None:
+    """Every frame is stamped with the version whose config it ran."""
+    assert torch.equal(batch[ENV_CONFIG_VERSION_KEY], ran(batch))
+
+
+def assert_changes_at_resets(batch) -> None:
+    """Within a trajectory (of one copy) the version never changes."""
+    versions, traj = batch[ENV_CONFIG_VERSION_KEY], batch[TRAJ]
+    changed = versions[..., 1:] != versions[..., :-1]
+    new_traj = traj[..., 1:] != traj[..., :-1]
+    assert not (changed & ~new_traj).any()
+
+
+@pytest.mark.parametrize(
+    ("autoreset", "collector_class"),
+    [("DISABLED", None), ("DISABLED", Collector), ("SAME_STEP", None), ("SAME_STEP", Collector)],
+)
+def test_reset_applies_per_copy_at_its_own_reset(autoreset, collector_class):
+    """Copies reset at different steps; each takes the new config at its own next reset."""
+    env_fn = functools.partial(echo_config_env, 3, autoreset=autoreset, lengths=[3, 5, 7])
+    kwargs = {} if collector_class is None else {"collector_class": collector_class}
+    rollout = WorkerCollector(env_fn, None, frames_per_batch=3 * 8, **kwargs)
+    assert rollout.fast_path() is True or collector_class is Collector
+    try:
+        first = rollout.next_batch()
+        assert (first[ENV_CONFIG_VERSION_KEY] == 0).all() and (first[ENV_TASK_KEY] == -1).all()
+        assert rollout.env_config.stage(EnvConfigPush(level(1), version=1)) == 1
+        batch = rollout.next_batch()
+        assert_stamps_true(batch)
+        assert_changes_at_resets(batch)
+        # mid-episode copies kept version 0, then every copy switched at its own reset
+        assert (batch[ENV_CONFIG_VERSION_KEY][:, 0] == 0).any()
+        assert (batch[ENV_CONFIG_VERSION_KEY][:, -1] == 1).all()
+        started_after = batch[TRAJ] > first[TRAJ].max()
+        assert (batch[ENV_CONFIG_VERSION_KEY][started_after] == 1).all()
+    finally:
+        rollout.shutdown()
+
+
+@pytest.mark.parametrize("collector_class", [None, Collector])
+def test_now_applies_before_the_next_step_of_every_copy(collector_class):
+    env_fn = functools.partial(echo_config_env, 2, lengths=[4, 9])
+    kwargs = {} if collector_class is None else {"collector_class": collector_class}
+    rollout = WorkerCollector(env_fn, None, frames_per_batch=2 * 6, **kwargs)
+    try:
+        rollout.next_batch()
+        rollout.env_config.stage(EnvConfigPush(level(4), version=4, apply="now"))
+        batch = rollout.next_batch()
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 4).all()
+        assert_stamps_true(batch)
+    finally:
+        rollout.shutdown()
+
+
+def test_a_config_staged_from_another_thread_mid_batch_reaches_every_later_episode():
+    """The actor's control thread stages while the rollout steps: no episode that starts
+    after the stage runs the old config, and the stamps stay true."""
+    env_fn = functools.partial(echo_config_env, 4, lengths=[2, 3, 4, 5])
+    rollout = WorkerCollector(env_fn, None, frames_per_batch=4 * 400)
+    staged_at: list[int] = []
+
+    def stage_soon() -> None:
+        while rollout.progress() < 4 * 150:
+            threading.Event().wait(0.001)
+        staged_at.append(rollout.progress())
+        rollout.env_config.stage(EnvConfigPush(level(1), version=1))
+
+    thread = threading.Thread(target=stage_soon)
+    thread.start()
+    try:
+        batch = rollout.next_batch()
+        thread.join(30)
+        assert_stamps_true(batch)
+        assert_changes_at_resets(batch)
+        assert (batch[ENV_CONFIG_VERSION_KEY][:, -1] == 1).all()
+    finally:
+        rollout.shutdown()
+
+
+def test_single_env_and_transformed_env():
+    def make():
+        return TransformedEnv(echo_config_env(1, episode_steps=4), RewardSum())
+
+    rollout = WorkerCollector(make, None, frames_per_batch=10)
+    try:
+        rollout.next_batch()
+        rollout.env_config.stage(EnvConfigPush(level(2), version=2))
+        batch = rollout.next_batch()
+        assert_stamps_true(batch)
+        assert batch[ENV_CONFIG_VERSION_KEY][-1] == 2
+        assert_changes_at_resets(batch)
+    finally:
+        rollout.shutdown()
+
+
+def test_a_rebuilt_worker_starts_with_its_config():
+    push = EnvConfigPush(level(3), version=3)
+    rollout = WorkerCollector(
+        functools.partial(echo_config_env, 2), None, frames_per_batch=8, env_config=push
+    )
+    try:
+        batch = rollout.next_batch()
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 3).all()
+        assert_stamps_true(batch)
+        assert rollout.env_config.state_dict() == {
+            "config": level(3), "version": 3, "apply_env_config": None
+        }  # fmt: skip
+    finally:
+        rollout.shutdown()
+
+
+def test_task_distributions_draw_per_copy_at_each_reset_and_reproduce():
+    levels = [level(10), level(20), level(30)]
+    push = EnvConfigPush({"levels": levels, "probs": [1, 1, 2]}, version=1, apply="now")
+
+    def run(seed: int) -> torch.Tensor:
+        rollout = WorkerCollector(
+            functools.partial(echo_config_env, 3, lengths=[2, 3, 4]), None, frames_per_batch=60
+        )
+        try:
+            rollout.set_seed(seed)
+            rollout.env_config.stage(push)
+            batch = rollout.next_batch()
+            tasks = batch[ENV_TASK_KEY]
+            assert (tasks >= 0).all() and (batch[ENV_CONFIG_VERSION_KEY] == 1).all()
+            # each frame ran the level of the task it is stamped with
+            assert torch.equal(ran(batch), torch.tensor([10, 20, 30])[tasks])
+            return tasks
+        finally:
+            rollout.shutdown()
+
+    tasks = run(0)
+    assert len(tasks.unique()) == 3  # several levels, drawn per copy and per episode
+    assert torch.equal(run(0), tasks)  # the worker's seed reproduces the draws
+    assert not torch.equal(run(1), tasks)
+
+
+def test_a_callable_applies_to_every_copy():
+    seen = []
+
+    def apply(env, config):
+        seen.append(config)
+        for copy in env._env.envs:
+            copy.set_env_config(config)
+
+    rollout = WorkerCollector(functools.partial(echo_config_env, 2), None, frames_per_batch=20)
+    try:
+        rollout.env_config.stage(EnvConfigPush(level(5), version=5, apply_env_config=apply))
+        batch = rollout.next_batch()
+        assert_stamps_true(batch)
+        assert seen == [level(5)]  # one call for all copies
+    finally:
+        rollout.shutdown()
+
+
+def test_envpool_takes_a_callable_at_any_reset():
+    pytest.importorskip("envpool")
+    calls = []
+    rollout = WorkerCollector(
+        functools.partial(make_env, "CartPole-v1", num_envs=2, backend="envpool"),
+        None,
+        frames_per_batch=2 * 100,
+    )
+    try:
+        push = EnvConfigPush({"x": 1}, version=1, apply_env_config=lambda env, c: calls.append(c))
+        rollout.env_config.stage(push)
+        batch = rollout.next_batch()
+        assert calls == [{"x": 1}]  # once, at the first step after an episode ended
+        assert batch[ENV_CONFIG_VERSION_KEY][:, -1].tolist() == [1, 1]
+    finally:
+        rollout.shutdown()
+
+
+def test_bad_configs_are_named():
+    rollout = WorkerCollector(functools.partial(echo_config_env, 2), None, frames_per_batch=8)
+    runner = rollout.env_config
+    try:
+        runner.stage(EnvConfigPush(level(2), version=2))
+        with pytest.raises(ValueError, match="version 2 is not newer than version 2"):
+            runner.stage(EnvConfigPush(level(1), version=2))
+        with pytest.raises(ValueError, match="version 1 is not newer"):
+            runner.stage(EnvConfigPush(level(1), version=1))
+        with pytest.raises(ValueError, match="apply='later' is invalid"):
+            runner.stage(EnvConfigPush(level(3), version=3, apply="later"))
+        with pytest.raises(ValueError, match="probs=.* is invalid"):
+            runner.stage(EnvConfigPush({"levels": [1, 2], "probs": [1]}, version=3))
+        with pytest.raises(ValueError, match="older than version 2"):
+            runner.load_state_dict({"config": level(1), "version": 1})
+    finally:
+        rollout.shutdown()
+    cartpole = WorkerCollector(functools.partial(make_env, "CartPole-v1"), None, frames_per_batch=8)
+    try:
+        with pytest.raises(ValueError, match=r"GymEnv over \w*TimeLimit \(CartPoleEnv\) offers no"):
+            cartpole.env_config.stage(EnvConfigPush({"x": 1}, version=1))
+    finally:
+        cartpole.shutdown()
+
+
+def test_the_protocol_is_found_through_wrappers_and_vector_envs():
+    limited = gym.wrappers.TimeLimit(EchoConfigEnv(), 5)
+    target = env_config_target(GymWrapper(limited))
+    assert (target.num_copies, target.per_copy) == (1, True)
+    target.apply(level(7))
+    assert limited.unwrapped.level == 7.0
+    wrapped = TransformedEnv(echo_config_env(2), StepCounter())
+    assert env_config_target(wrapped).description == "set_env_config of each SyncVectorEnv copy"
+    pendulum = make_configurable_env("Pendulum-v1", num_envs=2)
+    env_config_target(pendulum).apply({"g": 3.0}, copies=[0])
+    assert [c.unwrapped.g for c in pendulum._env.envs] == [3.0, 10.0]
+    assert isinstance(pendulum._env.envs[0], EnvAttributes)
+    pendulum.close()
+
+
+def test_async_vector_envs_take_configs_through_call():
+    vec = gym.vector.AsyncVectorEnv(
+        [functools.partial(EchoConfigEnv, 3)] * 2,
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+    )
+    env = GymWrapper(vec)
+    try:
+        target = env_config_target(env)
+        assert not target.per_copy and "AsyncVectorEnv.call" in target.description
+        target.apply(level(6))
+        assert vec.get_attr("level") == (6.0, 6.0)
+    finally:
+        env.close()
+
+
+def test_distributions_are_checked():
+    assert as_distribution(TaskDistribution([1])) == TaskDistribution([1], [1.0])
+    with pytest.raises(ValueError, match="levels=\\[\\] is invalid"):
+        TaskDistribution([])
+    with pytest.raises(ValueError, match="probs=\\[0, 0\\] is invalid"):
+        TaskDistribution([1, 2], [0, 0])
+    runner = EnvConfigRunner(None)
+    with pytest.raises(ValueError, match="steps its envs in other processes"):
+        runner.stage(EnvConfigPush(1, version=1))
+
+
+def test_a_torchrl_env_with_its_own_method_takes_configs_at_its_resets():
+    from torchrl.testing.mocking_classes import CountingEnv
+
+    class ConfiguredCountingEnv(CountingEnv):
+        def set_env_config(self, config):
+            self.configs.append(config)
+
+    def make():
+        env = ConfiguredCountingEnv(max_steps=3)
+        env.configs = []
+        return env
+
+    rollout = WorkerCollector(make, None, frames_per_batch=8)
+    try:
+        assert (
+            "ConfiguredCountingEnv.set_env_config"
+            in env_config_target(rollout.collector.env).description
+        )
+        rollout.next_batch()
+        rollout.env_config.stage(EnvConfigPush({"x": 1}, version=1))
+        batches = [
+            rollout.next_batch() for _ in range(6)
+        ]  # torchrl's mock ends episodes now and then
+        assert rollout.collector.env.configs == [{"x": 1}]  # once, at the first reset
+        assert batches[-1][ENV_CONFIG_VERSION_KEY][-1] == 1
+        for batch in batches:
+            assert_changes_at_resets(batch)
+    finally:
+        rollout.shutdown()
