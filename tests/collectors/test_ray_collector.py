@@ -327,6 +327,23 @@ def test_crashing_worker_gives_up_after_max_restarts(ray_clean):
     collector.shutdown()
 
 
+def test_a_crashing_worker_beside_a_healthy_one_still_fails_at_max_restarts(ray_clean):
+    """Resting is for hangs: a worker whose env raises at every build does not rest while the
+    healthy worker collects the whole budget; its third failure ends the run, named."""
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)  # 20,000 frames: ~100 s
+    raising = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
+    collector = RayCollector(
+        [slow, raising], mlp_policy(4, 2), frames_per_batch=50, total_frames=20_000,
+        num_collectors=2, max_restarts=2, worker_stall_timeout_s=600, remote_configs=SMALL,
+    )  # fmt: skip
+    seen = 0
+    with pytest.raises(WorkerError, match=r"failed 3 times, max_restarts=2") as err:
+        for batch in collector:
+            seen += batch.numel()
+    assert err.value.worker_id == 1 and seen < 20_000
+    collector.shutdown()
+
+
 def test_same_seed_gives_identical_data_and_workers_differ(ray_clean):
     # A stochastic policy (a sampled categorical): the seed must reach the workers'
     # torch RNG as well as their envs for the actions, then the states, to repeat.

@@ -28,7 +28,7 @@ from tdscheme.collectors.driver.budget import FrameBudget
 from tdscheme.collectors.driver.in_flight import Request, RequestsInFlight
 from tdscheme.collectors.driver.ledger import BatchRecord, TrajectoryIds
 from tdscheme.collectors.driver.pool import WorkerPool
-from tdscheme.collectors.driver.replies import Replies
+from tdscheme.collectors.driver.replies import HUNG, Replies
 from tdscheme.collectors.driver.stats import CollectorStats
 from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.specs import WorkerBatch
@@ -88,13 +88,16 @@ class BatchFlow:
         self._cooling_until: dict[int, float] = {}
 
     def _lost(self, worker_id: int) -> None:
-        """Counts a lost request; a second loss in a row rests the worker (doubling each time).
+        """Counts a request lost to a hang; a second in a row rests the worker (doubling each time).
 
-        A rebuilt worker whose env hangs or crashes again at once would otherwise take
-        the frames the healthy workers could collect, and the run would wait one
+        A rebuilt worker whose env hangs again would otherwise take the frames the
+        healthy workers could collect, and the run would wait one
         ``worker_stall_timeout_s`` per rebuild. While it rests, it gets requests only
-        when no other worker can take them.
+        when no other worker can take them. A worker that crashes costs no such wait:
+        it is rebuilt at once, and ``max_restarts`` decides when the run fails.
         """
+        if not self.pool.restart_reasons.get(worker_id, "").startswith(HUNG):
+            return
         losses = self._losses[worker_id] = self._losses.get(worker_id, 0) + 1
         if losses >= 2:
             base = self.config.worker_stall_timeout_s or _REST_S

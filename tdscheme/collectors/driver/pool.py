@@ -1,10 +1,10 @@
 """WorkerPool: the collector actors, with restarts, weight pushes and liveness (the driver's Ray caller).
 
 Slots, restarts, bounded calls and remote errors come from
-:class:`~tdscheme.runtime.actor_pool.ActorPool`; this pool adds the collector's own
-calls: batch requests, preemption, weight and env-config pushes and their acknowledgements,
-and a graceful shutdown for collectors that run env subprocesses. A dead worker is rebuilt
-from its small :class:`WorkerSpec` with the current weights, version, env config, fresh seed.
+:class:`~tdscheme.runtime.actor_pool.ActorPool`; this pool adds the collector's own calls: batch
+requests, preemption, weight and env-config pushes and their acknowledgements, and a graceful
+shutdown for collectors that run env subprocesses. A dead worker is rebuilt from its
+:class:`WorkerSpec` with the current weights, version and env config, and a fresh seed.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ class WorkerPool(ActorPool):
         self._rebuilt: dict[int, Any] = {}  # worker -> its rebuilt actor's started() future
         self._next_traj_ids: dict[int, int] = {}  # worker -> largest next_traj_id it replied
         self._frames_done: Counter = Counter()  # worker -> frames it collected, all actors
+        self.restart_reasons: dict[int, str] = {}  # worker -> why it was last rebuilt
         self.env_configs = EnvConfigs(self)  # pushed, acknowledged, given to rebuilt workers
 
     # -- building ------------------------------------------------------------------
@@ -134,8 +135,7 @@ class WorkerPool(ActorPool):
     def batch_frames(self, worker_id: int) -> int | None:
         """Frames one whole batch of ``worker_id`` has (``None``: not fixed, or not known).
 
-        Said by the worker when it started (``CollectorWorker.batch_frames``); a
-        rebuilt worker keeps its spec, so its size.
+        Said by the worker when it started (``CollectorWorker.batch_frames``); a rebuilt one keeps it.
         """
         return self._batch_frames.get(worker_id)
 
@@ -144,21 +144,21 @@ class WorkerPool(ActorPool):
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
 
     def _current(self, worker_id: int) -> dict[str, Any]:  # a (re)built worker's start
-        env_config = self.env_configs.start_kwargs(worker_id)
-        return {"weights": self._weights_ref, "policy_version": self._version, **env_config}
+        return {"weights": self._weights_ref, "policy_version": self._version,
+                **self.env_configs.start_kwargs(worker_id)}  # fmt: skip
 
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]
         """Replaces a dead worker: current weights and version, fresh seed, init_random_frames left.
 
-        With ``min_workers``, a worker past ``max_restarts`` is retired instead
-        (logged; :attr:`retired`) while at least ``min_workers`` others remain.
+        With ``min_workers``, a worker past ``max_restarts`` is retired instead (logged;
+        :attr:`retired`) while at least ``min_workers`` others remain.
 
         Raises:
             WorkerError: the worker has used up ``max_restarts`` (and cannot retire).
         """
-        # past every trajectory id the dead actor may have used: the last reply's
-        # count, and a margin for a batch written after it (killed between write and reply)
-        first_traj_id = self._next_traj_ids.get(worker_id, 0) + _TRAJ_ID_MARGIN
+        self.restart_reasons[worker_id] = reason
+        # past every trajectory id the dead actor used: its last reply's, and a margin (its write
+        first_traj_id = self._next_traj_ids.get(worker_id, 0) + _TRAJ_ID_MARGIN  # after that)
         try:
             super().restart(
                 worker_id, reason, first_traj_id=first_traj_id,
@@ -362,11 +362,7 @@ class WorkerPool(ActorPool):
 
     def nodes(self, timeout_s: float = 30.0) -> list[str]:
         """The Ray node id each worker runs on."""
-
-        def node(_: Any) -> str:
-            return ray.get_runtime_context().get_node_id()
-
-        refs = [s.actor.__ray_call__.remote(node) for s in self._slots if s.actor is not None]
+        refs = [s.actor.__ray_call__.remote(_node_id) for s in self._slots if s.actor is not None]
         return ray.get(refs, timeout=timeout_s)
 
     # -- lifecycle -----------------------------------------------------------------
@@ -398,3 +394,7 @@ def log_torchrl_rollouts(fast_path: dict[int, bool | str | None]) -> None:
             by_reason.setdefault(status, []).append(worker_id)
     for reason, worker_ids in by_reason.items():
         logger.warning("collector workers %s run off the fast path: %s", worker_ids, reason)
+
+
+def _node_id(_: Any) -> str:  # run inside a worker's actor
+    return ray.get_runtime_context().get_node_id()

@@ -23,6 +23,9 @@ from tdscheme.collectors.driver.stats import CollectorStats
 from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.replay.ray_held import last_write
 
+#: How the reason of a worker killed for want of progress begins.
+HUNG = "hung"
+
 __all__ = ["Replies"]
 
 _POLL_S = 1.0
@@ -152,7 +155,7 @@ class Replies:
         busy = {request.worker_id for request in self.requests.waiting()}
         for worker_id in self._monitor.check(busy):
             reason = (
-                f"hung: no progress (env steps) for worker_stall_timeout_s="
+                f"{HUNG}: no progress (env steps) for worker_stall_timeout_s="
                 f"{self.config.worker_stall_timeout_s:g} s"
             )
             logger.warning("collector worker %d declared %s; killing it", worker_id, reason)
