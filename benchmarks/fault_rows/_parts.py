@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -178,6 +179,16 @@ def collect_row(
     return row(
         fault, outcome, seconds, bound_s, ledger=ledger_state(stats, received), detail=detail
     )
+
+
+def outputs_on_exit(proc: subprocess.Popen, wait_s: float) -> tuple[Any, Any] | None:
+    """``proc.communicate()``'s ``(stdout, stderr)`` once it exits within ``wait_s``; past that it
+    is killed and ``None`` comes back (the row is a hang)."""
+    try:
+        return proc.communicate(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
 
 
 def damage(path: Path, how: str) -> None:

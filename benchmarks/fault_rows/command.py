@@ -23,7 +23,7 @@ from typing import Any
 from faults import row
 from harness import fresh_ray_env, processes_left, wait_until
 
-from fault_rows._parts import TDSCHEME, damage
+from fault_rows._parts import TDSCHEME, damage, outputs_on_exit
 
 TIMEOUT_S = 300.0
 SMALL_RUN = [
@@ -196,11 +196,10 @@ def _signal_row(fault: str, sig: int, *, when: str, twice: bool = False) -> dict
     if twice:
         time.sleep(0.5)
         proc.send_signal(sig)
-    try:
-        output, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    outputs = outputs_on_exit(proc, 120.0)
+    if outputs is None:
         return row(fault, "hang", time.perf_counter() - start, 60.0, detail="no exit within 120 s")
+    output, _ = outputs
     seconds = time.perf_counter() - start
     left = processes_left(str(ray_tmp))
     expected = 128 + sig

@@ -23,7 +23,7 @@ from typing import Any
 from faults import row
 from harness import fresh_ray_env, processes, processes_left, wait_until
 
-from fault_rows._parts import TDSCHEME, ray_lease
+from fault_rows._parts import TDSCHEME, outputs_on_exit, ray_lease
 
 TIMEOUT_S = 600.0
 
@@ -118,11 +118,10 @@ def dead_eval_worker() -> dict[str, Any]:
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     killed_at = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
-    try:
-        output, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    outputs = outputs_on_exit(proc, 300.0)
+    if outputs is None:
         return row(fault, "hang", time.perf_counter() - start, 240.0, detail="no exit in 300 s")
+    output, _ = outputs
     seconds = time.perf_counter() - start
     lines = metrics.read_text().splitlines()
     after = [line for line in lines[killed_at:] if ",eval/return," in line]

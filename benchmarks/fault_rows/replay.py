@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: benchmarks/ holds faults.py
 from faults import row  # noqa: E402
 from harness import actor_pid, fresh_ray_env, pids_named, processes_left, wait_until  # noqa: E402
 
-from fault_rows._parts import TDSCHEME, run_rows_here  # noqa: E402
+from fault_rows._parts import TDSCHEME, outputs_on_exit, run_rows_here  # noqa: E402
 from fault_rows._parts import ray_lease as _ray  # noqa: E402
 
 
@@ -296,11 +296,10 @@ def cli_buffer_actor_killed() -> dict[str, Any]:
         return row(fault, "wrong result", 0.0, bound_s, detail=detail)
     start = time.perf_counter()
     os.kill(int(buffers[0]), signal.SIGKILL)
-    try:
-        _, printed = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    outputs = outputs_on_exit(proc, 120.0)
+    if outputs is None:
         return row(fault, "hang", time.perf_counter() - start, bound_s, detail="no exit in 120 s")
+    _, printed = outputs
     seconds = time.perf_counter() - start
     left = processes_left(str(ray_tmp))
     lines = printed.splitlines()  # Ray may relay the killed actor's last output around them
