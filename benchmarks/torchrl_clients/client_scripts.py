@@ -29,10 +29,11 @@ class ClientScript:
     Attributes:
         name: the script's stem, as ``--scripts`` selects it.
         folder: its folder in a pytorch/rl tree.
-        files: the files copied from that folder; the first is the script that runs.
+        files: the files read from that folder of the given checkout at run time, into a
+            temporary directory (none is kept here); the first is the script that runs.
         torchrl_import: its ``RayCollector`` import line (after the patches), without indentation.
         patches: the changes applied for both runs, in order.
-        modules: our own modules copied beside the script (the patches import them).
+        modules: our own modules placed beside the script at run time (the patches import them).
         args: command-line arguments (hydra overrides for IMPALA).
         needs: optional modules it imports; a run without them is a ``skip``.
         timeout_s: how long one run may take.
