@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -285,8 +286,11 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, offline):
     run_id = saved_ids(run_dir)["wandb"]["id"]
     log_resumed(run_dir, "wandb")
     assert saved_ids(run_dir) == {"wandb": {"id": run_id}}
+    # wandb names a session's folder offline-run-<time>-<id>, with "-1" added when the two
+    # sessions start within the same second (as on a fast machine)
     sessions = sorted(run_dir.glob("wandb/offline-run-*"))
-    assert len(sessions) == 2 and all(s.name.endswith(f"-{run_id}") for s in sessions)
+    same_run = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?")
+    assert len(sessions) == 2 and all(same_run.fullmatch(s.name) for s in sessions)
     second = tmp_path / "second"  # the second session's files, read as wandb_records reads
     (second / "wandb").mkdir(parents=True)
     (second / "wandb" / sessions[1].name).symlink_to(sessions[1])
