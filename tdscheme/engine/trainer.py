@@ -226,6 +226,7 @@ class Trainer:
             ):
                 if interrupts.stop_requested():
                     break
+                step_started = time.monotonic()
                 before = self.frames
                 metrics = self.scheme.step()
                 metrics.update(self._curriculum.step(self.scheme))
@@ -249,6 +250,7 @@ class Trainer:
                     cfg.checkpoint_every_frames,
                 ):
                     self.save_checkpoint()
+                interrupts.note_step(time.monotonic() - step_started)  # the stop's grace period
             stopped = interrupts.stop_requested()
             if stopped:
                 logger.warning("%s: stopped at %d frames", stopped, self.frames)

@@ -6,8 +6,11 @@ that owns the run (:class:`~tdscheme.engine.Trainer`) checks it between steps an
 stops cleanly: a final checkpoint, workers shut down, exit status 130 (SIGINT) or
 143 (SIGTERM). So an interrupt never lands inside a torchrl loss, a weight push
 or a Ray wait, where another library would turn it into its own error. A second
-signal, or a step that has not returned ``grace_s`` seconds after the first,
-forces the stop: :class:`KeyboardInterrupt` is raised in the main thread.
+signal, or a step that has not returned within the grace period after the first,
+forces the stop: :class:`KeyboardInterrupt` is raised in the main thread. The grace
+period is ``grace_s``, or ``STEP_FACTOR`` times the longest of the run's recent steps
+when that is longer (the loop reports each step's seconds, :func:`note_step`), so that
+a run whose steps take a minute (a pixel learner on 2 cores) still ends cleanly.
 
 ``ray.init`` installs Ray's own SIGTERM handler (``sys.exit``);
 :mod:`tdscheme.runtime.ray_lease` calls :func:`reinstall` after it, so tdscheme's
@@ -17,6 +20,9 @@ who never calls :func:`install` keeps Python's default behaviour.
 Example:
     >>> import signal
     >>> install(grace_s=5.0)
+    >>> note_step(4.0)  # a step of 4 s: a grace period of 3 x 4 s
+    >>> grace_period_s()
+    12.0
     >>> stop_requested()
     >>> signal.raise_signal(signal.SIGTERM)
     >>> stop_requested()
@@ -29,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 import signal
 import threading
@@ -38,8 +45,10 @@ from typing import Any
 __all__ = [
     "exit_status",
     "forced",
+    "grace_period_s",
     "install",
     "installed",
+    "note_step",
     "reinstall",
     "request",
     "stop_requested",
@@ -49,6 +58,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The grace period is at least this many times the longest recent step.
+STEP_FACTOR = 3.0
+#: Steps remembered for the grace period.
+RECENT_STEPS = 20
 
 
 class _State:
@@ -61,6 +74,7 @@ class _State:
     requested_at: float | None = None
     forced = False
     timer: threading.Timer | None = None
+    steps: collections.deque = collections.deque(maxlen=RECENT_STEPS)
 
 
 def install(*, grace_s: float = 10.0) -> None:
@@ -106,6 +120,17 @@ def request(signum: int) -> None:
         _State.signum, _State.requested_at = int(signum), time.monotonic()
 
 
+def note_step(seconds: float) -> None:
+    """Records how long one step of the run took (for the grace period of a stop)."""
+    _State.steps.append(float(seconds))
+
+
+def grace_period_s() -> float:
+    """Seconds a step may take after the first signal: ``grace_s`` or ``STEP_FACTOR`` x the
+    longest recent step, whichever is longer."""
+    return max(_State.grace_s, STEP_FACTOR * max(_State.steps, default=0.0))
+
+
 def installed() -> bool:
     """Whether tdscheme's handlers are installed."""
     return _State.installed
@@ -131,17 +156,19 @@ def _clear() -> None:
         _State.timer.cancel()
     _State.signum = _State.requested_at = _State.timer = None
     _State.forced = False
+    _State.steps.clear()
 
 
 def _handle(signum: int, frame: Any) -> None:
     name = signal.Signals(signum).name
     if _State.signum is None:
         _State.signum, _State.requested_at = signum, time.monotonic()
+        grace_s = grace_period_s()
         logger.warning(
             "%s: stopping after the current step (within %.0f s; send it again to force)",
-            name, _State.grace_s,
+            name, grace_s,
         )  # fmt: skip
-        _State.timer = threading.Timer(_State.grace_s, _force_from_timer)
+        _State.timer = threading.Timer(grace_s, _force_from_timer, args=(grace_s,))
         _State.timer.daemon = True
         _State.timer.start()
         return
@@ -151,10 +178,8 @@ def _handle(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"{name}: stop forced")
 
 
-def _force_from_timer() -> None:
+def _force_from_timer(grace_s: float) -> None:
     if _State.signum is not None and not _State.forced:
-        logger.warning(
-            "the current step did not end within %.0f s; forcing the stop", _State.grace_s
-        )
+        logger.warning("the current step did not end within %.0f s; forcing the stop", grace_s)
         # A real signal to the main thread: it also ends a sleep or a blocking wait there.
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
