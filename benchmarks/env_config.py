@@ -13,9 +13,11 @@ such call: the only way to change its envs' configuration is to build a new coll
   alternating windows of ``--fps-seconds``).
 * ``memory``: the driver's RSS and the object store (objects, MiB) before and after
   ``--memory-switches`` switches: flat, as each switch's object is freed by the next.
-* ``learning`` (``--learning``): ``ppo-pendulum-curriculum`` beside ``ppo-pendulum`` on
-  the same frame budget and seed, both evaluated on Pendulum's own gravity (``g = 10``):
-  the evaluation curves and the last return.
+* ``learning`` (``--learning``): a curriculum preset beside the same preset without its
+  curriculum (``--learning-presets``; default ``ppo-mountaincar`` and
+  ``ppo-mountaincar-curriculum``), the same frame budget and seeds, both evaluated at the
+  hardest level (MountainCar-v0 as registered): the evaluation curves (``--plot``: a PNG,
+  each seed thin and their median thick, the curriculum's level below) and the last return.
 
 Run from the repository root: ``python benchmarks/env_config.py`` (``--quick`` for a short
 check). On 2 CPUs the workers take ``num_cpus=0.5`` each.
@@ -210,7 +212,7 @@ def section_learning(args: argparse.Namespace) -> list[dict]:
     from tdscheme.presets import get_preset
 
     rows = []
-    for name in ("ppo-pendulum", "ppo-pendulum-curriculum"):
+    for name in args.learning_presets:
         for seed in args.seeds:
             with tempfile.TemporaryDirectory(prefix="tds-curriculum-") as run_dir:
                 preset = get_preset(name).override({
@@ -226,11 +228,48 @@ def section_learning(args: argparse.Namespace) -> list[dict]:
             curve = [(int(f), round(r, 1)) for f, r in metrics.get("eval/return", [])]
             levels = metrics.get("curriculum/level", [])
             rows.append(record(
-                "learning", name, "eval_return_g10", round(summary["eval_return"], 1), "return",
+                "learning", name, "eval_return", round(summary["eval_return"], 1), "return",
                 seed=seed, frames=summary["frames"], seconds=round(time.perf_counter() - start),
-                curve=curve, last_level=levels[-1][1] if levels else None,
+                curve=curve, levels=[(int(f), int(v)) for f, v in levels],
+                env_config=preset.algo.env_config,
             ))  # fmt: skip
+    if args.plot:
+        log(f"wrote {plot_learning(rows, args.plot)}")
     return rows
+
+
+def plot_learning(rows: list[dict], path: str) -> str:
+    """Evaluation return vs frames per preset (thin: a seed; thick: the median), levels below."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 6), layout="constrained")
+    FigureCanvasAgg(figure)  # the Agg canvas directly: pyplot's state left alone
+    returns, levels = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    colors = {}
+    for row in rows:
+        color = colors.setdefault(row["impl"], f"C{len(colors)}")
+        frames, values = zip(*row["curve"], strict=True) if row["curve"] else ((), ())
+        returns.plot(frames, values, color=color, alpha=0.35, linewidth=1)
+        if row["levels"]:
+            level_frames, level = zip(*row["levels"], strict=True)
+            levels.step(level_frames, level, where="post", color=color, alpha=0.5)
+    for impl, color in colors.items():
+        curves = [r["curve"] for r in rows if r["impl"] == impl and r["curve"]]
+        length = min(map(len, curves), default=0)
+        if length:
+            frames = [f for f, _ in curves[0][:length]]
+            median = np.median([[v for _, v in c[:length]] for c in curves], axis=0)
+            returns.plot(frames, median, color=color, linewidth=2.5,
+                         label=f"{impl} (median of {len(curves)})")  # fmt: skip
+    returns.set(ylabel="evaluation return (hardest level)")
+    returns.legend(fontsize=8)
+    returns.grid(alpha=0.3)
+    levels.set(xlabel="frames", ylabel="curriculum level")
+    levels.grid(alpha=0.3)
+    figure.savefig(path, format="png", dpi=90)
+    return path
 
 
 SECTIONS = {
@@ -256,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-switches", type=int, default=1000)
     parser.add_argument("--learning-frames", type=int, default=200_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument(
+        "--learning-presets",
+        nargs="+",
+        default=["ppo-mountaincar", "ppo-mountaincar-curriculum"],
+    )
+    parser.add_argument("--plot", help="the learning section's PNG (default: none)")
     args = parser.parse_args(argv)
     if args.quick:
         args.switches, args.rebuilds, args.fps_seconds = 30, 1, 6.0

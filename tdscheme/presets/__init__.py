@@ -6,8 +6,9 @@ setting of the preset can be overridden (``Preset.override``).
 Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
     ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'appo-pong', 'dqn-cartpole',
-     'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-pendulum',
-     'ppo-pendulum-curriculum', 'ppo-pong', 'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
+     'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-mountaincar',
+     'ppo-mountaincar-curriculum', 'ppo-pendulum', 'ppo-pendulum-curriculum', 'ppo-pong',
+     'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
     >>> preset_from_dict(preset.to_dict()) == preset
     True
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tdscheme.presets.a2c import a2c_cartpole, a2c_learner
-from tdscheme.presets.curriculum import ppo_pendulum_curriculum
+from tdscheme.presets.curriculum import ppo_mountaincar_curriculum, ppo_pendulum_curriculum
 from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
 from tdscheme.presets.impala import appo_cartpole, impala_cartpole
 from tdscheme.presets.offpolicy import (
@@ -30,7 +31,7 @@ from tdscheme.presets.offpolicy import (
     td3_pendulum,
 )
 from tdscheme.presets.pong import appo_pong, impala_pong, ppo_pong
-from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_pendulum
+from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_mountaincar, ppo_pendulum
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
 
@@ -53,6 +54,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "a2c-cartpole": a2c_cartpole,
     "ppo-pendulum": ppo_pendulum,
     "ppo-pendulum-curriculum": ppo_pendulum_curriculum,
+    "ppo-mountaincar": ppo_mountaincar,
+    "ppo-mountaincar-curriculum": ppo_mountaincar_curriculum,
     "a3c-cartpole": a3c_cartpole,
     "ppo-cartpole-dd": ppo_cartpole_dd,
     "dqn-cartpole": dqn_cartpole,

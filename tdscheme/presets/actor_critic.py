@@ -37,7 +37,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.value import GAE, VTrace
 
 from tdscheme.envs import is_atari_id, make_atari_env, make_env
-from tdscheme.envs.env_config import make_configurable_env
+from tdscheme.envs.env_config import env_config_target, make_configurable_env
 from tdscheme.learner import Learner, LearnerConfig
 from tdscheme.learner.vtrace import vtrace_estimator
 from tdscheme.presets.pixel_networks import pixel_actor_critic
@@ -50,6 +50,7 @@ __all__ = [
     "actor_critic_learner",
     "actor_critic_modules",
     "advantage_estimator",
+    "configured_env",
     "eval_env",
     "linear_lr_schedule",
     "actor_critic_loss_learner",
@@ -67,6 +68,7 @@ def train_env(
     reward_scale: float = 1.0,
     backend: str = "gymnasium",
     configurable: bool = False,
+    env_config: dict[str, Any] | None = None,
 ) -> EnvBase:
     """A training env: ``num_envs`` batched copies that record episode return and length.
 
@@ -78,6 +80,8 @@ def train_env(
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
         configurable: each gymnasium copy takes env configs that set its attributes
             (:func:`~tdscheme.envs.env_config.make_configurable_env`; gymnasium only).
+        env_config: attributes set on every copy once built (``None``: none); the env
+            is then configurable.
 
     Returns:
         A torchrl env with ``RewardSum`` and ``StepCounter`` transforms; an Atari id
@@ -94,8 +98,8 @@ def train_env(
                 context=f"env_id={env_id!r}",
             )  # fmt: skip
         return make_atari_env(env_id, num_envs=num_envs, backend=backend)
-    if configurable:
-        env = make_configurable_env(env_id, num_envs=num_envs)
+    if configurable or env_config is not None:
+        env = configured_env(env_id, num_envs=num_envs, env_config=env_config)
     else:
         env = make_env(env_id, num_envs=num_envs, backend=backend)
     transforms = [*_float32(env), RewardSum(), StepCounter()]
@@ -105,7 +109,12 @@ def train_env(
 
 
 def eval_env(
-    env_id: str, *, num_envs: int = 1, backend: str = "gymnasium", render_mode: str | None = None
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    backend: str = "gymnasium",
+    render_mode: str | None = None,
+    env_config: dict[str, Any] | None = None,
 ) -> EnvBase:
     """An evaluation env: ``num_envs`` batched copies with the env's own rewards.
 
@@ -114,6 +123,7 @@ def eval_env(
         num_envs: copies stepped together.
         backend: :func:`tdscheme.envs.make_env`'s ``backend``.
         render_mode: ``"rgb_array"`` for videos (``backend="gymnasium"`` only).
+        env_config: attributes set on every copy once built (``None``: none).
 
     Returns:
         A torchrl env (float64 observations as float32, as in training); an Atari id's
@@ -124,9 +134,30 @@ def eval_env(
             env_id, num_envs=num_envs, backend=backend, clip_rewards=False,
             render_mode=render_mode,
         )  # fmt: skip
-    env = make_env(env_id, num_envs=num_envs, backend=backend, render_mode=render_mode)
+    if env_config is not None:
+        env = configured_env(env_id, num_envs=num_envs, env_config=env_config,
+                             render_mode=render_mode)  # fmt: skip
+    else:
+        env = make_env(env_id, num_envs=num_envs, backend=backend, render_mode=render_mode)
     transforms = _float32(env)
     return TransformedEnv(env, Compose(*transforms)) if transforms else env
+
+
+def configured_env(
+    env_id: str, *, num_envs: int, env_config: dict[str, Any] | None, **make_kwargs: Any
+) -> EnvBase:
+    """A configurable gymnasium env (each copy in ``EnvAttributes``) with ``env_config`` set.
+
+    Example:
+        >>> env = configured_env("Pendulum-v1", num_envs=2, env_config={"max_torque": 1.0})
+        >>> [copy.unwrapped.max_torque for copy in env._env.envs]
+        [1.0, 1.0]
+        >>> env.close()
+    """
+    env = make_configurable_env(env_id, num_envs=num_envs, **make_kwargs)
+    if env_config is not None:
+        env_config_target(env).apply(env_config)
+    return env
 
 
 def _float32(env: EnvBase) -> list[DoubleToFloat]:

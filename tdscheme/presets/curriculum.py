@@ -1,4 +1,11 @@
-"""A curriculum preset: PPO on Pendulum with gravity ramped up as the agent improves.
+"""Curriculum presets: the env made harder as the agent improves, evaluated at the hardest level.
+
+``ppo-mountaincar-curriculum`` is ``ppo-mountaincar`` whose training cars start with an engine
+ten times MountainCar's (``force`` 0.01: random driving reaches the flag) and move to a weaker
+one each time the mean return at the current one reaches ``MOUNTAINCAR_PROMOTE_AT``, down to
+MountainCar-v0's own 0.001, where the car has to rock back and forth to climb; it is evaluated on
+MountainCar-v0 as registered throughout. Without the curriculum, PPO never sees the flag
+(every episode ends at 200 steps, return -200) and learns nothing within the same budget.
 
 ``ppo-pendulum-curriculum`` is ``ppo-pendulum`` whose training envs start at a low gravity
 (the pendulum is then lifted straight up, no swing needed) and move to the next
@@ -12,6 +19,8 @@ collector workers, versioned and recorded on every frame
 frame budget.
 
 Example:
+    >>> ppo_mountaincar_curriculum().curriculum().levels[0]
+    {'force': 0.01}
     >>> preset = ppo_pendulum_curriculum()
     >>> preset.name, preset.algo.env_id, preset.curriculum().levels[0]
     ('ppo-pendulum-curriculum', 'Pendulum-v1', {'g': 2.0})
@@ -20,10 +29,24 @@ Example:
 from __future__ import annotations
 
 from tdscheme.engine.curriculum import ThresholdCurriculum
-from tdscheme.presets.ppo import ppo_pendulum
+from tdscheme.presets.ppo import ppo_mountaincar, ppo_pendulum
 from tdscheme.presets.preset import Preset
 
-__all__ = ["GRAVITIES", "PROMOTE_AT", "pendulum_gravity_curriculum", "ppo_pendulum_curriculum"]
+__all__ = [
+    "ENGINE_FORCES",
+    "GRAVITIES",
+    "MOUNTAINCAR_PROMOTE_AT",
+    "PROMOTE_AT",
+    "mountaincar_force_curriculum",
+    "pendulum_gravity_curriculum",
+    "ppo_mountaincar_curriculum",
+    "ppo_pendulum_curriculum",
+]
+
+#: MountainCar's engine force per level, strongest first; MountainCar-v0's own is 0.001.
+ENGINE_FORCES = (0.01, 0.005, 0.003, 0.002, 0.0015, 0.00125, 0.001)
+#: The mean return (over ``MIN_EPISODES`` episodes at the current force) that promotes.
+MOUNTAINCAR_PROMOTE_AT = -150.0
 
 #: The gravities, easiest first; Pendulum's own is 10.
 GRAVITIES = (2.0, 4.0, 6.0, 8.0, 10.0)
@@ -42,3 +65,18 @@ def pendulum_gravity_curriculum() -> ThresholdCurriculum:
 def ppo_pendulum_curriculum() -> Preset:
     """``ppo-pendulum`` trained under :func:`pendulum_gravity_curriculum`, evaluated at ``g = 10``."""
     return ppo_pendulum().derive("ppo-pendulum-curriculum", curriculum=pendulum_gravity_curriculum)
+
+
+def mountaincar_force_curriculum() -> ThresholdCurriculum:
+    """Engine force ``ENGINE_FORCES[0]`` first, the next once the mean return reaches -150."""
+    return ThresholdCurriculum(
+        [{"force": force} for force in ENGINE_FORCES],
+        promote_at=MOUNTAINCAR_PROMOTE_AT, min_episodes=MIN_EPISODES,
+    )  # fmt: skip
+
+
+def ppo_mountaincar_curriculum() -> Preset:
+    """``ppo-mountaincar`` trained under :func:`mountaincar_force_curriculum`."""
+    return ppo_mountaincar().derive(
+        "ppo-mountaincar-curriculum", curriculum=mountaincar_force_curriculum
+    )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from tdscheme.learner import Learner
 
-__all__ = ["ppo_cartpole", "ppo_learner", "ppo_pendulum"]
+__all__ = ["ppo_cartpole", "ppo_learner", "ppo_mountaincar", "ppo_pendulum"]
 
 
 def ppo_learner(
@@ -80,4 +80,19 @@ def ppo_pendulum() -> Preset:
         env_id="Pendulum-v1", num_envs=16, gamma=0.9, lr=1e-3, anneal_frames=None,
         lr_end_factor=0.0, reward_scale=0.1, frames_per_batch=4096,
         total_frames=400_000, eval_every_frames=32_768, target_return=-200.0,
+    )  # fmt: skip
+
+
+def ppo_mountaincar() -> Preset:
+    """PPO on MountainCar-v0 (a reward of -1 per step until the flag, 200 steps at most).
+
+    ppo-pendulum's workers and batches with a long horizon (gamma 0.99) and an entropy
+    bonus. Plain PPO rarely learns it: a random policy almost never reaches the flag, so
+    every episode scores -200 and there is nothing to learn from (the gymnasium threshold is
+    -110); ``ppo-mountaincar-curriculum`` is the same preset with a curriculum that does.
+    """
+    return ppo_pendulum().derive(
+        "ppo-mountaincar",
+        env_id="MountainCar-v0", gamma=0.99, reward_scale=1.0, entropy_coef=0.01,
+        total_frames=400_000, eval_every_frames=50_000, target_return=-110.0,
     )  # fmt: skip

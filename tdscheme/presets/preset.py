@@ -49,7 +49,8 @@ class Preset:
         curriculum: a module-level function building the Trainer's curriculum
             (:mod:`tdscheme.engine.curriculum`); with one, each training env copy takes env
             configs (:func:`~tdscheme.envs.env_config.make_configurable_env`) and the
-            evaluation env stays as built (the hardest setting). ``None``: none.
+            evaluation env stays as built (the env as registered with ``algo.env_config``
+            set: the hardest setting). ``None``: none.
 
     Example:
         >>> from tdscheme.presets import PRESETS
@@ -77,6 +78,7 @@ class Preset:
         return partial(
             train_env, a.env_id, num_envs=a.num_envs, reward_scale=a.reward_scale,
             backend=a.env_backend, configurable=self.curriculum is not None,
+            env_config=a.env_config,
         )  # fmt: skip
 
     def eval_env_factory(self) -> Callable[[], Any]:
@@ -84,13 +86,20 @@ class Preset:
         from tdscheme.presets.actor_critic import eval_env
 
         a = self.algo
-        return partial(eval_env, a.env_id, num_envs=a.eval_num_envs, backend=a.env_backend)
+        return partial(
+            eval_env, a.env_id, num_envs=a.eval_num_envs, backend=a.env_backend,
+            env_config=a.env_config,
+        )  # fmt: skip
 
     def video_env_factory(self) -> Callable[[], Any]:
         """Builds one eval env that renders, for videos (gymnasium's: EnvPool does not render)."""
         from tdscheme.presets.actor_critic import eval_env
 
-        return partial(eval_env, self.algo.env_id, backend="gymnasium", render_mode="rgb_array")
+        a = self.algo
+        return partial(
+            eval_env, a.env_id, backend="gymnasium", render_mode="rgb_array",
+            env_config=a.env_config,
+        )  # fmt: skip
 
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": ..., "critic": ...}``."""

@@ -86,6 +86,10 @@ class AlgoConfig:
             ``env_backend="envpool"``: an EnvPool id).
         env_backend: ``"gymnasium"`` (default) or ``"envpool"``
             (:func:`tdscheme.envs.make_env`'s ``backend``).
+        env_config: attributes set on every gymnasium env copy once built, in training
+            and evaluation (``{"max_torque": 1.0}``: Pendulum with a weaker motor), through
+            :class:`~tdscheme.envs.EnvAttributes`; a curriculum's configs replace it in
+            training; ``None``: the env as registered.
         num_envs: envs each collector worker steps in one batch (gymnasium's sync
             vector env); more envs per process means more frames per second.
         eval_num_envs: envs stepped together during evaluation.
@@ -114,6 +118,7 @@ class AlgoConfig:
 
     env_id: str = "CartPole-v1"
     env_backend: str = "gymnasium"
+    env_config: dict[str, Any] | None = None
     num_envs: int = 8
     eval_num_envs: int = 10
     hidden_sizes: tuple[int, ...] = (64, 64)
@@ -131,6 +136,7 @@ class AlgoConfig:
         check_int("max_nonfinite_updates", self.max_nonfinite_updates, minimum=1)
         check_bool("drop_nonfinite_frames", self.drop_nonfinite_frames)
         check_choice("env_backend", self.env_backend, ENV_BACKENDS)
+        self._check_env_config()
         if self.env_backend == "gymnasium":  # EnvPool has its own ids, checked by EnvPool
             check_env_id(self.env_id)
         for name in ("num_envs", "eval_num_envs"):
@@ -144,6 +150,23 @@ class AlgoConfig:
         _check_number("lr", self.lr, 0, low_open=True)
         _check_number("max_grad_norm", self.max_grad_norm, 0, low_open=True, optional=True)
         _check_number("reward_scale", self.reward_scale, 0, low_open=True)
+
+    def _check_env_config(self) -> None:
+        if self.env_config is None:
+            return
+        if not isinstance(self.env_config, dict) or not all(
+            isinstance(name, str) for name in self.env_config
+        ):
+            raise invalid(
+                "env_config", self.env_config,
+                'None or a dict of env attribute names to values, e.g. {"max_torque": 1.0}',
+            )  # fmt: skip
+        if self.env_backend != "gymnasium" or self.env_id.startswith("ALE/"):
+            raise invalid(
+                "env_config", self.env_config, "None with this env (attributes are set on "
+                "gymnasium's classic and MuJoCo envs, not EnvPool's or Atari's)",
+                context=f"env_id={self.env_id!r}, env_backend={self.env_backend!r}",
+            )  # fmt: skip
 
 
 @dataclasses.dataclass

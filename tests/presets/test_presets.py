@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import pickle
 
 import pytest
 import torch
 
+from tdscheme.cli.options import add_setting_options
 from tdscheme.engine import read_metrics
 from tdscheme.presets import (
     DEFAULT_PRESET,
@@ -22,7 +24,8 @@ def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
                             "ppo-cartpole-dd", "dqn-cartpole", "sac-pendulum", "td3-pendulum",
                             "sac-halfcheetah", "impala-cartpole", "appo-cartpole", "impala-pong",
-                            "appo-pong", "ppo-pong", "ppo-pendulum-curriculum"}  # fmt: skip
+                            "appo-pong", "ppo-pong", "ppo-pendulum-curriculum",
+                            "ppo-mountaincar", "ppo-mountaincar-curriculum"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
     assert a == b and a.scheme is not b.scheme
@@ -152,3 +155,40 @@ def test_the_nonfinite_guard_settings_reach_the_learner(name):
     assert preset_from_dict(preset.to_dict()) == preset
     config = preset.learner_factory()(**preset.policy_factory()()).config
     assert (config.max_nonfinite_updates, config.drop_nonfinite_frames) == (5, True)
+
+
+def torques(env) -> list[float]:
+    """The motor cap of each gymnasium Pendulum under a torchrl env (one, or a vector env's)."""
+    gym_env = getattr(env, "base_env", env)._env
+    return [c.unwrapped.max_torque for c in getattr(gym_env, "envs", [gym_env])]
+
+
+def test_env_config_sets_every_copy_in_training_evaluation_and_videos():
+    weak = get_preset("ppo-pendulum").override({"env_config": {"max_torque": 1.0}})
+    curriculum = get_preset("ppo-pendulum-curriculum").override({"env_config": {"max_torque": 1.0}})
+    for preset in (weak, curriculum):
+        for factory in (preset.env_factory(), preset.eval_env_factory()):
+            env = factory()
+            assert torques(env) == [1.0] * env.batch_size[0]
+            env.close()
+    video = weak.video_env_factory()()
+    assert torques(video) == [1.0]
+    video.close()
+    # the preset as it is stays the env as registered; the option parses JSON
+    env = get_preset("ppo-pendulum").eval_env_factory()()
+    assert set(torques(env)) == {2.0}
+    env.close()
+    parser = argparse.ArgumentParser()
+    add_setting_options(parser, weak)
+    args = parser.parse_args(["--env-config", '{"max_torque": 0.5}'])
+    assert weak.override(vars(args)).algo.env_config == {"max_torque": 0.5}
+
+
+def test_env_config_errors_name_the_setting_or_the_attribute():
+    with pytest.raises(ValueError, match=r"env_config=\[1\] is invalid; accepted: None or a dict"):
+        get_preset("ppo-pendulum").override({"env_config": [1]})
+    with pytest.raises(ValueError, match=r"env_config=\{'g': 1\} is invalid with env_id="):
+        get_preset("impala-pong").override({"env_config": {"g": 1}})
+    factory = get_preset("ppo-pendulum").override({"env_config": {"gravity": 1.0}}).env_factory()
+    with pytest.raises(AttributeError, match="PendulumEnv has no attribute 'gravity'"):
+        factory()
