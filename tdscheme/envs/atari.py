@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 from typing import Any
 
 import gymnasium as gym
@@ -64,7 +63,7 @@ from torchrl.envs import (
     TransformedEnv,
 )
 
-from tdscheme.envs.ids import check_env_id
+from tdscheme.envs.ids import _ATARI_ID, check_env_id, is_atari_id
 from tdscheme.envs.make import make_envpool_env
 from tdscheme.validation import check_bool, check_choice, check_int, invalid
 
@@ -72,23 +71,6 @@ __all__ = ["ATARI_BACKENDS", "is_atari_id", "make_atari_env"]
 
 #: The backends :func:`make_atari_env` accepts.
 ATARI_BACKENDS = ("envpool", "gymnasium")
-
-#: An Atari id of either backend: ``"ALE/Pong-v5"`` (gymnasium's) or ``"Pong-v5"`` (EnvPool's).
-_ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
-
-
-def is_atari_id(env_id: object) -> bool:
-    """Whether ``env_id`` names an Atari game in gymnasium's ``ALE/`` namespace (pixels).
-
-    The presets build such ids with :func:`make_atari_env`; EnvPool's bare
-    ``"Pong-v5"`` is also a MuJoCo-like ``<Name>-v5`` form, so only ``ALE/`` says Atari.
-
-    Example:
-        >>> is_atari_id("ALE/Pong-v5"), is_atari_id("Pong-v5"), is_atari_id("HalfCheetah-v5")
-        (True, False, False)
-    """
-    return isinstance(env_id, str) and env_id.startswith("ALE/") and bool(_ATARI_ID.match(env_id))
-
 
 _FRAME_SKIP = 4
 _FRAME_STACK = 4

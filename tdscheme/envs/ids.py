@@ -17,10 +17,17 @@ Example:
 from __future__ import annotations
 
 import difflib
+import re
 
 from tdscheme.validation import invalid, missing_extra
 
-__all__ = ["ENV_BACKENDS", "check_env_id", "close_env_ids", "missing_env_packages"]
+__all__ = [
+    "ENV_BACKENDS",
+    "check_env_id",
+    "close_env_ids",
+    "is_atari_id",
+    "missing_env_packages",
+]
 
 #: The env backends of :func:`tdscheme.envs.make_env` (gymnasium's ids, or EnvPool's).
 ENV_BACKENDS = ("gymnasium", "envpool")
@@ -111,3 +118,20 @@ def _entry_point(env_id: str) -> str:
     except gymnasium.error.Error:
         return ""
     return entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+
+
+#: An Atari id of either backend: ``"ALE/Pong-v5"`` (gymnasium's) or ``"Pong-v5"`` (EnvPool's).
+_ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
+
+
+def is_atari_id(env_id: object) -> bool:
+    """Whether ``env_id`` names an Atari game in gymnasium's ``ALE/`` namespace (pixels).
+
+    The presets build such ids with :func:`~tdscheme.envs.make_atari_env`; EnvPool's bare
+    ``"Pong-v5"`` is also a MuJoCo-like ``<Name>-v5`` form, so only ``ALE/`` says Atari.
+
+    Example:
+        >>> is_atari_id("ALE/Pong-v5"), is_atari_id("Pong-v5"), is_atari_id("HalfCheetah-v5")
+        (True, False, False)
+    """
+    return isinstance(env_id, str) and env_id.startswith("ALE/") and bool(_ATARI_ID.match(env_id))

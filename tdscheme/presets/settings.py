@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tdscheme.envs.ids import ENV_BACKENDS, check_env_id
+from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, is_atari_id
 from tdscheme.learner.config import TARGET_UPDATES
 from tdscheme.validation import check_bool, check_choice, check_int, invalid
 
@@ -161,7 +161,7 @@ class AlgoConfig:
                 "env_config", self.env_config,
                 'None or a dict of env attribute names to values, e.g. {"max_torque": 1.0}',
             )  # fmt: skip
-        if self.env_backend != "gymnasium" or self.env_id.startswith("ALE/"):
+        if self.env_backend != "gymnasium" or is_atari_id(self.env_id):
             raise invalid(
                 "env_config", self.env_config, "None with this env (attributes are set on "
                 "gymnasium's classic and MuJoCo envs, not EnvPool's or Atari's)",
