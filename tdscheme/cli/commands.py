@@ -95,8 +95,9 @@ def _train(
 ) -> int:
     if ray_lease is not None and ray_lease.config != preset.scheme.ray_init_config:
         ray_lease.release()  # the run starts or joins the Ray it asks for instead
-    run_dir = Path(preset.trainer.run_dir)
-    print(f"tdscheme train {preset.name}: run directory {run_dir}", flush=True)
+    run_dir = None if preset.trainer.run_dir is None else Path(preset.trainer.run_dir)
+    where = "no run directory (nothing written)" if run_dir is None else f"run directory {run_dir}"
+    print(f"tdscheme train {preset.name}: {where}", flush=True)
     failed: str | None = None
     setup_s = time.time() - _process_start(started)
     if interrupts.stop_requested():  # before any actor starts: nothing to save
@@ -135,7 +136,7 @@ def _bench(args: argparse.Namespace, preset: Preset, ray_lease: RayLease | None)
     return 0
 
 
-def _failed_lines(err: BaseException, trainer: Any, run_dir: Path, *, verbose: bool) -> str:
+def _failed_lines(err: BaseException, trainer: Any, run_dir: Path | None, *, verbose: bool) -> str:
     """What a run that failed (a worker, the replay buffer, NaN) ends with, in place of a traceback.
 
     The error's own text (a worker's has its id and remote traceback), the frames
@@ -162,10 +163,13 @@ def _stopped_line(summary: dict[str, Any]) -> str:
 
     checkpoint = summary["checkpoint"] or "none (no run directory)"
     ray_state = "the Ray it joined left running" if ray.is_initialized() else "Ray shut down"
+    resume = (
+        "" if summary["run_dir"] is None
+        else f" (resume with: tdscheme train --resume {summary['run_dir']})"
+    )  # fmt: skip
     return (
         f"tdscheme train: {summary['interrupted']}: stopped cleanly at {summary['frames']} "
-        f"frames; final checkpoint {checkpoint}; workers shut down, {ray_state} "
-        f"(resume with: tdscheme train --resume {summary['run_dir']})"
+        f"frames; final checkpoint {checkpoint}; workers shut down, {ray_state}{resume}"
     )
 
 
@@ -201,6 +205,9 @@ def _print_summary(
     if summary["checkpoint"]:
         print(f"checkpoint: {summary['checkpoint']}")
     run_dir = summary["run_dir"]
+    if run_dir is None:
+        print("summary: " + json.dumps(summary), flush=True)
+        return
     print(f"logs: {run_dir}/metrics.csv (plot with: tdscheme plot {run_dir})")
     if trainer.logger == "wandb" and os.environ.get("WANDB_MODE", "offline") == "offline":
         print(

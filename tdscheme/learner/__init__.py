@@ -17,6 +17,7 @@ _EXPORTS = {
     "LearnerConfig": "tdscheme.learner.config",
     "MASK_KEY": "tdscheme.learner.batches",
     "OffPolicyLearner": "tdscheme.learner.offpolicy",
+    "OnePassValues": "tdscheme.learner.values",
     "TARGET_UPDATES": "tdscheme.learner.target_nets",
     "average_gradients": "tdscheme.learner.gradients",
     "is_prioritized": "tdscheme.learner.offpolicy",
@@ -30,6 +31,7 @@ __all__ = [
     "Learner",
     "LearnerConfig",
     "OffPolicyLearner",
+    "OnePassValues",
     "average_gradients",
     "is_prioritized",
     "make_target_updater",
@@ -43,5 +45,6 @@ if typing.TYPE_CHECKING:
     from tdscheme.learner.learner import Learner
     from tdscheme.learner.offpolicy import OffPolicyLearner, is_prioritized
     from tdscheme.learner.target_nets import TARGET_UPDATES, make_target_updater
+    from tdscheme.learner.values import OnePassValues
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

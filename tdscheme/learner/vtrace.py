@@ -87,7 +87,7 @@ def vtrace_estimator(
     *,
     gamma: float,
     actor: nn.Module,
-    critic: nn.Module,
+    critic: nn.Module | None,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
     action_key: Any = "action",
@@ -97,7 +97,8 @@ def vtrace_estimator(
     Args:
         gamma: the discount.
         actor: the learner's probabilistic actor (the policy being trained).
-        critic: the state-value network.
+        critic: the state-value network; ``None``: the batches carry ``state_value``
+            and ``("next", "state_value")`` (:class:`~tdscheme.learner.values.OnePassValues`).
         rho_clip: the importance-weight clip of the value target (rho-bar).
         c_clip: the trace-cutting clip (c-bar).
         action_key: where the frames hold the action taken.

@@ -34,11 +34,12 @@ from torchrl.envs import (
 )
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import LossModule
-from torchrl.objectives.value import GAE, VTrace
+from torchrl.objectives.value import GAE
 
 from tdscheme.envs import is_atari_id, make_atari_env, make_env
 from tdscheme.envs.env_config import env_config_target, make_configurable_env
 from tdscheme.learner import Learner, LearnerConfig
+from tdscheme.learner.values import OnePassValues
 from tdscheme.learner.vtrace import vtrace_estimator
 from tdscheme.presets.pixel_networks import pixel_actor_critic
 from tdscheme.presets.settings import ActorCriticConfig
@@ -217,13 +218,10 @@ def actor_critic_modules(
             f"or stacked frames [C, H, W] with discrete actions"
         )
     act = ACTIVATIONS[activation]
-    obs_dim = obs_shape[0]
 
     def mlp(out_features: int) -> MLP:
-        return MLP(
-            in_features=obs_dim, out_features=out_features, num_cells=list(hidden_sizes),
-            activation_class=act,
-        )  # fmt: skip
+        return MLP(in_features=obs_shape[0], out_features=out_features,
+                   num_cells=list(hidden_sizes), activation_class=act)  # fmt: skip
 
     critic = ValueOperator(mlp(1), in_keys=["observation"])
     if isinstance(action_spec, OneHot):
@@ -338,8 +336,9 @@ def actor_critic_learner(
 
 def advantage_estimator(
     loss: LossModule, critic: nn.Module, *, config: ActorCriticConfig
-) -> GAE | VTrace:
-    """``config.advantage``'s estimator: torchrl's ``GAE`` or ``VTrace`` over ``critic``.
+) -> OnePassValues:
+    """``config.advantage``'s estimator: torchrl's ``GAE`` or ``VTrace``, fed ``critic``'s values
+    in one pass over the batch (:class:`~tdscheme.learner.values.OnePassValues`).
 
     V-trace compares the policy the loss trains (``loss.actor_network``) with the
     behaviour log-probs each frame carries (the actor's ``action_log_prob``, recorded
@@ -352,15 +351,16 @@ def advantage_estimator(
         >>> loss = A2CLoss(modules["actor"], modules["critic"])
         >>> config = ActorCriticConfig(advantage="vtrace", vtrace_rho_clip=2.0)
         >>> estimator = advantage_estimator(loss, modules["critic"], config=config)
-        >>> type(estimator).__name__, estimator.rho_thresh.item()
+        >>> type(estimator.estimator).__name__, estimator.estimator.rho_thresh.item()
         ('VTrace', 2.0)
     """
-    if config.advantage == "vtrace":
-        return vtrace_estimator(
-            gamma=config.gamma, actor=loss.actor_network, critic=critic,
-            rho_clip=config.vtrace_rho_clip, c_clip=config.vtrace_c_clip,
-        )  # fmt: skip
-    return GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic)
+    estimator = (
+        vtrace_estimator(gamma=config.gamma, actor=loss.actor_network, critic=None,
+                         rho_clip=config.vtrace_rho_clip, c_clip=config.vtrace_c_clip)
+        if config.advantage == "vtrace"
+        else GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=None)
+    )  # fmt: skip
+    return OnePassValues(estimator, critic)
 
 
 def actor_critic_loss_learner(

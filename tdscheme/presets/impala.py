@@ -15,7 +15,7 @@ Example:
     >>> preset.scheme.async_learner, preset.algo.advantage
     (True, 'vtrace')
     >>> learner = preset.learner_factory()(**preset.policy_factory()())
-    >>> type(learner.loss_module).__name__, type(learner.value_estimator).__name__
+    >>> type(learner.loss_module).__name__, type(learner.value_estimator.estimator).__name__
     ('A2CLoss', 'VTrace')
     >>> appo = appo_cartpole()
     >>> type(appo.learner_factory()(**appo.policy_factory()()).loss_module).__name__

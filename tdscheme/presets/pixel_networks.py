@@ -145,7 +145,9 @@ def pixel_trunk(
         flat = convs(torch.zeros(channels, height, width)).shape[-1]
     fc = MLP(in_features=flat, out_features=hidden, num_cells=[], activate_last_layer=True,
              activation_class=nn.ReLU)  # fmt: skip
-    return nn.Sequential(PixelScale(), convs, fc)
+    # channels-last conv weights: oneDNN's preferred layout on CPU; each conv then runs
+    # NHWC (its input converted once), about 1.3x faster per update here (2 threads)
+    return nn.Sequential(PixelScale(), convs, fc).to(memory_format=torch.channels_last)
 
 
 def pixel_actor_critic(
@@ -188,5 +190,7 @@ def _orthogonal_(module: nn.Module, *, gain: float) -> None:
     with torch.no_grad():
         for layer in module.modules():
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
-                nn.init.orthogonal_(layer.weight, gain)
+                weight = torch.empty(layer.weight.shape)  # orthogonal_ views it flat:
+                nn.init.orthogonal_(weight, gain)  # a channels-last weight cannot be
+                layer.weight.copy_(weight)
                 nn.init.zeros_(layer.bias)

@@ -186,6 +186,18 @@ def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
     assert all(v == v for _, v in read_metrics(run_dir)["learner/loss"])  # no nan
 
 
+def test_train_without_a_run_directory_writes_nothing(ray_clean, tmp_path, capsys, monkeypatch):
+    # --run-dir none: the help promises no logs and no checkpoints, and the run still reports.
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "ppo-pendulum", *TINY, "--total-frames", "512", "--run-dir", "none",
+                 "--target-return", "none", "--no-eval-at-end"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "no run directory (nothing written)" in out and "logs:" not in out
+    summary = summary_of(out)
+    assert summary["frames"] == 512 and summary["run_dir"] is None and summary["checkpoint"] is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_train_appo_cartpole_resume_and_plot_its_policy_lag(ray_clean, tmp_path, capsys):
     # impala-cartpole runs through the API (tests/presets); APPO's CLI run resumes too.
     run_dir = tmp_path / "run"
