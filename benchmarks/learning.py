@@ -28,7 +28,8 @@ and the ``mujoco`` extra for HalfCheetah, ``envpool,atari`` for Pong)::
 
     .venv/bin/python benchmarks/learning.py --sections cartpole,pendulum --skip-existing
     .venv/bin/python benchmarks/learning.py --sections halfcheetah --skip-existing
-    .venv/bin/python benchmarks/learning.py --sections pong,pong-async --cleanrl-dir ../cleanrl
+    .venv/bin/python benchmarks/learning.py --sections pong,pong-async --cleanrl-dir ../cleanrl \\
+        --skip-existing --work-dir ../learning-runs  # hours: stop it any time, rerun to go on
     .venv/bin/python benchmarks/learning.py --redraw
     .venv/bin/python benchmarks/learning.py --sections cartpole --seeds 1 --budget-scale 0.2 \\
         --out /tmp/learning/learning.md  # a smoke run, kept apart
@@ -70,6 +71,7 @@ from learning_peers import (
 FRAMEWORKS = ("tdscheme", "sb3", "cleanrl")
 FRACTIONS = (0.25, 0.5, 0.75)  # of the budget; 100 %: the final value (SB3 may pass the budget)
 TRAIN_WINDOW = 10  # training episodes averaged per point of the training curve
+RESUME_EVERY_STEPS = 100_000  # tdscheme's checkpoints with --work-dir
 
 
 # -- the sections ----------------------------------------------------------------------------
@@ -222,12 +224,20 @@ def tdscheme_run(slot: RunSlot, section: Section, preset: str) -> RunRecord:
     every = eval_protocol(preset, section.eval_every_steps)["every_steps"]
     run_dir = slot.work / "run"
     exe = Path(sys.executable).with_name("tdscheme")
-    command = [
-        str(exe) if exe.exists() else "tdscheme", "train", preset, "--seed", str(slot.seed),
-        "--run-dir", str(run_dir), "--total-frames", str(slot.budget_steps),
-        "--eval-every-frames", str(every), "--target-return", str(target).lower(),
-        "--checkpoint-every-frames", "0", "--no-checkpoint-at-end", "--progress", "false",
-    ]  # fmt: skip
+    exe = str(exe) if exe.exists() else "tdscheme"
+    checkpoints = sorted((run_dir / "checkpoints").glob("*.pt")) if slot.resumable else []
+    if checkpoints:  # a run stopped earlier (Ctrl-C, a timeout, the machine's session): go on
+        print(f"resuming {run_dir} from {checkpoints[-1].name}", file=sys.stderr, flush=True)
+        command = [exe, "train", "--resume", str(run_dir), "--total-frames",
+                   str(slot.budget_steps), "--progress", "false"]  # fmt: skip
+    else:
+        keep = ["--checkpoint-every-frames", str(RESUME_EVERY_STEPS)] if slot.resumable else [
+            "--checkpoint-every-frames", "0", "--no-checkpoint-at-end"]  # fmt: skip
+        command = [
+            exe, "train", preset, "--seed", str(slot.seed), "--run-dir", str(run_dir),
+            "--total-frames", str(slot.budget_steps), "--eval-every-frames", str(every),
+            "--target-return", str(target).lower(), *keep, "--progress", "false",
+        ]  # fmt: skip
     done = run_process(command, slot)
     metrics = read_metrics(run_dir) if (run_dir / "metrics.csv").exists() else {}
     config = run_dir / "config.json"
@@ -496,6 +506,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--skip-existing", action="store_true", help="reuse kept runs of the same budget"
     )
     p.add_argument("--redraw", action="store_true", help="only rebuild the page and the figures")
+    p.add_argument("--work-dir", type=Path, default=None,
+                   help="keep each run's folder here (not in a temporary one): tdscheme runs "
+                        "checkpoint and a stopped one resumes when the command runs again")  # fmt: skip
     args = p.parse_args(argv)
     args.sections = [s for s in args.sections.split(",") if s]
     args.peers = [x for x in args.peers.split(",") if x]
@@ -533,8 +546,12 @@ def run_one(section: Section, kind: str, what: str, seed: int, args: argparse.Na
         return None
     peer_section = sections()[section.peers_from] if section.peers_from else section
     with tempfile.TemporaryDirectory(prefix="tdscheme-learning-") as tmp:
+        work = Path(tmp)
+        if args.work_dir is not None:  # kept, so that a stopped tdscheme run resumes
+            work = args.work_dir / section.task / f"{framework.replace(' ', '_')}-{seed}-{budget}"
+            work.mkdir(parents=True, exist_ok=True)
         slot = RunSlot(section.task, seed, budget, section.timeout_s * args.budget_scale + 600.0,
-                       Path(tmp))  # fmt: skip
+                       work, resumable=args.work_dir is not None)  # fmt: skip
         if kind == "tdscheme":
             record = tdscheme_run(slot, section, what)
         elif kind == "sb3":

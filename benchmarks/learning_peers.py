@@ -83,6 +83,7 @@ class RunSlot:
     budget_steps: int
     timeout_s: float
     work: Path
+    resumable: bool = False  # a kept folder (--work-dir): tdscheme checkpoints and resumes
 
     def record(self, framework: str, done: tuple[str, float, str | None], command: list[str],
                settings: dict[str, Any], evals: list, train: list) -> RunRecord:  # fmt: skip

@@ -228,7 +228,10 @@ class Trainer:
                     break
                 step_started = time.monotonic()
                 before = self.frames
-                metrics = self.scheme.step()
+                try:
+                    metrics = self.scheme.step()
+                except StopIteration:  # the budget's rest held no whole env step: spent
+                    break
                 metrics.update(self._curriculum.step(self.scheme))
                 metrics["time/elapsed_s"] = self.elapsed_s
                 self._log(metrics)

@@ -206,6 +206,8 @@ class Scheme:
             tdscheme.errors.GradientWorkerError: a gradient worker failed
                 for good.
             TimeoutError: no batch or gradient arrived within ``config.batch_timeout_s``.
+            StopIteration: the budget's rest held no whole env step (a run resumed a few
+                frames short of it): nothing was trained, and :attr:`frames_left` is 0.
         """
         if self._closed:
             raise RuntimeError("Scheme is shut down")
@@ -289,14 +291,14 @@ class Scheme:
         at whole steps). Frames written into a Ray-held buffer that no step counted
         yet are still left: the run steps until it has trained on them.
         """
-        collector = self.collector
-        left = None if collector is None else collector.frames_left
+        left = None if self.collector is None else self.collector.frames_left
         return None if left is None else left + self.loop.frames_pending
 
     def __iter__(self) -> Iterator[dict[str, float]]:
         """Yields :meth:`step` until :meth:`set_total_frames`'s budget is spent (forever without one)."""
-        while self.frames_left != 0:
-            yield self.step()
+        with contextlib.suppress(StopIteration):  # the budget's rest held no whole env step
+            while self.frames_left != 0:
+                yield self.step()
 
     # -- state ---------------------------------------------------------------------
 
@@ -393,8 +395,6 @@ class Scheme:
         self.shutdown()
 
     def __repr__(self) -> str:
-        return (
-            f"Scheme(frames={self.frames}, iterations={self.iterations}, "
-            f"num_collectors={self.config.num_collectors}, "
-            f"num_grad_workers={self.config.num_grad_workers}, learner={self.learner!r})"
-        )
+        return (f"Scheme(frames={self.frames}, iterations={self.iterations}, num_collectors="
+                f"{self.config.num_collectors}, num_grad_workers={self.config.num_grad_workers}, "
+                f"learner={self.learner!r})")  # fmt: skip

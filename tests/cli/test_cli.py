@@ -198,6 +198,18 @@ def test_train_without_a_run_directory_writes_nothing(ray_clean, tmp_path, capsy
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_resume_short_of_one_env_step_ends_cleanly(ray_clean, tmp_path, capsys):
+    # 1,024 frames done, 1,025 asked: the one frame left is less than a step of 4 envs,
+    # so the run ends where it was (it raised StopIteration out of the Trainer).
+    run_dir = tmp_path / "run"
+    common = [*TINY, "--target-return", "none", "--eval-every-frames", "0", "--no-eval-at-end"]
+    assert main(["train", "ppo-pendulum", *common, "--total-frames", "1024",
+                 "--run-dir", str(run_dir)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--total-frames", "1025"]) == 0
+    assert summary_of(capsys.readouterr().out)["frames"] == 1024
+
+
 def test_train_appo_cartpole_resume_and_plot_its_policy_lag(ray_clean, tmp_path, capsys):
     # impala-cartpole runs through the API (tests/presets); APPO's CLI run resumes too.
     run_dir = tmp_path / "run"
