@@ -2,9 +2,10 @@
 
 For each preset (``--presets``; default ppo-cartpole, sac-pendulum, appo-pong) and each device
 (``--devices``; ``cuda`` is skipped, with a line saying so, where torch sees no GPU), one
-``tdscheme train PRESET --device D`` run of ``--frames`` frames in its own process (no
-evaluation, no checkpoint): that it exits 0 is the first check (the workers get CPU weights
-and ask for no GPU; batches move to the learner's device). From its ``metrics.csv``:
+``tdscheme train PRESET --device D`` run of the preset's ``FRAMES`` (times ``--frames-scale``)
+in its own process (no evaluation, no checkpoint): that it exits 0 is the first check (the
+workers get CPU weights and ask for no GPU; batches move to the learner's device). From its
+``metrics.csv``:
 
 * ``fps``: the run's frames per second, end to end;
 * ``learn s / 1k frames``: the learner's seconds (``time/learn_s``, summed over the
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from harness import tdscheme_executable
 from report import machine_info, print_tables, run_process, write_markdown
 
 from tdscheme.engine.run_log import read_metrics
@@ -39,9 +41,8 @@ FRAMES = {"ppo-cartpole": 65_536, "sac-pendulum": 8_192, "appo-pong": 40_960}
 def one_run(preset: str, device: str, frames: int, work: Path) -> dict[str, object]:
     """One ``tdscheme train`` run; its fps and learner seconds per 1,000 frames."""
     run_dir = work / f"{preset}-{device}-{time.monotonic_ns()}"
-    exe = Path(sys.executable).with_name("tdscheme")
     command = [
-        str(exe) if exe.exists() else "tdscheme", "train", preset, "--device", device,
+        tdscheme_executable(), "train", preset, "--device", device,
         "--total-frames", str(frames), "--eval-every-frames", "0", "--no-eval-at-end",
         "--no-checkpoint-at-end", "--checkpoint-every-frames", "0", "--target-return", "none",
         "--run-dir", str(run_dir), "--progress", "false",
@@ -85,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if "cuda" in devices and not torch.cuda.is_available():
         print("gpu_path: torch sees no CUDA device here: the cuda runs are skipped", flush=True)
         devices.remove("cuda")
-    started, rows = time.monotonic(), []
-    print(json.dumps({"machine": machine_info(), "cuda": torch.cuda.is_available()}), flush=True)
+    started, rows, machine = time.monotonic(), [], machine_info()
+    print(json.dumps({"machine": machine, "cuda": torch.cuda.is_available()}), flush=True)
     with tempfile.TemporaryDirectory(prefix="tdscheme-gpu-path-") as tmp:
         for _ in range(args.repeats):
             for preset in presets:
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_markdown(
             args.out, title="The GPU path", script="gpu_path.py", argv=sys.argv[1:],
-            seconds=time.monotonic() - started, machine=machine_info(), tables=tables,
+            seconds=time.monotonic() - started, machine=machine, tables=tables,
             intro="Each preset trained with `--device cpu` and `--device cuda` (see the script).",
         )  # fmt: skip
     return 0

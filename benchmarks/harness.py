@@ -178,6 +178,12 @@ def actor_pid(actor: Any, timeout_s: float = 30.0) -> int:
 # ---------------------------------------------------------------- processes
 
 
+def tdscheme_executable() -> str:
+    """The ``tdscheme`` command beside this Python (the venv's), else the one on ``PATH``."""
+    exe = Path(sys.executable).with_name("tdscheme")
+    return str(exe) if exe.exists() else "tdscheme"
+
+
 def fresh_ray_env(ray_tmpdir: str | os.PathLike[str], **extra: str) -> dict[str, str]:
     """This process's environment for a child that starts its own Ray under ``ray_tmpdir``.
 

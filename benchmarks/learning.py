@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import tdscheme_executable
 from learning_peers import (
     CLEANRL_NAME,
     RunRecord,
@@ -224,8 +225,7 @@ def tdscheme_run(slot: RunSlot, section: Section, preset: str) -> RunRecord:
     target = section.target_return if section.stop_at_target else None
     every = eval_protocol(preset, section.eval_every_steps)["every_steps"]
     run_dir = slot.work / "run"
-    exe = Path(sys.executable).with_name("tdscheme")
-    exe = str(exe) if exe.exists() else "tdscheme"
+    exe = tdscheme_executable()
     checkpoints = sorted((run_dir / "checkpoints").glob("*.pt")) if slot.resumable else []
     if checkpoints:  # a run stopped earlier (Ctrl-C, a timeout, the machine's session): go on
         print(f"resuming {run_dir} from {checkpoints[-1].name}", file=sys.stderr, flush=True)

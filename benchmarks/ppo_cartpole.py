@@ -43,11 +43,10 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-from harness import json_line
+from harness import json_line, tdscheme_executable
 from report import machine_info, run_process, train_result, write_text_section
 from torchrl.collectors import Collector
 from torchrl.objectives import ClipPPOLoss
@@ -82,13 +81,10 @@ def cli_options(overrides: dict[str, Any]) -> list[str]:
 
 def run_cli(preset: Preset, overrides: dict[str, Any]) -> dict[str, Any]:
     """``tdscheme train`` in a new process; the wall time is the one the command prints."""
-    tdscheme = Path(sys.executable).with_name("tdscheme")
     with tempfile.TemporaryDirectory() as run_dir:
         options = {**overrides, "seed": preset.scheme.seed, "run_dir": run_dir}
-        stdout, _, exit_s = run_process(
-            [str(tdscheme), "train", preset.name, *cli_options(options), "--progress", "false"],
-            "tdscheme train",
-        )
+        command = [tdscheme_executable(), "train", preset.name, *cli_options(options)]
+        stdout, _, exit_s = run_process([*command, "--progress", "false"], "tdscheme train")
     return train_result(stdout, exit_s)
 
 

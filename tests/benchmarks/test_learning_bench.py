@@ -22,11 +22,12 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up; learning imports peers
+    sys.modules[spec.name] = module  # dataclasses look their module up; learning imports these
     spec.loader.exec_module(module)
     return module
 
 
+_load("harness")
 peers = _load("learning_peers")
 learning = _load("learning")
 
