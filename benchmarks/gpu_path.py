@@ -1,7 +1,9 @@
 """The GPU path end to end: presets trained with ``--device cuda`` beside the CPU learner.
 
 For each preset (``--presets``; default ppo-cartpole, sac-pendulum, appo-pong) and each device
-(``--devices``; ``cuda`` is skipped, with a line saying so, where torch sees no GPU), one
+(``--devices``; ``cuda`` and ``cuda-rank`` are skipped, with a line saying so, where torch sees
+no GPU; ``cuda-rank`` is ``--device cuda --num-learners 1``, the learner as one Ray rank that
+holds the GPU, for the presets learner groups train), one
 ``tdscheme train PRESET --device D`` run of the preset's ``FRAMES`` (times ``--frames-scale``)
 in its own process (no evaluation, no checkpoint): that it exits 0 is the first check (the
 workers get CPU weights and ask for no GPU; batches move to the learner's device). From its
@@ -36,13 +38,20 @@ from tdscheme.engine.run_log import read_metrics
 
 #: frames per run, per preset: a few learner updates past start-up on the lent machine
 FRAMES = {"ppo-cartpole": 65_536, "sac-pendulum": 8_192, "appo-pong": 40_960}
+#: the Ray options of the one learner rank of ``cuda-rank`` runs
+GPU_RANK = {"num_cpus": 1, "num_gpus": 1}
+#: the presets a learner group trains (on-policy and IMPALA / APPO; replay learners not yet)
+GROUP_PRESETS = ("ppo-cartpole", "appo-pong")
+DEVICES = ("cpu", "cuda", "cuda-rank")
 
 
 def one_run(preset: str, device: str, frames: int, work: Path) -> dict[str, object]:
     """One ``tdscheme train`` run; its fps and learner seconds per 1,000 frames."""
     run_dir = work / f"{preset}-{device}-{time.monotonic_ns()}"
+    rank = ["--num-learners", "1", "--learner-resources", json.dumps(GPU_RANK)]
     command = [
-        tdscheme_executable(), "train", preset, "--device", device,
+        tdscheme_executable(), "train", preset, "--device", device.removesuffix("-rank"),
+        *(rank if device == "cuda-rank" else []),
         "--total-frames", str(frames), "--eval-every-frames", "0", "--no-eval-at-end",
         "--no-checkpoint-at-end", "--checkpoint-every-frames", "0", "--target-return", "none",
         "--run-dir", str(run_dir), "--progress", "false",
@@ -74,18 +83,18 @@ def table(rows: list[dict[str, object]]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", default=",".join(FRAMES))
-    p.add_argument("--devices", default="cpu,cuda")
+    p.add_argument("--devices", default=",".join(DEVICES))
     p.add_argument("--frames-scale", type=float, default=1.0, help="x each preset's frames")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--out", default=None, help="write the table as markdown here")
     args = p.parse_args(argv)
     presets = [x for x in args.presets.split(",") if x]
     devices = [d for d in args.devices.split(",") if d]
-    if unknown := sorted(set(presets) - set(FRAMES)) + sorted(set(devices) - {"cpu", "cuda"}):
-        p.error(f"unknown presets or devices {unknown}; accepted: {sorted(FRAMES)}, cpu, cuda")
-    if "cuda" in devices and not torch.cuda.is_available():
+    if unknown := sorted(set(presets) - set(FRAMES)) + sorted(set(devices) - set(DEVICES)):
+        p.error(f"unknown presets or devices {unknown}; accepted: {sorted(FRAMES)}, {DEVICES}")
+    if not torch.cuda.is_available() and {"cuda", "cuda-rank"} & set(devices):
         print("gpu_path: torch sees no CUDA device here: the cuda runs are skipped", flush=True)
-        devices.remove("cuda")
+        devices = [d for d in devices if d == "cpu"]
     started, rows, machine = time.monotonic(), [], machine_info()
     print(json.dumps({"machine": machine, "cuda": torch.cuda.is_available()}), flush=True)
     with tempfile.TemporaryDirectory(prefix="tdscheme-gpu-path-") as tmp:
@@ -93,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             for preset in presets:
                 frames = max(1, round(FRAMES[preset] * args.frames_scale))
                 for device in devices:
+                    if device == "cuda-rank" and preset not in GROUP_PRESETS:
+                        continue
                     rows.append(one_run(preset, device, frames, Path(tmp)))
                     print(json.dumps(rows[-1]), flush=True)
     tables = {"the GPU path: learner time per frame, CPU vs CUDA": table(rows)}
@@ -101,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(
             args.out, title="The GPU path", script="gpu_path.py", argv=sys.argv[1:],
             seconds=time.monotonic() - started, machine=machine, tables=tables,
-            intro="Each preset trained with `--device cpu` and `--device cuda` (see the script).",
+            intro="Each preset trained with `--device cpu`, `--device cuda` and, for the presets "
+            "learner groups train, `--device cuda --num-learners 1` (see the script).",
         )  # fmt: skip
     return 0
 

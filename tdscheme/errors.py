@@ -31,6 +31,7 @@ __all__ = [
     "CheckpointError",
     "EvalWorkerError",
     "GradientWorkerError",
+    "LearnerGroupError",
     "NonFiniteInputError",
     "NonFiniteUpdateError",
     "PlacementError",
@@ -98,6 +99,12 @@ class GradientWorkerError(WorkerError):
     """An error raised inside a gradient worker (or its death past ``max_restarts``), on the driver."""
 
     role = "gradient worker"
+
+
+class LearnerGroupError(WorkerError):
+    """An error raised inside a learner rank (or its death past ``max_restarts``), on the driver."""
+
+    role = "learner rank"
 
 
 class EvalWorkerError(WorkerError):

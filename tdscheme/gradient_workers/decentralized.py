@@ -7,7 +7,7 @@ computes its gradient, all-reduces it weighted by frame count and applies the
 mean with its own optimizer: identical inputs, identical updates, so all workers
 keep bit-identical weights. A worker whose gradient holds NaN / inf takes part
 with weight 0, so every worker applies the others' mean; when none is finite,
-every worker skips the update (see :mod:`~tdscheme.gradient_workers.allreduce`);
+every worker skips the update (see :mod:`~tdscheme.runtime.allreduce`);
 the driver counts and names them (:mod:`~tdscheme.gradient_workers.nonfinite`). The driver only starts the step, gathers metrics and
 mirrors rank 0's weights and version into its own Learner (for evaluation and
 checkpoints).

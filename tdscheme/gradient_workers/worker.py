@@ -16,11 +16,11 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.gradient_workers import allreduce
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.rollout.env_config import EnvConfigPush
+from tdscheme.runtime import allreduce
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = ["GradientResult", "GradientWorker"]
@@ -262,7 +262,7 @@ class GradientWorker:
         master_port: int,
         timeout_s: float = 300.0,
     ) -> int:
-        """Joins the gloo group (see :func:`~tdscheme.gradient_workers.allreduce.init_process_group`).
+        """Joins the gloo group (see :func:`~tdscheme.runtime.allreduce.init_process_group`).
 
         Leaves a group it is already in first, so a group can be rebuilt after a
         peer died.

@@ -15,6 +15,7 @@ from tdscheme.facades import lazy_exports
 _EXPORTS = {
     "Learner": "tdscheme.learner.learner",
     "LearnerConfig": "tdscheme.learner.config",
+    "LearnerGroup": "tdscheme.learner.group",
     "MASK_KEY": "tdscheme.learner.batches",
     "OffPolicyLearner": "tdscheme.learner.offpolicy",
     "OnePassValues": "tdscheme.learner.values",
@@ -30,6 +31,7 @@ __all__ = [
     "TARGET_UPDATES",
     "Learner",
     "LearnerConfig",
+    "LearnerGroup",
     "OffPolicyLearner",
     "OnePassValues",
     "average_gradients",
@@ -42,6 +44,7 @@ if typing.TYPE_CHECKING:
     from tdscheme.learner.batches import MASK_KEY
     from tdscheme.learner.config import LearnerConfig
     from tdscheme.learner.gradients import average_gradients
+    from tdscheme.learner.group import LearnerGroup
     from tdscheme.learner.learner import Learner
     from tdscheme.learner.offpolicy import OffPolicyLearner, is_prioritized
     from tdscheme.learner.target_nets import TARGET_UPDATES, make_target_updater

@@ -6,6 +6,8 @@
 * :mod:`~tdscheme.runtime.torchrl_names`: where torchrl keeps the names that move
   between releases.
 * :mod:`~tdscheme.runtime.interrupts`: Ctrl-C and SIGTERM as a stop request.
+* :mod:`~tdscheme.runtime.allreduce`: the gloo group and the weighted gradient
+  all-reduce shared by decentralized gradient workers and learner groups.
 
 The Ray lease's names are exported lazily (:mod:`tdscheme.facades`): importing this
 package imports no Ray, so the command installs its signal handlers

@@ -158,8 +158,9 @@ class ActorPool:
         refs = [self.submit(worker_id, self.ready_method) for worker_id in worker_ids]
         try:
             placement.wait_started(
-                refs, timeout_s=timeout_s, what=self.error_class.role, argument=argument
-            )
+                refs, timeout_s=timeout_s, what=self.error_class.role, argument=argument,
+                ids=list(worker_ids),
+            )  # fmt: skip
         except placement.PlacementError:
             self.forget(refs)
             raise

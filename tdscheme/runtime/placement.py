@@ -126,6 +126,7 @@ def wait_started(
     timeout_s: float,
     what: str,
     argument: str,
+    ids: Sequence[int] | None = None,
 ) -> None:
     """Waits until every actor answers its ping (is placed and built), for ``timeout_s`` at most.
 
@@ -138,13 +139,13 @@ def wait_started(
         timeout_s: ``actor_start_timeout_s``.
         what: how the message names the actors (``"collector worker"``).
         argument: the argument that set their resources, for the message.
+        ids: the actors' worker ids, for the message (default: their index in ``pings``).
 
     Raises:
         PlacementError: some actors did not start within ``timeout_s``, naming
-            them (their index in ``pings``), their resources and what the cluster
-            has free.
+            them (by ``ids``), their resources and what the cluster has free.
     """
-    index = {ref: i for i, ref in enumerate(pings)}
+    index = dict(zip(pings, range(len(pings)) if ids is None else ids, strict=True))
     deadline = time.monotonic() + timeout_s
     pending = list(pings)
     while pending:

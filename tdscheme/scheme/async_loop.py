@@ -29,6 +29,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from tdscheme.learner import Learner
+from tdscheme.learner.group import LearnerGroup
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.metrics import lag_distribution
 from tdscheme.scheme.on_policy_loop import OnPolicyLoop
@@ -49,14 +50,19 @@ class AsyncLoop(OnPolicyLoop):
     Args:
         config: the Scheme's settings (``async_learner=True``, so ``sync=False``).
         env_factory: builds one collector worker's env.
-        learner: the driver's Learner; its ``policy`` runs in the workers.
+        learner: the driver's Learner, or a learner group over it (``num_learners > 0``);
+            its ``policy`` runs in the workers.
 
     Raises:
         ValueError: ``config.async_learner`` is False.
     """
 
     def __init__(
-        self, config: SchemeConfig, *, env_factory: Callable[[], Any], learner: Learner
+        self,
+        config: SchemeConfig,
+        *,
+        env_factory: Callable[[], Any],
+        learner: Learner | LearnerGroup,
     ) -> None:
         if not config.async_learner:
             raise ValueError(

@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING, Any
 from tdscheme.gradient_workers.config import GradientWorkersConfig, check_mode_rules
 from tdscheme.runtime.ray_lease import check_init_keys
 from tdscheme.runtime.ray_options import check_actor_options
+from tdscheme.scheme.config_checks import (
+    check_async_learner,
+    check_gradient_worker_batches,
+    check_learner_group,
+)
 from tdscheme.stragglers import PreemptionConfig, check_sync_rules
 from tdscheme.validation import (
     check_bool,
@@ -137,6 +142,11 @@ class SchemeConfig:
         checkpoint_replay_buffer: off-policy: checkpoints also hold the replay buffer
             (torchrl's ``dumps``/``loads``, a directory beside each checkpoint file),
             so a resumed run samples from the same frames.
+        num_learners: learner ranks in one gloo group (a
+            :class:`~tdscheme.learner.group.LearnerGroup`), each training on its env
+            rows of every batch, as one Learner on the whole batch (on-policy and
+            IMPALA / APPO runs); 0: the driver's Learner.
+        learner_resources: Ray actor options per learner rank (``None``: one CPU each).
 
     Raises:
         ValueError: a value out of range, naming the field, its value and what is accepted.
@@ -192,6 +202,8 @@ synchronous step)
     )
     checkpoint_replay_buffer: bool = False
     async_learner: bool = False
+    num_learners: int = 0
+    learner_resources: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_collectors", "frames_per_batch", "weight_push_interval"):
@@ -210,9 +222,13 @@ synchronous step)
         check_choice("buffer_location", self.buffer_location, BUFFER_LOCATIONS)
         check_bool("checkpoint_replay_buffer", self.checkpoint_replay_buffer)
         check_bool("async_learner", self.async_learner)
+        check_int("num_learners", self.num_learners, minimum=0)
         if self.async_learner:
-            self._check_async_learner()
-        for name in ("collector_resources", "ray_init_config", "grad_worker_resources"):
+            check_async_learner(self)
+        check_learner_group(self)
+        for name in (
+            "collector_resources", "ray_init_config", "grad_worker_resources", "learner_resources"
+        ):  # fmt: skip
             value = getattr(self, name)
             kinds = (Mapping, list, tuple) if name == "collector_resources" else Mapping
             if value is not None and not isinstance(value, kinds):
@@ -222,7 +238,7 @@ synchronous step)
         resources = self.collector_resources
         for i, entry in enumerate(resources if isinstance(resources, (list, tuple)) else []):
             check_actor_options(f"collector_resources[{i}]", entry)
-        for name in ("collector_resources", "grad_worker_resources"):
+        for name in ("collector_resources", "grad_worker_resources", "learner_resources"):
             if isinstance(getattr(self, name), Mapping):
                 check_actor_options(name, getattr(self, name))
         preemption = PreemptionConfig.from_arg(self.preemption)
@@ -242,33 +258,7 @@ synchronous step)
                 preemption=preemption,
             )
         else:
-            self._check_gradient_worker_batches()
-
-    def _check_async_learner(self) -> None:
-        why = "async_learner=True (the learner takes first-ready batches, never fresh weights)"
-        if self.sync or self.num_grad_workers:
-            name = "sync" if self.sync else "num_grad_workers"
-            accepted = "False" if name == "sync" else "0"
-            raise invalid(name, getattr(self, name), accepted, context=why)
-        for name in ("max_policy_lag", "prefetch_batches"):
-            if getattr(self, name) == 0:
-                raise invalid(name, 0, "None or an int >= 1", context=why)
-
-    def _check_gradient_worker_batches(self) -> None:
-        if self.frames_per_batch % self._workers_per_update():
-            raise invalid(
-                "frames_per_batch", self.frames_per_batch,
-                "a multiple of num_grad_workers (each worker's share of an update)",
-                context=f"num_grad_workers={self.num_grad_workers} and synchronous gradients",
-            )  # fmt: skip
-        if self.frames_per_gradient() % self.num_collectors:
-            raise invalid(
-                "frames_per_batch", self.frames_per_batch,
-                f"a multiple of {self.num_collectors * self._workers_per_update()} (each "
-                f"gradient's {self.frames_per_gradient()} frames split evenly over the "
-                f"collectors)",
-                context=f"num_collectors={self.num_collectors} per gradient worker",
-            )  # fmt: skip
+            check_gradient_worker_batches(self)
 
     # -- the lower layers' configs ---------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from tdscheme.learner import Learner
+from tdscheme.learner.group import LearnerGroup
 from tdscheme.scheme.async_loop import AsyncLoop
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.grad_worker_loop import GradWorkerLoop
@@ -72,6 +73,12 @@ def check_factories(
             f"{config.num_grad_workers}; accepted: num_grad_workers=0 with a "
             f"storage_factory (gradient workers train on-policy only), or "
             f"storage_factory=None"
+        )
+    if storage_factory is not None and config.num_learners:
+        raise ValueError(
+            f"storage_factory={storage_factory!r} is invalid with num_learners="
+            f"{config.num_learners}; accepted: num_learners=0 with a storage_factory "
+            f"(learner groups train on-policy batches for now), or storage_factory=None"
         )
     if storage_factory is not None and config.async_learner:
         raise ValueError(
@@ -136,7 +143,9 @@ def make_loop(
     Returns:
         An :class:`OffPolicyLoop` with a ``storage_factory``, else a
         :class:`GradWorkerLoop` with ``num_grad_workers > 0``, else an
-        :class:`AsyncLoop` with ``async_learner``, else a :class:`OnPolicyLoop`.
+        :class:`AsyncLoop` with ``async_learner``, else a :class:`OnPolicyLoop`; the
+        last two train a :class:`~tdscheme.learner.group.LearnerGroup` with
+        ``num_learners > 0``.
     """
     if storage_factory is not None:
         return OffPolicyLoop(
@@ -150,9 +159,21 @@ def make_loop(
             learner_factory=learner_factory,
             learner=learner,
         )
-    if config.async_learner:
-        return AsyncLoop(config, env_factory=env_factory, learner=learner)
-    return OnPolicyLoop(config, env_factory=env_factory, learner=learner)
+    loop_class = AsyncLoop if config.async_learner else OnPolicyLoop
+    if not config.num_learners:
+        return loop_class(config, env_factory=env_factory, learner=learner)
+    group = LearnerGroup(
+        learner, num_learners=config.num_learners, policy_factory=policy_factory,
+        learner_factory=learner_factory, resources=config.learner_resources, seed=config.seed,
+        timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
+        actor_start_timeout_s=config.actor_start_timeout_s, placement=config.placement,
+        ray_init_config=config.ray_init_config,
+    )  # fmt: skip
+    try:
+        return loop_class(config, env_factory=env_factory, learner=group)
+    except BaseException:
+        group.shutdown()
+        raise
 
 
 def _as_modules(built: Any) -> dict[str, nn.Module]:

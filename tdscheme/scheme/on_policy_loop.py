@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 from tdscheme.collectors import RayCollector
 from tdscheme.episodes import FinishedEpisodes, finished_episodes
 from tdscheme.learner import Learner
+from tdscheme.learner.group import LearnerGroup
 from tdscheme.learner.snapshots import cpu_module
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.loop import CollectorEnvConfigs, NoReplayBuffer, PushInterval
@@ -33,7 +34,8 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
         env_factory: builds one collector worker's env.
-        learner: the driver's Learner; its ``policy`` runs in the workers.
+        learner: the driver's Learner, or a learner group (``num_learners > 0``) over
+            it; its ``policy`` runs in the workers.
     """
 
     #: The key of this loop's part of ``Scheme.state_dict()``.
@@ -43,7 +45,11 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
     episodes: FinishedEpisodes | None = None  # those that ended in the last step
 
     def __init__(
-        self, config: SchemeConfig, *, env_factory: Callable[[], Any], learner: Learner
+        self,
+        config: SchemeConfig,
+        *,
+        env_factory: Callable[[], Any],
+        learner: Learner | LearnerGroup,
     ) -> None:
         self.config = config
         self.learner = learner
@@ -109,5 +115,7 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
         return self.collector.set_seed(seed)
 
     def shutdown(self) -> None:
-        """Stops the collector workers. Idempotent."""
+        """Stops the collector workers (and the learner ranks). Idempotent."""
         self.collector.shutdown()
+        if isinstance(self.learner, LearnerGroup):
+            self.learner.shutdown()

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdscheme.gradient_workers import GradientWorker, GradientWorkerSpec
-from tdscheme.gradient_workers.allreduce import free_port
+from tdscheme.runtime.allreduce import free_port
 from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 from tdscheme.transport import TensorDictCodec
 

@@ -1,13 +1,14 @@
-"""torch.distributed (gloo) for decentralized gradient workers: rendezvous, weighted all-reduce.
+"""torch.distributed (gloo): rendezvous and the weighted all-reduce of gradients.
 
-One gloo process group per gradient worker process (the default group). The
-gradients of a worker are flattened into one buffer, scaled by its frame count,
+Shared by decentralized gradient workers and learner groups: one gloo process
+group per process (the default group). The gradients of a rank are flattened into one buffer, scaled by its frame count,
 with the frame count appended, and all-reduced (sum) in one call; every rank then
 divides by the total frame count. Gloo's ring all-reduce finishes every element
 on one rank and copies it to the others, so all ranks receive identical bits and,
 applying them with identical optimizers, keep identical weights. A worker whose
 gradient is not finite takes part with zeros and weight 0, so the mean is the
 others'; when no rank has weight, every rank sees a total of 0 and skips the update.
+A rank may also veto the step (a learner group's ranks skip together or not at all).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def destroy_process_group() -> None:
 
 
 def weighted_allreduce_mean(
-    grads: TensorDictBase, weight: float
+    grads: TensorDictBase, weight: float, *, veto: bool = False
 ) -> tuple[TensorDict | None, float]:
     """The ``weight``-weighted mean of every rank's ``grads``, in one all-reduce.
 
@@ -105,11 +106,13 @@ def weighted_allreduce_mean(
         grads: this rank's gradient TensorDict (same keys and shapes on every rank);
             finite, as ``0 * inf`` would still poison the sum.
         weight: this rank's weight, e.g. its frame count; ``>= 0``.
+        veto: this rank asks every rank to skip the step (send zeros with it).
 
     Returns:
         ``(sum_r weight_r * grads_r / sum_r weight_r, sum_r weight_r)``: a new
         TensorDict with ``grads``' keys, identical on every rank, and the total
-        weight; the mean is ``None`` on every rank when the total weight is 0.
+        weight; the mean is ``None`` on every rank when the total weight is 0
+        or any rank vetoed (the total weight is then ``0.0``).
 
     Raises:
         RuntimeError: no process group, a peer died, or the collective timed out.
@@ -122,12 +125,15 @@ def weighted_allreduce_mean(
     keys = sorted(grads.keys(include_nested=True, leaves_only=True), key=str)
     leaves = [grads.get(key) for key in keys]
     flat = torch.cat([leaf.detach().reshape(-1).double() * weight for leaf in leaves])
-    flat = torch.cat([flat, torch.tensor([float(weight)], dtype=torch.float64)])
+    tail = torch.tensor([float(weight), float(veto)], dtype=torch.float64)
+    flat = torch.cat([flat, tail])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    total = float(flat[-1])
+    total, vetoes = float(flat[-2]), float(flat[-1])
+    if vetoes > 0:
+        return None, 0.0
     if total <= 0:
         return None, total
-    mean = flat[:-1] / total
+    mean = flat[:-2] / total
     out, offset = {}, 0
     for key, leaf in zip(keys, leaves, strict=True):
         out[key] = mean[offset : offset + leaf.numel()].reshape(leaf.shape).to(leaf.dtype)

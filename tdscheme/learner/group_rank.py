@@ -1,0 +1,159 @@
+"""LearnerRank: one rank of a learner group, inside its Ray actor (never imported by the driver's code paths).
+
+A plain Python class: :mod:`tdscheme.learner.group` wraps it with ``ray.remote``;
+tests run it in-process unchanged. It builds its Learner from the same picklable
+factories as the driver's, loads the group's state, joins the gloo group and
+trains on its shard of each batch (:func:`~tdscheme.learner.data_parallel.data_parallel_update`).
+Before each update it keeps a copy of its state, so that a group whose peer died
+mid-update restarts from the weights and optimizer state it had before it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from tdscheme.learner.data_parallel import check_group_loss, data_parallel_update
+from tdscheme.learner.learner import Learner
+from tdscheme.log_levels import configure_worker_logging
+from tdscheme.runtime import allreduce
+
+__all__ = ["LearnerRank", "LearnerRankSpec", "RankResult"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerRankSpec:
+    """What every rank is built from.
+
+    Attributes:
+        policy_factory: builds the modules (an ``nn.Module`` or a dict with ``"actor"``).
+        learner_factory: builds the Learner from them (``learner_factory(**modules)``).
+        seed: seeds the minibatch order, alike on every rank.
+    """
+
+    policy_factory: Callable[[], Any]
+    learner_factory: Callable[..., Learner]
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class RankResult:
+    """What one rank's update returns: the group's metrics, its version, rank 0's weights."""
+
+    metrics: TensorDict
+    version: int
+    weights: TensorDict | None = None
+
+
+class LearnerRank:
+    """One learner rank: a Learner, a minibatch generator and a place in the gloo group.
+
+    Args:
+        worker_id: this rank's index.
+        spec: the factories and seed.
+        seed: torch's seed in this process (the pool gives each rank its own).
+        log_level: the driver's log level (``None`` in-process: logging untouched).
+        state: the Learner state to start from (``Learner.state_dict()``).
+    """
+
+    def __init__(
+        self,
+        worker_id: int,
+        spec: LearnerRankSpec,
+        *,
+        seed: int | None = None,
+        log_level: int | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        if log_level is not None:
+            configure_worker_logging(log_level)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.worker_id = worker_id
+        self.spec = spec
+        built = spec.policy_factory()
+        modules = {"actor": built} if isinstance(built, torch.nn.Module) else dict(built)
+        self.learner = spec.learner_factory(**modules)
+        check_group_loss(self.learner.loss_module)
+        self.generator = torch.Generator()
+        self._before: dict[str, Any] | None = None
+        self.load_state_dict(self.learner.state_dict() if state is None else state)
+
+    def ping(self) -> int:
+        """Answers once built (the pool's readiness and liveness check)."""
+        return self.worker_id
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's IP address and a port free on it (asked of rank 0)."""
+        return ray.util.get_node_ip_address(), allreduce.free_port()
+
+    def setup_process_group(
+        self, rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float
+    ) -> int:
+        """Leaves any group it is in, then joins the new one (see :func:`allreduce.init_process_group`)."""
+        allreduce.destroy_process_group()
+        allreduce.init_process_group(
+            rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port,
+            timeout_s=timeout_s,
+        )  # fmt: skip
+        return rank
+
+    def update(self, shard: TensorDictBase, return_weights: bool) -> RankResult:
+        """Trains on this rank's shard, together with the other ranks.
+
+        Args:
+            shard: this rank's env rows of the batch.
+            return_weights: add the loss module's weights (rank 0: for the driver's mirror).
+        """
+        self._before = self.learner.state_dict()
+        self._before["generator"] = self.generator.get_state()
+        self._before = copy.deepcopy(self._before)
+        metrics = data_parallel_update(self.learner, shard, self.generator)
+        weights = self.learner.weights() if return_weights else None
+        return RankResult(metrics=metrics, version=self.learner.version, weights=weights)
+
+    def roll_back(self) -> None:
+        """Returns to the state before the last update (its peer died during it)."""
+        if self._before is not None:
+            state = dict(self._before)
+            self.generator.set_state(state.pop("generator"))
+            self.learner.load_state_dict(state)
+            self._before = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The Learner's state (the group's checkpoint, rank 0's)."""
+        return self.learner.state_dict()
+
+    def generator_state(self) -> torch.Tensor:
+        """The minibatch generator's state (copied to a rank that replaces a dead one)."""
+        return self.generator.get_state()
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], generator_state: torch.Tensor | None = None
+    ) -> None:
+        """Loads a Learner state; the minibatch order restarts from ``seed + version``.
+
+        Args:
+            state: a ``Learner.state_dict()``.
+            generator_state: the peers' generator state, instead of reseeding.
+        """
+        self.learner.load_state_dict(dict(state))
+        if generator_state is None:
+            self.generator.manual_seed(self.spec.seed + self.learner.version)
+        else:
+            self.generator.set_state(generator_state)
+        self._before = None
+
+    def leave_group(self) -> None:
+        """Leaves the gloo group, if in one. Idempotent."""
+        allreduce.destroy_process_group()
+
+    def shutdown(self) -> None:
+        """Leaves the group (the pool kills the actor after)."""
+        self.leave_group()

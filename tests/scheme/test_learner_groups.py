@@ -1,0 +1,66 @@
+"""A Scheme with num_learners > 0: collectors feed a learner group; its state is one Learner's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdscheme import Scheme
+from tdscheme.learner.group import LearnerGroup
+from tdscheme.presets import get_preset
+
+SMALL = {"num_cpus": 0.5}
+
+
+def tiny_preset(**overrides):
+    values = {"num_envs": 4, "frames_per_batch": 256, "minibatch_size": 128, "num_epochs": 2,
+              "collector_resources": SMALL, "learner_resources": SMALL, "num_collectors": 1,
+              "sync": True}  # fmt: skip
+    return get_preset("ppo-cartpole").override({**values, **overrides})
+
+
+def build(preset) -> Scheme:
+    return Scheme(**preset.factories(), config=preset.scheme)
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(a.get(k), b.get(k)) for k in a.keys(True, True))
+
+
+def test_a_learner_group_trains_the_scheme_and_its_state_resumes_with_one_learner(ray_clean):
+    with build(tiny_preset(num_learners=2)) as scheme:
+        assert isinstance(scheme.loop.learner, LearnerGroup)
+        history = [scheme.step() for _ in range(3)]
+        assert [m["frames"] for m in history] == [256.0, 512.0, 768.0]
+        assert all(m["learner/num_frames"] == 256.0 for m in history)
+        assert scheme.learner.version == 3 and scheme.collector.policy_version == 3
+        state = scheme.state_dict()
+        # the driver's policy (collectors, evaluation) is rank 0's
+        rank0 = scheme.loop.learner.pool.call(0, "state_dict", timeout_s=60)
+        mirror = scheme.learner.loss_module.state_dict()
+        assert all(torch.equal(value, mirror[key]) for key, value in rank0["loss_module"].items())
+        trained = scheme.learner.weights()
+    with build(tiny_preset(num_learners=0)) as single:
+        single.load_state_dict(state)
+        assert single.learner.version == 3 and same(single.learner.weights(), trained)
+        single.step()
+        assert single.learner.version == 4
+
+
+def test_learner_groups_reject_what_they_do_not_train_yet():
+    preset = get_preset("sac-pendulum")
+    with pytest.raises(ValueError, match=r"storage_factory=.* is invalid with num_learners=2"):
+        Scheme(**preset.factories(), config=preset.override({"num_learners": 2}).scheme)
+
+
+def test_appo_first_ready_batches_train_a_learner_group(ray_clean):
+    preset = get_preset("appo-cartpole").override(
+        {"num_envs": 4, "frames_per_batch": 256, "minibatch_size": 128, "num_epochs": 2,
+         "collector_resources": SMALL, "learner_resources": SMALL, "num_collectors": 1,
+         "num_learners": 2}
+    )  # fmt: skip
+    with build(preset) as scheme:
+        history = [scheme.step() for _ in range(3)]
+        assert scheme.learner.version == 3
+        assert all(m["learner/num_frames"] == 256.0 for m in history)
+        assert "policy_lag/max" in history[-1]
