@@ -34,6 +34,8 @@ from tdscheme.learner.group_rank import LearnerRank, LearnerRankSpec, RankResult
 from tdscheme.learner.learner import Learner
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.actor_pool import DIED, ActorPool
+from tdscheme.runtime.placement import gang, in_bundle
+from tdscheme.transport import decode_tensordict, encode_tensordict
 
 __all__ = ["LearnerGroup", "split_rows"]
 
@@ -87,7 +89,8 @@ class LearnerGroup:
         policy_factory: builds the modules in each rank (picklable).
         learner_factory: builds each rank's Learner from them (picklable).
         resources: Ray options of each rank, e.g. ``{"num_cpus": 1}`` (the default)
-            or ``{"num_gpus": 1}``.
+            or ``{"num_cpus": 1, "num_gpus": 1}``; a rank runs one torch thread per
+            whole CPU it asks for (at least one).
         seed: seeds the minibatch order (alike on every rank) and each rank's torch.
         timeout_s: the group's collective timeout and the bound of every call.
         max_restarts: rebuilds allowed per rank.
@@ -126,15 +129,25 @@ class LearnerGroup:
         #: group restarts after a rank died or hung
         self.restarts = 0
         self._broken: str | None = None
-        spec = LearnerRankSpec(policy_factory, learner_factory, 0 if seed is None else seed)
         options = dict(resources) if resources is not None else {"num_cpus": 1}
+        # one torch thread per whole CPU the rank holds (at least one)
+        threads = max(1, int(options.get("num_cpus", 1)))
+        spec = LearnerRankSpec(
+            policy_factory, learner_factory, 0 if seed is None else seed, num_threads=threads
+        )
         self._lease = RayLease.acquire(ray_init_config)
         self.pool = _RankPool(LearnerRank, max_restarts=max_restarts, seed=seed)
-        for _ in range(num_learners):
-            self.pool.add_slot(spec, options)
+        self._gang = None
         try:
             if placement == "check":
                 self.pool.check_fits([options] * num_learners, argument=_RESOURCES)
+            # gang-placed: all ranks or none (a rebuilt rank takes its own bundle back)
+            self._gang = gang(
+                options, num_learners, timeout_s=actor_start_timeout_s,
+                what=LearnerGroupError.role, argument=_RESOURCES,
+            )  # fmt: skip
+            for rank in range(num_learners):
+                self.pool.add_slot(spec, in_bundle(options, self._gang, rank))
             state = ray.put(learner.state_dict())
             for rank in range(num_learners):
                 self.pool.start(rank, state=state)
@@ -172,7 +185,7 @@ class LearnerGroup:
             results, lost = self._run(shards)
             if not lost:
                 first: RankResult = results[0]
-                self.learner.load_weights(first.weights)
+                self.learner.load_weights(decode_tensordict(first.weights))
                 self.learner.version = first.version
                 return first.metrics
             self._restart(lost)
@@ -193,8 +206,12 @@ class LearnerGroup:
         self.pool.call_all("load_state_dict", [(ref,)] * self.num_learners, self.timeout_s)
 
     def shutdown(self) -> None:
-        """Kills every rank and releases Ray (stopped only if this group started it). Idempotent."""
+        """Kills every rank, frees their placement and releases Ray (stopped only if this group
+        started it). Idempotent."""
         self.pool.shutdown()
+        if self._gang is not None:
+            ray.util.remove_placement_group(self._gang)
+            self._gang = None
         self._lease.release()
 
     def __repr__(self) -> str:
@@ -214,7 +231,9 @@ class LearnerGroup:
 
     def _run(self, shards: Sequence[TensorDictBase]) -> tuple[list[Any], dict[int, str]]:
         """One try of an update: each rank's result, and the ranks lost (dead or hung) with why."""
-        refs = {self.pool.submit(r, "update", shard, r == 0): r for r, shard in enumerate(shards)}
+        # encoded: numpy buffers cross Ray without a copy (torch's pickling copies twice)
+        payloads = [encode_tensordict(shard) for shard in shards]
+        refs = {self.pool.submit(r, "update", p, r == 0): r for r, p in enumerate(payloads)}
         results: dict[int, Any] = {}
         lost: dict[int, str] = {}
         errors: list[LearnerGroupError] = []

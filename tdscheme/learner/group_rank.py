@@ -23,6 +23,7 @@ from tdscheme.learner.data_parallel import check_group_loss, data_parallel_updat
 from tdscheme.learner.learner import Learner
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
+from tdscheme.transport import Payload, decode_tensordict, encode_tensordict
 
 __all__ = ["LearnerRank", "LearnerRankSpec", "RankResult"]
 
@@ -35,20 +36,25 @@ class LearnerRankSpec:
         policy_factory: builds the modules (an ``nn.Module`` or a dict with ``"actor"``).
         learner_factory: builds the Learner from them (``learner_factory(**modules)``).
         seed: seeds the minibatch order, alike on every rank.
+        num_threads: torch threads of the rank (its CPUs); ``None``: left as they are.
     """
 
     policy_factory: Callable[[], Any]
     learner_factory: Callable[..., Learner]
     seed: int = 0
+    num_threads: int | None = None
 
 
 @dataclasses.dataclass
 class RankResult:
-    """What one rank's update returns: the group's metrics, its version, rank 0's weights."""
+    """What one rank's update returns: the group's metrics, its version, rank 0's weights.
+
+    ``weights`` is the encoded (:mod:`tdscheme.transport`) loss-module weights, when asked.
+    """
 
     metrics: TensorDict
     version: int
-    weights: TensorDict | None = None
+    weights: Payload | None = None
 
 
 class LearnerRank:
@@ -75,6 +81,8 @@ class LearnerRank:
             configure_worker_logging(log_level)
         if seed is not None:
             torch.manual_seed(seed)
+        if spec.num_threads is not None:  # Ray's workers import torch before any OMP setting
+            torch.set_num_threads(spec.num_threads)
         self.worker_id = worker_id
         self.spec = spec
         built = spec.policy_factory()
@@ -104,18 +112,20 @@ class LearnerRank:
         )  # fmt: skip
         return rank
 
-    def update(self, shard: TensorDictBase, return_weights: bool) -> RankResult:
+    def update(self, shard: TensorDictBase | Payload, return_weights: bool) -> RankResult:
         """Trains on this rank's shard, together with the other ranks.
 
         Args:
-            shard: this rank's env rows of the batch.
+            shard: this rank's env rows of the batch (encoded: zero-copy through Ray).
             return_weights: add the loss module's weights (rank 0: for the driver's mirror).
         """
+        if isinstance(shard, Payload):
+            shard = decode_tensordict(shard)
         self._before = self.learner.state_dict()
         self._before["generator"] = self.generator.get_state()
         self._before = copy.deepcopy(self._before)
         metrics = data_parallel_update(self.learner, shard, self.generator)
-        weights = self.learner.weights() if return_weights else None
+        weights = encode_tensordict(self.learner.weights()) if return_weights else None
         return RankResult(metrics=metrics, version=self.learner.version, weights=weights)
 
     def roll_back(self) -> None:

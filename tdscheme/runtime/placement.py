@@ -164,6 +164,51 @@ def wait_started(
     )
 
 
+def gang(options: Mapping[str, Any], count: int, *, timeout_s: float, what: str, argument: str):
+    """Reserves ``count`` bundles of ``options``' resources at once (a Ray placement group).
+
+    All or nothing: the actors scheduled into the bundles start together or not at all
+    (a learner group cannot train with some of its ranks). The caller removes the group
+    (``ray.util.remove_placement_group``) after its actors.
+
+    Args:
+        options: the Ray options of one actor (its resources make one bundle).
+        count: bundles, one per actor.
+        timeout_s: how long Ray may take to reserve them (``actor_start_timeout_s``).
+        what: how the message names the actors (``"learner rank"``).
+        argument: the argument(s) that set their resources, for the message.
+
+    Returns:
+        The ready placement group; actor ``i`` goes into bundle ``i`` (:func:`in_bundle`).
+
+    Raises:
+        PlacementError: the bundles were not reserved within ``timeout_s``, naming the
+            request and what the cluster has free.
+    """
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundle = dict(requested_resources(options)) or {"CPU": 0.001}  # a bundle cannot be empty
+    group = placement_group([dict(bundle) for _ in range(count)], strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(group)
+        raise PlacementError(
+            f"{count} {what}s of {_summary(bundle)} each ({argument}) could not be placed "
+            f"together within actor_start_timeout_s={timeout_s:g} s. Free resources: "
+            f"{_summary(ray.available_resources())}; cluster resources: "
+            f"{_summary(ray.cluster_resources())}"
+        )
+    return group
+
+
+def in_bundle(options: Mapping[str, Any], group: Any, index: int) -> dict[str, Any]:
+    """``options`` with the actor scheduled into bundle ``index`` of placement group ``group``."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+    return {**options, "scheduling_strategy": strategy}
+
+
 def _summary(resources: Mapping[str, float]) -> str:
     shown = {
         k: _fmt(v)

@@ -7,6 +7,7 @@ import signal
 from functools import partial
 
 import pytest
+import ray
 import torch
 from tensordict import TensorDict
 from torchrl.collectors import Collector
@@ -94,13 +95,14 @@ def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
         assert difference <= ATOL
         rank1 = group.pool.call(1, "state_dict", timeout_s=60)
         assert_same(rank1, group.state_dict())  # bit-identical ranks
+        gang = group._gang.id.hex()  # the ranks were placed together, in one placement group
+        assert ray.util.placement_group_table()[gang]["state"] == "CREATED"
     finally:
         group.shutdown()
+    assert ray.util.placement_group_table()[gang]["state"] == "REMOVED"
 
 
 def rank_pid(group: LearnerGroup, rank: int) -> int:
-    import ray
-
     actor = group.pool.actors()[rank]
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
 
@@ -166,3 +168,41 @@ def test_a_rank_error_reaches_the_driver_with_its_traceback(ray_clean):
             group.update(batch)
     finally:
         group.shutdown()
+
+
+def test_nan_in_one_rank_skips_the_update_on_every_rank(ray_clean):
+    policy_factory, learner_factory = ppo_factories()
+    batch = cartpole_batches(policy_factory, 1)[0]
+    poisoned = batch.clone()
+    poisoned["next", "reward"][-1, 3] = float("nan")  # an env row of the last rank's shard
+    group = LearnerGroup(
+        fresh_learner(policy_factory, learner_factory), num_learners=2, timeout_s=60.0,
+        policy_factory=policy_factory, learner_factory=learner_factory,
+    )  # fmt: skip
+    try:
+        before = group.state_dict()
+        metrics = group.update(poisoned)
+        assert float(metrics["nonfinite_skipped"]) == 1.0 and group.version == 0
+        for rank in (0, 1):  # neither rank stepped
+            assert_same(group.pool.call(rank, "state_dict", timeout_s=60), before)
+        group.update(batch)
+        assert group.version == 1
+    finally:
+        group.shutdown()
+
+
+def test_a_group_the_cluster_cannot_hold_is_refused_naming_the_request(ray_clean):
+    from tdscheme.errors import PlacementError
+
+    policy_factory, learner_factory = ppo_factories()
+    with pytest.raises(PlacementError, match=r"num_learners / learner_resources"):
+        LearnerGroup(
+            fresh_learner(policy_factory, learner_factory), num_learners=3,
+            policy_factory=policy_factory, learner_factory=learner_factory,
+            resources={"num_cpus": 1},
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"num_learners=0 is invalid; accepted: an int >= 1"):
+        LearnerGroup(
+            fresh_learner(policy_factory, learner_factory), num_learners=0,
+            policy_factory=policy_factory, learner_factory=learner_factory,
+        )  # fmt: skip
