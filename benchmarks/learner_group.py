@@ -9,6 +9,12 @@ each takes ``--updates`` updates on that batch; both take exactly the same optim
 samples per second (frames x updates / seconds, the wall time of ``group.update`` on the
 driver, shards sent included), and the ratio 2 ranks / 1 rank, paired by repeat.
 
+The control, in the same repeats: the machine's ceiling for any data-parallel learner. Two
+independent Ray tasks (one CPU, one torch thread each, no process group) each train a plain
+Learner on half the env rows, against one task training on the whole batch; the ratio of
+their samples/s is what two processes get out of the two cores with no communication at all
+(a group can at best reach it).
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/learner_group.py                       # appo-pong, 3 repeats
@@ -28,6 +34,7 @@ from pixel_learner import real_batch
 from report import machine_info
 
 from tdscheme.learner import LearnerGroup
+from tdscheme.learner.group import split_rows
 from tdscheme.presets import get_preset
 from tdscheme.runtime import local_ray_config
 
@@ -57,6 +64,27 @@ def samples_per_s(name: str, batch, num_learners: int, updates: int) -> tuple[fl
         group.shutdown()
 
 
+@ray.remote(num_cpus=1)
+def _alone(name: str, shard, updates: int) -> float:
+    """Seconds of ``updates`` updates of one plain Learner on ``shard``, one torch thread."""
+    torch.set_num_threads(1)
+    factories = get_preset(name).factories()
+    torch.manual_seed(0)
+    learner = factories["learner_factory"](**factories["policy_factory"]())
+    learner.update(shard)  # warm-up
+    start = time.perf_counter()
+    for _ in range(updates):
+        learner.update(shard)
+    return time.perf_counter() - start
+
+
+def control_samples_per_s(name: str, batch, processes: int, updates: int) -> float:
+    """Samples/s of ``processes`` independent Learners, each on its share of the env rows."""
+    shards = split_rows(batch, processes)
+    seconds = ray.get([_alone.remote(name, shard, updates) for shard in shards], timeout=3600)
+    return batch.numel() * updates / max(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="appo-pong")
@@ -76,12 +104,15 @@ def main() -> None:
             if args.frames_scale > 1:
                 batch = torch.cat([batch] * args.frames_scale, dim=0)
             rates: dict[int, list[float]] = {1: [], 2: []}
+            alone: dict[int, list[float]] = {1: [], 2: []}
             threads = 0
             for _ in range(args.repeats):
                 for ranks in (1, 2):
                     rate, threads = samples_per_s(name, batch, ranks, args.updates)
                     rates[ranks].append(rate)
+                    alone[ranks].append(control_samples_per_s(name, batch, ranks, args.updates))
             ratio = paired_ratios(rates[2], rates[1])
+            ceiling = paired_ratios(alone[2], alone[1])
             row = {
                 "preset": name, "batch": list(batch.shape), "frames": batch.numel(),
                 "rank_threads": threads, "updates": args.updates, "repeats": args.repeats,
@@ -90,20 +121,26 @@ def main() -> None:
                 "speedup_ratio_of_medians": ratio.ratio_of_medians,
                 "speedup_median_of_ratios": ratio.median_of_ratios,
                 "speedup_range": [ratio.low, ratio.high], "rates": rates,
+                "control_ratio_of_medians": ceiling.ratio_of_medians,
+                "control_median_of_ratios": ceiling.median_of_ratios,
+                "control_range": [ceiling.low, ceiling.high], "control_rates": alone,
             }  # fmt: skip
             json_line(row)
             rows.append(row)
     finally:
         ray.shutdown()
     print("\n| preset | batch | threads per rank | 1 rank samples/s | 2 ranks samples/s | "
-          "2 / 1 (ratio of medians) | median of ratios (range) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "2 / 1 (ratio of medians) | median of ratios (range) | control: 2 independent / 1 "
+          "(median of ratios, range) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         low, high = r["speedup_range"]
+        c_low, c_high = r["control_range"]
         print(f"| {r['preset']} | {r['batch']} | {r['rank_threads']} | "
               f"{r['one_rank_samples_s']:.0f} | {r['two_ranks_samples_s']:.0f} | "
               f"{r['speedup_ratio_of_medians']:.2f}x | {r['speedup_median_of_ratios']:.2f}x "
-              f"({low:.2f}-{high:.2f}) |")  # fmt: skip
+              f"({low:.2f}-{high:.2f}) | {r['control_ratio_of_medians']:.2f}x, "
+              f"{r['control_median_of_ratios']:.2f}x ({c_low:.2f}-{c_high:.2f}) |")  # fmt: skip
 
 
 if __name__ == "__main__":
