@@ -24,6 +24,8 @@ from tdscheme.testing import echo_config_env, kill_and_wait, make_env
 pytestmark = pytest.mark.timeout(300)
 
 SMALL = {"num_cpus": 0.5}
+#: batches of a worker that may predate an ack: its request in flight and one prefetched
+PREDATING = 2
 TRAJ = ("collector", "traj_ids")
 # three copies whose episodes end at different steps: a switch meets copies mid-episode
 echo = functools.partial(echo_config_env, 3, lengths=[3, 5, 8])
@@ -66,17 +68,20 @@ def test_after_the_ack_no_later_episode_runs_an_older_config(ray_clean, apply):
         version = collector.set_env_config(level(1), apply=apply)
         assert version == 1
         assert collector.wait_for_env_config(version, timeout_s=60) == [1, 1]
-        # each worker's first batch after the ack was requested before it (one request per
-        # worker in flight, first-ready order): it may predate the ack, the later ones may not
-        first_after: dict[int, int] = {}  # worker -> the largest traj id in that first batch
+        # a worker's first PREDATING batches after the ack may have been requested (and
+        # collected) before it: the one in flight, and the one prefetch_batches=1 lets the
+        # driver request ahead while the test waited for the ack; the later ones may not
+        first_after: dict[int, int] = {}  # worker -> the largest traj id in those batches
+        seen: dict[int, int] = {}
         checked = 0
-        while checked < 6 or len(first_after) < 2:
+        while checked < 6 or len(seen) < 2 or min(seen.values()) <= PREDATING:
             batch = next(batches)
             assert_true_stamps(batch)
             if apply == "reset":  # "now" changes episodes midway, on purpose
                 assert_changes_at_resets(batch)
             worker = int(batch[WORKER_ID_KEY].flatten()[0])
-            if worker not in first_after:
+            seen[worker] = seen.get(worker, 0) + 1
+            if seen[worker] <= PREDATING:
                 first_after[worker] = int(batch[TRAJ].max())
                 continue
             checked += 1
