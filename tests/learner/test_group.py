@@ -79,6 +79,8 @@ def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
         fresh_learner(policy_factory, learner_factory), num_learners=2,
         policy_factory=policy_factory, learner_factory=learner_factory, seed=SEED,
     )  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank: the same kernels, only the split sums differ
     try:
         torch.manual_seed(SEED)  # the one Learner's minibatch order: the group's generator
         for update in range(50):
@@ -88,7 +90,10 @@ def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
             for key in ("loss", "loss_objective", "loss_critic", "grad_norm", "lr"):
                 if key not in expected.keys():
                     continue
-                assert float(got[key]) == pytest.approx(float(expected[key]), rel=1e-4, abs=1e-6)
+                # the sums of two halves round differently from the sum of the whole: a frame
+                # whose ratio sits on a clip boundary can fall on the other side of it in one
+                # update (seen once in CI: grad_norm off by 2.5e-4); parameters stay within ATOL
+                assert float(got[key]) == pytest.approx(float(expected[key]), rel=1e-3, abs=1e-6)
         assert group.version == reference.version == 50
         difference = max_difference(group.learner.weights(), reference.weights())
         print(f"{name}: max |group - one Learner| after 50 updates: {difference:.2e}")
@@ -98,6 +103,7 @@ def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
         gang = group._gang.id.hex()  # the ranks were placed together, in one placement group
         assert ray.util.placement_group_table()[gang]["state"] == "CREATED"
     finally:
+        torch.set_num_threads(threads)
         group.shutdown()
     assert ray.util.placement_group_table()[gang]["state"] == "REMOVED"
 

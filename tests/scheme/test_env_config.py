@@ -70,8 +70,9 @@ def test_workers_writing_into_a_ray_held_buffer_stamp_what_they_write(ray_clean)
     )  # fmt: skip
     with preset.build_scheme() as scheme:
         scheme.step()
-        version = scheme.set_env_config(SHORT, apply="now")
-        scheme.wait_for_env_config(version, timeout_s=60)
+        for _ in range(5):  # the background thread reads acknowledgements as the driver waits
+            version = scheme.set_env_config(SHORT, apply="now")
+            assert scheme.wait_for_env_config(version, timeout_s=60) == [version, version]
         step_until_version(scheme, version)
         with scheme.paused():
             stored = scheme.replay_buffer[:]

@@ -15,6 +15,7 @@ The worker's half is :mod:`tdscheme.collectors.worker.env_config` over
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -55,6 +56,9 @@ class EnvConfigs:
         self.push_s = 0.0
         self._workers: list[_Worker] = []
         self._refused: list[tuple[int, WorkerError]] = []  # (version, error) not raised yet
+        # a collector started in the background (start()) polls from its own thread while
+        # the driver pushes and waits: each acknowledgement is read once, under the lock
+        self._lock = threading.RLock()
 
     # -- what the pool asks ---------------------------------------------------------------
 
@@ -68,10 +72,11 @@ class EnvConfigs:
 
         The worker runs it from its first step: it counts as acknowledged.
         """
-        worker = self._worker(worker_id)
-        self.pool.forget([worker.pending])  # an acknowledgement of the actor it replaces
-        worker.pending, worker.acked, worker.acked_ref = None, worker.pushed, worker.ref
-        return {} if worker.ref is None else {"env_config": worker.ref}
+        with self._lock:
+            worker = self._worker(worker_id)
+            self.pool.forget([worker.pending])  # an acknowledgement of the actor it replaces
+            worker.pending, worker.acked, worker.acked_ref = None, worker.pushed, worker.ref
+            return {} if worker.ref is None else {"env_config": worker.ref}
 
     def min_version(self, worker_id: int) -> int:
         """The version a request to ``worker_id`` waits for: the newest pushed to it.
@@ -146,14 +151,15 @@ class EnvConfigs:
         start = time.perf_counter()
         ids = [i for i in ids if i not in self.pool.retired]
         ref = put(push, what=f"the env config {config!r} for workers {ids}")
-        self.version = push.version
-        for worker_id in ids:
-            worker = self._worker(worker_id)
-            worker.ref, worker.pushed = ref, push.version
-            self.pool.forget([worker.pending])  # a newer version supersedes its ack
-            worker.pending = self.pool.submit(worker_id, "set_env_config", ref)
-        self.pushes += 1
-        self.push_s += time.perf_counter() - start
+        with self._lock:
+            self.version = push.version
+            for worker_id in ids:
+                worker = self._worker(worker_id)
+                worker.ref, worker.pushed = ref, push.version
+                self.pool.forget([worker.pending])  # a newer version supersedes its ack
+                worker.pending = self.pool.submit(worker_id, "set_env_config", ref)
+            self.pushes += 1
+            self.push_s += time.perf_counter() - start
         return push.version
 
     def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
@@ -185,27 +191,33 @@ class EnvConfigs:
 
     def _collect(self, timeout_s: float) -> None:
         """Records the acknowledgements that arrived; keeps the refusals for :meth:`_raise_refused`."""
-        pending = {w.pending: i for i, w in enumerate(self._workers) if w.pending is not None}
+        with self._lock:
+            pending = {w.pending: i for i, w in enumerate(self._workers) if w.pending is not None}
         if not pending:
             return
-        for ref in self.pool.wait(list(pending), num_returns=len(pending), timeout_s=timeout_s):
-            worker = self._workers[pending[ref]]
-            worker.pending = None
-            try:
-                value = self.pool.outcome(ref)
-            except WorkerError as err:
-                self._refused.append((worker.pushed, err))
-                # it runs what it ran; a rebuilt worker too
-                worker.ref, worker.pushed = worker.acked_ref, worker.acked
-                continue
-            if value is not DIED:
-                worker.acked, worker.acked_ref = max(worker.acked, value), worker.ref
+        ready = self.pool.wait(list(pending), num_returns=len(pending), timeout_s=timeout_s)
+        with self._lock:
+            for ref in ready:
+                worker = self._workers[pending[ref]]
+                if worker.pending is None or worker.pending != ref:
+                    continue  # read by the other thread, or superseded by a newer push
+                worker.pending = None
+                try:
+                    value = self.pool.outcome(ref)
+                except WorkerError as err:
+                    self._refused.append((worker.pushed, err))
+                    # it runs what it ran; a rebuilt worker too
+                    worker.ref, worker.pushed = worker.acked_ref, worker.acked
+                    continue
+                if value is not DIED:
+                    worker.acked, worker.acked_ref = max(worker.acked, value), worker.ref
 
     def _raise_refused(self) -> None:
         """Raises one error for the refusals recorded, naming every worker that refused."""
-        if not self._refused:
+        with self._lock:
+            refused, self._refused = self._refused, []
+        if not refused:
             return
-        refused, self._refused = self._refused, []
         version, err = refused[0]
         others = sorted({e.worker_id for _, e in refused} - {err.worker_id})
         also = f" (workers {others} too)" if others else ""
