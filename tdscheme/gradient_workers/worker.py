@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -18,6 +17,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.gradient_workers.config import GradientWorkerSpec
+from tdscheme.learner.factories import build_learner
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.runtime import allreduce
@@ -116,10 +116,7 @@ class GradientWorker:
         self._codec = TensorDictCodec(spec.compress)
         if seed is not None:
             torch.manual_seed(seed)
-        modules = spec.policy_factory()
-        if not isinstance(modules, Mapping):
-            modules = {"actor": modules}  # one module is the actor, as for the Scheme
-        self.learner = spec.learner_factory(**modules)
+        _, self.learner = build_learner(spec.policy_factory, spec.learner_factory)
         if weights is not None:
             self.set_weights(weights, version)
         self.learner.version = version

@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from tdscheme.learner.data_parallel import check_group_loss, data_parallel_update
+from tdscheme.learner.factories import build_learner
 from tdscheme.learner.learner import Learner
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
@@ -85,9 +86,7 @@ class LearnerRank:
             torch.set_num_threads(spec.num_threads)
         self.worker_id = worker_id
         self.spec = spec
-        built = spec.policy_factory()
-        modules = {"actor": built} if isinstance(built, torch.nn.Module) else dict(built)
-        self.learner = spec.learner_factory(**modules)
+        _, self.learner = build_learner(spec.policy_factory, spec.learner_factory)
         check_group_loss(self.learner.loss_module)
         self.generator = torch.Generator()
         self._before: dict[str, Any] | None = None

@@ -1,8 +1,8 @@
 """What a Scheme is composed from: the user's factories, checked, and the loop they make.
 
 :func:`check_factories` rejects a factory that cannot work before anything is
-built; :func:`build_learner` calls the policy and learner factories on the
-driver; :func:`make_loop` picks the way of training from the config and the
+built; :func:`~tdscheme.learner.factories.build_learner` (re-exported) calls
+the policy and learner factories on the driver; :func:`make_loop` picks the way of training from the config and the
 factories (a ``storage_factory``: off-policy; ``num_grad_workers > 0``: gradient
 workers; ``async_learner``: IMPALA / APPO; else collectors) and builds its :class:`~tdscheme.scheme.loop.TrainingLoop`.
 
@@ -16,12 +16,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from torch import nn
-
 from tdscheme.learner import Learner
+from tdscheme.learner.factories import LearnerFactory, PolicyFactory, build_learner
 from tdscheme.learner.group import LearnerGroup
 from tdscheme.scheme.async_loop import AsyncLoop
 from tdscheme.scheme.config import SchemeConfig
@@ -41,8 +40,6 @@ __all__ = [
 ]
 
 EnvFactory = Callable[[], Any]
-PolicyFactory = Callable[[], "nn.Module | Mapping[str, nn.Module]"]
-LearnerFactory = Callable[..., Learner]
 StorageFactory = Callable[[], Any]
 
 
@@ -99,28 +96,6 @@ def check_factories(
         )
 
 
-def build_learner(
-    policy_factory: PolicyFactory, learner_factory: LearnerFactory
-) -> tuple[dict[str, nn.Module], Learner]:
-    """Builds the modules and the Learner over them, in this process.
-
-    Returns:
-        ``(modules, learner)``: ``policy_factory()`` as a dict with an ``"actor"``
-        (one module is taken as ``{"actor": module}``), and ``learner_factory(**modules)``.
-
-    Raises:
-        TypeError: a factory returns the wrong type.
-        ValueError: ``policy_factory`` returns a dict without an ``"actor"``.
-    """
-    modules = _as_modules(policy_factory())
-    learner = learner_factory(**modules)
-    if not isinstance(learner, Learner):
-        raise TypeError(
-            f"learner_factory must return a tdscheme Learner, got {type(learner).__name__}"
-        )
-    return modules, learner
-
-
 def make_loop(
     config: SchemeConfig,
     *,
@@ -174,19 +149,3 @@ def make_loop(
     except BaseException:
         group.shutdown()
         raise
-
-
-def _as_modules(built: Any) -> dict[str, nn.Module]:
-    if isinstance(built, nn.Module):
-        return {"actor": built}
-    if not isinstance(built, Mapping):
-        raise TypeError(
-            f"policy_factory must return an nn.Module or a dict of them such as "
-            f"{{'actor': ..., 'critic': ...}}, got {type(built).__name__}"
-        )
-    if "actor" not in built:
-        raise ValueError(
-            f"policy_factory returned a dict with keys {sorted(built)}; accepted: a dict "
-            f"with an 'actor' key (the module the collectors run)"
-        )
-    return dict(built)
