@@ -92,7 +92,7 @@ def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
                     continue
                 # the sums of two halves round differently from the sum of the whole: a frame
                 # whose ratio sits on a clip boundary can fall on the other side of it in one
-                # update (seen once in CI: grad_norm off by 2.5e-4); parameters stay within ATOL
+                # update (seen once in CI: a metric off by 2.5e-4); parameters stay within ATOL
                 assert float(got[key]) == pytest.approx(float(expected[key]), rel=1e-3, abs=1e-6), (
                     f"{key} at update {update}"
                 )
