@@ -46,9 +46,8 @@ class WorkerPool(ActorPool):
     """Owns the collector actors.
 
     Args:
-        actor_class: the worker class each actor runs (a
-            :class:`~tdscheme.collectors.worker.actor.CollectorWorker`; a RayCollector
-            gives its subclass that also answers torchrl's calls).
+        actor_class: the worker class each actor runs (a ``CollectorWorker``; a
+            RayCollector's subclass also answers torchrl's calls).
         max_restarts: rebuilds allowed per worker before a :class:`WorkerError`.
         seed: base seed; worker ``i`` after ``g`` restarts gets a distinct seed.
         min_workers: elastic: a worker past ``max_restarts`` is retired instead of
@@ -329,13 +328,14 @@ class WorkerPool(ActorPool):
             return
         ready, _ = ray.wait(list(acks), num_returns=len(acks), timeout=timeout_s)
         for ref in ready:
-            worker_id = acks[ref]
-            versions = self._versions[worker_id]
+            versions = self._versions[acks[ref]]
+            if versions.pending_ack != ref:
+                continue  # read by start()'s thread (it polls too), or a newer push superseded it
             versions.pending_ack = None
             try:
-                versions.acked = ray.get(ref, timeout=timeout_s + 10.0)
+                versions.acked = max(versions.acked, ray.get(ref, timeout=timeout_s + 10.0))
             except RayTaskError as err:
-                raise WorkerError(worker_id, "failed to load pushed weights", str(err)) from None
+                raise WorkerError(acks[ref], "failed to load pushed weights", str(err)) from None
             except RayActorError:
                 pass  # the next collect reports the death and the restart sends the weights
 
