@@ -2,9 +2,10 @@
 
 :func:`check_factories` rejects a factory that cannot work before anything is
 built; :func:`~tdscheme.learner.factories.build_learner` (re-exported) calls
-the policy and learner factories on the driver; :func:`make_loop` picks the way of training from the config and the
-factories (a ``storage_factory``: off-policy; ``num_grad_workers > 0``: gradient
-workers; ``async_learner``: IMPALA / APPO; else collectors) and builds its :class:`~tdscheme.scheme.loop.TrainingLoop`.
+the policy and learner factories on the driver; :func:`make_loop` picks the way
+of training from the config and the factories (a ``storage_factory``: off-policy;
+``num_grad_workers > 0``: gradient workers; ``async_learner``: IMPALA / APPO; else
+collectors) and builds its :class:`~tdscheme.scheme.loop.TrainingLoop`.
 
 Example:
     >>> check_factories(SchemeConfig(), env_factory=3, policy_factory=dict,
