@@ -23,6 +23,12 @@ whole batch:
   skips the update together (never a divergence between ranks);
 * metrics are the frame-weighted means over the ranks, as one Learner reports them.
 
+An off-policy group (:func:`data_parallel_replay_step`) is simpler: each rank samples
+its own share of the minibatch from the Ray-held replay buffer, and one step on all
+the shares is the step one Learner takes on their concatenation (the same
+frame-weighted all-reduce, the same veto), followed by identical target-network
+updates on every rank.
+
 Every rank must call :func:`data_parallel_update` for the same update; the
 collectives fail after the group's timeout when a peer hangs, and at once when
 one dies.
@@ -44,7 +50,7 @@ from tdscheme.learner.nonfinite import SkippedStep, batch_source
 from tdscheme.learner.steps import backward, metrics_td, total_grad_norm, zero_grad_
 from tdscheme.runtime.allreduce import weighted_allreduce_mean
 
-__all__ = ["check_group_loss", "data_parallel_update"]
+__all__ = ["check_group_loss", "data_parallel_replay_step", "data_parallel_update"]
 
 
 def check_group_loss(loss_module: LossModule) -> None:
@@ -118,6 +124,53 @@ def data_parallel_update(
     metrics = {key: value / steps for key, value in _sum_over_ranks(sums).items()}
     metrics.update(guard.metrics(skipped=False, dropped=dropped))
     return metrics_td(metrics, lr=lr, num_frames=num_frames)
+
+
+def data_parallel_replay_step(
+    learner: Learner, sample: TensorDictBase, extra: dict[str, torch.Tensor] | None = None
+) -> tuple[TensorDict, bool]:
+    """This rank's part of one replay step (one optimizer step); every rank calls it together.
+
+    Each rank brings its own sample (its share of the group's minibatch); the step
+    is the one a Learner takes on all the ranks' samples together: each rank's
+    mean gradient weighted by its frames, then identical clipping, optimizer and
+    target-network steps on every rank.
+
+    Args:
+        learner: this rank's (off-policy) Learner.
+        sample: this rank's frames, flat, on the learner's device.
+        extra: more per-frame means of this rank (e.g. ``policy_lag_mean``),
+            reported as the frame-weighted mean over the ranks.
+
+    Returns:
+        ``(metrics, skipped)``: the metrics ``OffPolicyLearner.replay_update`` reports
+        for a step on the whole minibatch (``num_frames``: every rank's frames), and
+        whether every rank skipped the step (NaN / inf in some rank's sample, loss or
+        gradient).
+    """
+    guard = learner._nonfinite
+    problem = guard.check_batch(sample)
+    counts, any_problem = _frame_counts(sample.shape[0], problem is not None)
+    num_frames = int(counts.sum())
+    lr = learner._lr()
+    try:
+        if any_problem:
+            raise SkippedStep(problem or "another rank's sample held NaN / inf")
+        metrics = _step(learner, sample, num_frames)
+    except SkippedStep as skip:
+        guard.skipped(str(skip), source=batch_source(sample))
+        return metrics_td(
+            guard.metrics(skipped=True, dropped=0), lr=lr, num_frames=num_frames
+        ), True
+    guard.succeeded()
+    learner._finish_update()
+    share = sample.shape[0] / num_frames
+    local = {**metrics, **(extra or {})}
+    sums = {key: value.detach().double().cpu() * share for key, value in local.items()}
+    summed = _sum_over_ranks(sums)
+    summed["grad_norm"] = metrics["grad_norm"]  # identical on every rank already
+    summed.update(guard.metrics(skipped=False, dropped=0))
+    return metrics_td(summed, lr=lr, num_frames=num_frames), False
 
 
 def _frame_counts(local: int, problem: bool) -> tuple[torch.Tensor, bool]:

@@ -6,7 +6,10 @@ holds rank 0's weights and version. Each :meth:`LearnerGroup.update` splits the
 batch into contiguous shards of env rows, one per rank, sends each shard to its
 rank (once) and returns the group's metrics; the ranks take together exactly the
 optimizer steps one Learner takes on the whole batch (see
-:mod:`tdscheme.learner.data_parallel`).
+:mod:`tdscheme.learner.data_parallel`). A replay learner's group
+(:meth:`LearnerGroup.replay_updates`) is given a Ray-held buffer instead: each rank
+samples its share of every minibatch through its own client of it, so no frame
+passes through the driver.
 
 Faults: a rank that dies (or hangs past ``timeout_s``, and is then killed) is a
 restart of the whole group: the survivors roll back to their state before the
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -32,6 +35,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdscheme.errors import LearnerGroupError
 from tdscheme.learner.group_rank import LearnerRank, LearnerRankSpec, RankResult
 from tdscheme.learner.learner import Learner
+from tdscheme.learner.offpolicy import is_prioritized
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.actor_pool import DIED, ActorPool
 from tdscheme.runtime.placement import gang, in_bundle
@@ -129,6 +133,7 @@ class LearnerGroup:
         #: group restarts after a rank died or hung
         self.restarts = 0
         self._broken: str | None = None
+        self._buffer: Any = None  # the replay buffer the ranks sample (replay_updates)
         options = dict(resources) if resources is not None else {"num_cpus": 1}
         # one torch thread per whole CPU the rank holds (at least one)
         threads = max(1, int(options.get("num_cpus", 1)))
@@ -180,24 +185,70 @@ class LearnerGroup:
         """
         if self._broken:
             raise RuntimeError(f"the learner group is broken ({self._broken}); build a new one")
-        shards = split_rows(batch, self.num_learners)
-        for _ in range(self.num_learners * (self.pool.max_restarts + 1) + 1):
-            results, lost = self._run(shards)
-            if not lost:
-                first: RankResult = results[0]
-                self.learner.load_weights(decode_tensordict(first.weights))
-                self.learner.version = first.version
-                return first.metrics
-            self._restart(lost)
-        raise RuntimeError("the learner group's update failed too many times in a row")
+        # encoded: numpy buffers cross Ray without a copy (torch's pickling copies twice)
+        shards = [encode_tensordict(s) for s in split_rows(batch, self.num_learners)]
+        return self._call_update("update", [(shard, r == 0) for r, shard in enumerate(shards)])
+
+    def replay_updates(
+        self,
+        buffer: Any,
+        num_updates: int,
+        *,
+        write_priorities: bool | None = None,
+        newest_policy_version: int | None = None,
+    ) -> list[TensorDict]:
+        """``num_updates`` replay steps (see :meth:`OffPolicyLearner.replay_update`), each
+        on one minibatch of ``buffer``'s batch size, its shares sampled by the ranks.
+
+        Args:
+            buffer: the Ray-held buffer (tdscheme's ``BoundedRayBuffer`` or torchrl's
+                ``RayReplayBuffer``): each rank samples through its own ``buffer.client()``.
+            num_updates: optimizer steps, all in one round trip to the ranks.
+            write_priorities: each rank writes its frames' priorities back (``None``:
+                when the buffer has a ``PrioritizedSampler``).
+            newest_policy_version: as for ``replay_update`` (the sampled frames' lag).
+
+        Returns:
+            The metrics of each step, in order (identical on every rank).
+
+        Raises:
+            ValueError: the buffer's batch size is smaller than ``num_learners``.
+            LearnerGroupError: as for :meth:`update`.
+        """
+        if num_updates <= 0:
+            return []
+        if self._buffer is not buffer:
+            self._attach(buffer, range(self.num_learners))
+        if write_priorities is None:
+            write_priorities = is_prioritized(buffer)
+        args = [
+            (num_updates, write_priorities, newest_policy_version, rank == 0)
+            for rank in range(self.num_learners)
+        ]
+        return self._call_update("replay_updates", args)
+
+    def anneal_exploration_(self, frames: int) -> None:
+        """Anneals the mirror policy's exploration (what the collectors run) by ``frames``."""
+        self.learner.anneal_exploration_(frames)
+
+    @property
+    def config(self) -> Any:
+        """The driver's Learner's :class:`~tdscheme.learner.LearnerConfig` (every rank's)."""
+        return self.learner.config
 
     def policy_weights(self) -> TensorDict:
         """A CPU copy of the mirror policy's weights (rank 0's)."""
         return self.learner.policy_weights()
 
     def state_dict(self) -> dict[str, Any]:
-        """Rank 0's Learner state: one state for the group, loadable by any Learner or group."""
-        return self.pool.call(0, "state_dict", timeout_s=self.timeout_s)
+        """Rank 0's Learner state: one state for the group, loadable by any Learner or group.
+
+        The exploration state (epsilon, noise) is the mirror's: the driver anneals it.
+        """
+        state = self.pool.call(0, "state_dict", timeout_s=self.timeout_s)
+        if "exploration" in state:
+            state["exploration"] = self.learner.state_dict()["exploration"]
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Loads a Learner state (from a group of any size or a Learner) into every rank and the mirror."""
@@ -229,11 +280,38 @@ class LearnerGroup:
         )
         logger.info("learner group: %d ranks in a gloo group at %s:%d", size, addr, port)
 
-    def _run(self, shards: Sequence[TensorDictBase]) -> tuple[list[Any], dict[int, str]]:
+    def _call_update(self, method: str, args: Sequence[tuple[Any, ...]]) -> Any:
+        """Runs ``method`` on every rank (rank ``r`` with ``args[r]``), restarting the group
+        on a lost rank; mirrors rank 0's weights and version; returns its metrics."""
+        for _ in range(self.num_learners * (self.pool.max_restarts + 1) + 1):
+            results, lost = self._run(method, args)
+            if not lost:
+                first: RankResult = results[0]
+                self.learner.load_weights(decode_tensordict(first.weights))
+                self.learner.version = first.version
+                return first.metrics
+            self._restart(lost)
+        raise RuntimeError("the learner group's update failed too many times in a row")
+
+    def _attach(self, buffer: Any, ranks: Iterable[int]) -> None:
+        """Gives ``ranks`` a client of ``buffer`` and their share of its batch size."""
+        batch_size = int(buffer.batch_size)
+        if batch_size < self.num_learners:
+            raise ValueError(
+                f"num_learners={self.num_learners} is more than the replay buffer's batch_size="
+                f"{batch_size}; accepted: num_learners <= batch_size"
+            )
+        shares = [len(part) for part in torch.arange(batch_size).tensor_split(self.num_learners)]
+        for rank in ranks:
+            client = buffer.client()
+            self.pool.call(rank, "attach_buffer", client, shares[rank], timeout_s=self.timeout_s)
+        self._buffer = buffer
+
+    def _run(
+        self, method: str, args: Sequence[tuple[Any, ...]]
+    ) -> tuple[list[Any], dict[int, str]]:
         """One try of an update: each rank's result, and the ranks lost (dead or hung) with why."""
-        # encoded: numpy buffers cross Ray without a copy (torch's pickling copies twice)
-        payloads = [encode_tensordict(shard) for shard in shards]
-        refs = {self.pool.submit(r, "update", p, r == 0): r for r, p in enumerate(payloads)}
+        refs = {self.pool.submit(r, method, *a): r for r, a in enumerate(args)}
         results: dict[int, Any] = {}
         lost: dict[int, str] = {}
         errors: list[LearnerGroupError] = []
@@ -265,7 +343,7 @@ class LearnerGroup:
                 self._broken = errors[0].message
                 raise errors[0]
             lost = {r: self.pool.last_death.get(r, "died") for r in dead}
-        return [results.get(r) for r in range(len(shards))], lost
+        return [results.get(r) for r in range(len(args))], lost
 
     def _restart(self, lost: Mapping[int, str]) -> None:
         survivors = [r for r in range(self.num_learners) if r not in lost]
@@ -291,4 +369,6 @@ class LearnerGroup:
         )
         for rank in lost:
             self.pool.call(rank, "load_state_dict", ref, generator, timeout_s=timeout_s)
+        if self._buffer is not None:
+            self._attach(self._buffer, lost)
         self._form_group()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,9 +20,14 @@ import ray
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from tdscheme.learner.data_parallel import check_group_loss, data_parallel_update
+from tdscheme.learner.data_parallel import (
+    check_group_loss,
+    data_parallel_replay_step,
+    data_parallel_update,
+)
 from tdscheme.learner.factories import build_learner
 from tdscheme.learner.learner import Learner
+from tdscheme.learner.offpolicy import lag_metrics, sample_frames, write_priorities_
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
 from tdscheme.transport import Payload, decode_tensordict, encode_tensordict
@@ -50,10 +56,13 @@ class LearnerRankSpec:
 class RankResult:
     """What one rank's update returns: the group's metrics, its version, rank 0's weights.
 
+    ``metrics``: one TensorDict for an update on a batch, a list (one per step) for
+    replay updates.
+
     ``weights`` is the encoded (:mod:`tdscheme.transport`) loss-module weights, when asked.
     """
 
-    metrics: TensorDict
+    metrics: TensorDict | list[TensorDict]
     version: int
     weights: Payload | None = None
 
@@ -90,6 +99,8 @@ class LearnerRank:
         check_group_loss(self.learner.loss_module)
         self.generator = torch.Generator()
         self._before: dict[str, Any] | None = None
+        self._buffer: Any = None
+        self._share = 0
         self.load_state_dict(self.learner.state_dict() if state is None else state)
 
     def ping(self) -> int:
@@ -120,12 +131,65 @@ class LearnerRank:
         """
         if isinstance(shard, Payload):
             shard = decode_tensordict(shard)
-        self._before = self.learner.state_dict()
-        self._before["generator"] = self.generator.get_state()
-        self._before = copy.deepcopy(self._before)
+        self._keep_state()
         metrics = data_parallel_update(self.learner, shard, self.generator)
         weights = encode_tensordict(self.learner.weights()) if return_weights else None
         return RankResult(metrics=metrics, version=self.learner.version, weights=weights)
+
+    def attach_buffer(self, client: Any, share: int) -> None:
+        """Samples ``share`` frames per replay update through ``client``.
+
+        Args:
+            client: a client of the Ray-held buffer (the driver's ``buffer.client()``:
+                tdscheme's ``BoundedRayBuffer`` gives one whose calls are bounded).
+            share: this rank's frames of each minibatch.
+        """
+        self._buffer = client
+        self._share = share
+
+    def replay_updates(
+        self,
+        num_updates: int,
+        write_priorities: bool,
+        newest_policy_version: int | None,
+        return_weights: bool,
+    ) -> RankResult:
+        """``num_updates`` replay steps together with the other ranks, each on a sample of
+        this rank's share (:meth:`attach_buffer`); the group's metrics of each, in order.
+
+        Args:
+            write_priorities: write this rank's frames' ``td_error`` back (prioritized buffers).
+            newest_policy_version: the newest weights the collectors were sent (policy lag).
+            return_weights: add the loss module's weights (rank 0: for the driver's mirror).
+        """
+        if self._buffer is None:
+            raise RuntimeError("replay_updates() before attach_buffer(): no buffer to sample")
+        self._keep_state()
+        updates = []
+        for _ in range(num_updates):
+            start = time.perf_counter()
+            sample = sample_frames(self._buffer, self._share)
+            sampled = time.perf_counter()
+            batch = sample.to(self.learner.device)
+            extra = lag_metrics(sample, newest_policy_version)
+            lag_max = extra.pop("policy_lag_max", None)
+            metrics, skipped = data_parallel_replay_step(self.learner, batch, extra)
+            written = time.perf_counter()
+            if write_priorities and not skipped:
+                write_priorities_(self.learner.loss_module, self._buffer, sample, batch)
+            if lag_max is not None:
+                metrics["policy_lag_max"] = allreduce.max_over_ranks(lag_max)
+            metrics["sample_ms"] = torch.tensor(1e3 * (sampled - start))
+            metrics["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
+            updates.append(metrics)
+        weights = encode_tensordict(self.learner.weights()) if return_weights else None
+        return RankResult(metrics=updates, version=self.learner.version, weights=weights)
+
+    def _keep_state(self) -> None:
+        """Copies the state before an update (to roll back to if a peer dies during it)."""
+        before = self.learner.state_dict()
+        before["generator"] = self.generator.get_state()
+        self._before = copy.deepcopy(before)
 
     def roll_back(self) -> None:
         """Returns to the state before the last update (its peer died during it)."""

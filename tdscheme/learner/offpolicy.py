@@ -33,7 +33,13 @@ from tdscheme.learner.snapshots import to_cpu
 from tdscheme.learner.steps import metrics_td
 from tdscheme.learner.target_nets import load_updater_state, updater_state
 
-__all__ = ["OffPolicyLearner", "is_prioritized"]
+__all__ = [
+    "OffPolicyLearner",
+    "is_prioritized",
+    "lag_metrics",
+    "sample_frames",
+    "write_priorities_",
+]
 
 #: the key of the sampled frames' storage indices in torchrl's TensorDict buffers
 INDEX_KEY = "index"
@@ -46,6 +52,54 @@ def is_prioritized(buffer: Any) -> bool:
     except (AttributeError, NotImplementedError):
         sampler = getattr(buffer, "_sampler", None)
     return isinstance(sampler, PrioritizedSampler)
+
+
+def sample_frames(buffer: Any, batch_size: int | None = None) -> TensorDictBase:
+    """One sample of ``buffer`` (of its own batch size, or ``batch_size`` frames), flat.
+
+    Raises:
+        TypeError: the sample is not a TensorDict.
+    """
+    sample = buffer.sample() if batch_size is None else buffer.sample(batch_size)
+    if not isinstance(sample, TensorDictBase):
+        raise TypeError(
+            f"buffer.sample() returned {type(sample).__name__}; accepted: a buffer of "
+            f"TensorDicts (TensorDictReplayBuffer, RayReplayBuffer of a LazyTensorStorage)"
+        )
+    return sample if sample.batch_dims == 1 else sample.reshape(-1)
+
+
+def write_priorities_(
+    loss_module: LossModule, buffer: Any, sample: TensorDictBase, batch: TensorDictBase
+) -> None:
+    """Writes the loss's ``td_error`` of ``batch`` back as the priorities of ``sample``'s frames.
+
+    Raises:
+        ValueError: the sample has no ``index`` or the loss wrote no priority.
+    """
+    key = getattr(getattr(loss_module, "tensor_keys", None), "priority", "td_error")
+    priority = batch.get(key, None)
+    if priority is None or INDEX_KEY not in sample.keys():
+        raise ValueError(
+            f"write_priorities=True but the sample has {'no ' + INDEX_KEY!r} "
+            f"or {type(loss_module).__name__} wrote no {key!r}; accepted: a "
+            f"TensorDictReplayBuffer with a PrioritizedSampler and a loss that writes "
+            f"its td_error"
+        )
+    if batch is not sample:
+        sample.set(key, priority.detach().to(sample.device))
+    buffer.update_tensordict_priority(sample)
+
+
+def lag_metrics(
+    sample: TensorDictBase, newest_policy_version: int | None
+) -> dict[str, torch.Tensor]:
+    """``policy_lag_mean`` / ``policy_lag_max`` of the sampled frames (empty without versions)."""
+    versions = sample.get(POLICY_VERSION_KEY, None)
+    if newest_policy_version is None or versions is None:
+        return {}
+    lag = (newest_policy_version - versions).clamp_min(0).float()
+    return {"policy_lag_mean": lag.mean(), "policy_lag_max": lag.max()}
 
 
 class OffPolicyLearner(Learner):
@@ -177,15 +231,8 @@ class OffPolicyLearner(Learner):
                 or the loss wrote no priority.
         """
         start = time.perf_counter()
-        sample = buffer.sample()
+        sample = sample_frames(buffer)
         sampled = time.perf_counter()
-        if not isinstance(sample, TensorDictBase):
-            raise TypeError(
-                f"buffer.sample() returned {type(sample).__name__}; accepted: a buffer of "
-                f"TensorDicts (TensorDictReplayBuffer, RayReplayBuffer of a LazyTensorStorage)"
-            )
-        if sample.batch_dims != 1:
-            sample = sample.reshape(-1)
         batch = sample.to(self.device)
         lr = self._lr()
         try:  # NaN / inf in the sample, the loss or the gradient: no step, counted (as update)
@@ -204,14 +251,20 @@ class OffPolicyLearner(Learner):
             write_priorities = is_prioritized(buffer)
         written = time.perf_counter()
         if write_priorities:
-            self._write_priorities(buffer, sample, batch)
-        versions = sample.get(POLICY_VERSION_KEY, None)
-        if newest_policy_version is not None and versions is not None:
-            lag = (newest_policy_version - versions).clamp_min(0).float()
-            metrics["policy_lag_mean"], metrics["policy_lag_max"] = lag.mean(), lag.max()
+            write_priorities_(self.loss_module, buffer, sample, batch)
+        metrics.update(lag_metrics(sample, newest_policy_version))
         metrics["sample_ms"] = torch.tensor(1e3 * (sampled - start))
         metrics["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
         return metrics_td(metrics, lr=lr, num_frames=sample.shape[0])
+
+    def replay_updates(self, buffer: Any, num_updates: int, **kwargs: Any) -> list[TensorDict]:
+        """``num_updates`` :meth:`replay_update` calls, their metrics in order.
+
+        A :class:`~tdscheme.learner.LearnerGroup` answers the same call with one
+        round trip to its ranks, which is why the training loop asks for a step's
+        updates at once.
+        """
+        return [self.replay_update(buffer, **kwargs) for _ in range(num_updates)]
 
     def anneal_exploration_(self, frames: int) -> None:
         """Anneals the policy's exploration modules (epsilon, noise) by ``frames`` frames.
@@ -223,20 +276,6 @@ class OffPolicyLearner(Learner):
         if frames > 0:
             for module in self.exploration_modules:
                 module.step(frames)
-
-    def _write_priorities(self, buffer: Any, sample: TensorDictBase, batch: TensorDictBase) -> None:
-        key = getattr(getattr(self.loss_module, "tensor_keys", None), "priority", "td_error")
-        priority = batch.get(key, None)
-        if priority is None or INDEX_KEY not in sample.keys():
-            raise ValueError(
-                f"write_priorities=True but the sample has {'no ' + INDEX_KEY!r} "
-                f"or {type(self.loss_module).__name__} wrote no {key!r}; accepted: a "
-                f"TensorDictReplayBuffer with a PrioritizedSampler and a loss that writes "
-                f"its td_error"
-            )
-        if batch is not sample:
-            sample.set(key, priority.detach().to(sample.device))
-        buffer.update_tensordict_priority(sample)
 
     def _finish_update(self) -> None:
         super()._finish_update()

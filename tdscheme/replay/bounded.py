@@ -31,7 +31,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from tdscheme.replay.ray_held import bounded_in_thread, buffer_died
+from tdscheme.replay.ray_held import bounded_in_thread, buffer_actor, buffer_died, is_distributed
 
 __all__ = ["BoundedRayBuffer"]
 
@@ -71,8 +71,9 @@ class BoundedRayBuffer:
         self.buffer = buffer
         self.timeout_s = timeout_s
         self.prefetch = prefetch
-        self._actor = getattr(buffer, "_rb", None)  # torchrl's actor, whatever the transport
-        self._distributed = getattr(buffer, "transport_kind", "ray") == "distributed"
+        # torchrl's actor, whatever the transport (a buffer's, or a client's)
+        self._actor = getattr(buffer, "_rb", None) or buffer_actor(buffer)
+        self._distributed = is_distributed(buffer)
         self._bound: set[str] = set()  # distributed calls whose schema torchrl has bound
         self._next_sample: Any = None  # the sample asked for ahead (an ObjectRef)
 
@@ -179,6 +180,14 @@ class BoundedRayBuffer:
     def loads(self, path: str) -> None:
         """torchrl's ``loads``, bounded."""
         self._call("loads", path)
+
+    def client(self) -> BoundedRayBuffer:
+        """A client of the buffer for another process (a learner rank), its calls bounded alike.
+
+        torchrl's ``buffer.client()`` (picklable: an actor handle) in a BoundedRayBuffer
+        of the same ``timeout_s``, without samples asked ahead.
+        """
+        return BoundedRayBuffer(self.buffer.client(), self.timeout_s)
 
     def shutdown(self) -> None:
         """torchrl's ``shutdown`` (its actor stopped, its Ray lease released), bounded.

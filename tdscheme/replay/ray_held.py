@@ -61,7 +61,9 @@ __all__ = [
     "BufferWriter",
     "bounded_in_thread",
     "OneLineReprReplayBuffer",
+    "buffer_actor",
     "buffer_died",
+    "is_distributed",
     "is_ray_replay_buffer",
     "last_write",
     "one_line_repr",
@@ -184,7 +186,7 @@ class BufferWriter:
             TypeError: the client is neither of torchrl's (no actor to ask).
         """
         if self._storage_ndim is None:
-            actor = _buffer_actor(self.client)
+            actor = buffer_actor(self.client)
             if actor is None:
                 raise TypeError(
                     f"the replay buffer's client is a {type(self.client).__name__}; accepted: a "
@@ -280,10 +282,24 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         raise buffer_died("the driver's look for a dead worker's last write", err) from None
 
 
-def _buffer_actor(client: Any) -> Any:
+def buffer_actor(client: Any) -> Any:
     """The buffer actor behind a client of either of torchrl's transports, else ``None``."""
     actor = getattr(client, "_actor", None)
     return actor if isinstance(actor, ray.actor.ActorHandle) else None
+
+
+def is_distributed(buffer: Any) -> bool:
+    """Whether ``buffer`` (torchrl's Ray-held buffer or its client) has the ``"distributed"`` transport."""
+    try:
+        from torchrl.data.replay_buffers.ray_buffer import (
+            RayReplayBuffer,
+            _LazyDistributedReplayClient,
+        )
+    except ImportError:  # another torchrl
+        return getattr(buffer, "transport_kind", "ray") == "distributed"
+    if isinstance(buffer, _LazyDistributedReplayClient):
+        return True
+    return isinstance(buffer, RayReplayBuffer) and buffer.transport_kind == "distributed"
 
 
 def _plain_ray_actor(client: Any) -> Any:

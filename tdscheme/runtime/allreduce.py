@@ -144,3 +144,10 @@ def weighted_allreduce_mean(
         out[key] = mean[offset : offset + leaf.numel()].reshape(leaf.shape).to(leaf.dtype)
         offset += leaf.numel()
     return TensorDict(out, batch_size=[]), total
+
+
+def max_over_ranks(value: torch.Tensor) -> torch.Tensor:
+    """The largest of every rank's scalar ``value`` (a collective: every rank calls it)."""
+    out = value.detach().double().cpu().reshape(1).clone()
+    dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return out.reshape(()).to(value.dtype)

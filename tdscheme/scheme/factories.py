@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tdscheme.learner import Learner
@@ -72,11 +73,11 @@ def check_factories(
             f"storage_factory (gradient workers train on-policy only), or "
             f"storage_factory=None"
         )
-    if storage_factory is not None and config.num_learners:
+    if storage_factory is not None and config.num_learners and config.buffer_location != "ray":
         raise ValueError(
-            f"storage_factory={storage_factory!r} is invalid with num_learners="
-            f"{config.num_learners}; accepted: num_learners=0 with a storage_factory "
-            f"(learner groups train on-policy batches for now), or storage_factory=None"
+            f"buffer_location={config.buffer_location!r} is invalid with num_learners="
+            f"{config.num_learners} and a storage_factory; accepted: buffer_location='ray' "
+            f"(each learner rank samples the Ray-held buffer), or num_learners=0"
         )
     if storage_factory is not None and config.async_learner:
         raise ValueError(
@@ -119,15 +120,11 @@ def make_loop(
     Returns:
         An :class:`OffPolicyLoop` with a ``storage_factory``, else a
         :class:`GradWorkerLoop` with ``num_grad_workers > 0``, else an
-        :class:`AsyncLoop` with ``async_learner``, else a :class:`OnPolicyLoop`; the
-        last two train a :class:`~tdscheme.learner.group.LearnerGroup` with
-        ``num_learners > 0``.
+        :class:`AsyncLoop` with ``async_learner``, else a :class:`OnPolicyLoop`; all
+        but the gradient workers' train a :class:`~tdscheme.learner.group.LearnerGroup`
+        with ``num_learners > 0``.
     """
-    if storage_factory is not None:
-        return OffPolicyLoop(
-            config, env_factory=env_factory, learner=learner, storage_factory=storage_factory
-        )
-    if config.num_grad_workers > 0:
+    if storage_factory is None and config.num_grad_workers > 0:
         return GradWorkerLoop(
             config,
             env_factory=env_factory,
@@ -135,7 +132,10 @@ def make_loop(
             learner_factory=learner_factory,
             learner=learner,
         )
-    loop_class = AsyncLoop if config.async_learner else OnPolicyLoop
+    if storage_factory is not None:
+        loop_class = partial(OffPolicyLoop, storage_factory=storage_factory)
+    else:
+        loop_class = AsyncLoop if config.async_learner else OnPolicyLoop
     if not config.num_learners:
         return loop_class(config, env_factory=env_factory, learner=learner)
     group = LearnerGroup(

@@ -39,6 +39,7 @@ from tdscheme.collectors import RayCollector
 from tdscheme.episodes import FinishedEpisodes, finished_episodes
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
+from tdscheme.learner.group import LearnerGroup
 from tdscheme.learner.snapshots import cpu_module
 from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.frames import without_nonfinite
@@ -92,8 +93,9 @@ class OffPolicyLoop(CollectorEnvConfigs):
     Args:
         config: the Scheme's settings (``num_grad_workers == 0``).
         env_factory: builds one collector worker's env.
-        learner: the driver's :class:`~tdscheme.learner.OffPolicyLearner`; its
-            ``policy`` runs in the workers.
+        learner: the driver's :class:`~tdscheme.learner.OffPolicyLearner` (its
+            ``policy`` runs in the workers), or a learner group over it whose ranks
+            sample the Ray-held buffer (``num_learners > 0``).
         storage_factory: builds the replay buffer (local or Ray-held, as
             ``config.buffer_location``); for a Ray-held one, Ray is started or joined
             first, by tdscheme's one entry point (``config.ray_init_config``).
@@ -116,10 +118,10 @@ class OffPolicyLoop(CollectorEnvConfigs):
         config: SchemeConfig,
         *,
         env_factory: Callable[[], Any],
-        learner: OffPolicyLearner,
+        learner: OffPolicyLearner | LearnerGroup,
         storage_factory: Callable[[], Any],
     ) -> None:
-        if not isinstance(learner, OffPolicyLearner):
+        if not isinstance(getattr(learner, "learner", learner), OffPolicyLearner):
             raise TypeError(
                 f"learner_factory returned a {type(learner).__name__}; accepted with a "
                 f"storage_factory: a tdscheme OffPolicyLearner (gradient steps on samples)"
@@ -212,14 +214,10 @@ class OffPolicyLoop(CollectorEnvConfigs):
         self._update_credit += learning_frames * self.config.utd_ratio
         num_updates = math.floor(self._update_credit + 1e-9)
         self._update_credit -= num_updates
-        updates = [
-            self.learner.replay_update(
-                self.replay_buffer,
-                write_priorities=self.prioritized,
-                newest_policy_version=self.collector.policy_version,
-            )
-            for _ in range(num_updates)
-        ]
+        updates = self.learner.replay_updates(
+            self.replay_buffer, num_updates, write_priorities=self.prioritized,
+            newest_policy_version=self.collector.policy_version,
+        )  # fmt: skip
         self.updates += num_updates
         learned = time.perf_counter()
         # a step skipped for NaN / inf changed no weight: it is not counted toward a push
@@ -358,6 +356,8 @@ class OffPolicyLoop(CollectorEnvConfigs):
         try:
             self.collector.shutdown()
         finally:
+            if isinstance(self.learner, LearnerGroup):
+                self.learner.shutdown()
             self._release()
 
     def _release(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import time
 
@@ -52,7 +53,7 @@ def test_bounded_calls_are_the_buffers_own_and_a_hung_buffer_times_out(buffer):
 
 
 def test_a_dead_buffer_is_named_not_an_actor_died_error(buffer):
-    bounded = BoundedRayBuffer(buffer, timeout_s=10.0)
+    bounded = BoundedRayBuffer(buffer, timeout_s=60.0)
     bounded.extend(_frames(20))
     kill_and_wait(buffer._rb)
     with pytest.raises(ReplayBufferDied, match=r"replay buffer's actor died \(during the learner"):
@@ -101,7 +102,11 @@ def test_workers_writing_into_a_dead_buffer_stop_with_one_error_and_no_restarts(
             collector.stats(timeout=10)
         stats = collector.stats(timeout=10)
     assert info.value.remote_type == "ReplayBufferDied", info.value
-    assert "the replay buffer's actor died (during a worker's write)" in str(info.value)
+    # a worker that had not written yet meets the death at its first look at the storage
+    assert re.search(
+        r"the replay buffer's actor died \(during a worker's (write|look at the storage)\)",
+        str(info.value),
+    ), info.value
     assert stats["restarts"] == 0, stats
 
 

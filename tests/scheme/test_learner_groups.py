@@ -47,10 +47,42 @@ def test_a_learner_group_trains_the_scheme_and_its_state_resumes_with_one_learne
         assert single.learner.version == 4
 
 
-def test_learner_groups_reject_what_they_do_not_train_yet():
-    preset = get_preset("sac-pendulum")
-    with pytest.raises(ValueError, match=r"storage_factory=.* is invalid with num_learners=2"):
-        Scheme(**preset.factories(), config=preset.override({"num_learners": 2}).scheme)
+def test_a_replay_learner_group_needs_the_ray_held_buffer():
+    preset = get_preset("sac-pendulum").override({"num_learners": 2, "buffer_location": "driver"})
+    with pytest.raises(
+        ValueError, match=r"buffer_location='driver' is invalid with num_learners=2"
+    ):
+        Scheme(**preset.factories(), config=preset.scheme)
+
+
+@pytest.mark.parametrize("name", ["sac-pendulum", "dqn-cartpole"])
+def test_replay_learner_groups_train_from_the_ray_held_buffer_and_resume_alone(
+    ray_clean, tmp_path, name
+):
+    values = {"num_envs": 2, "frames_per_batch": 128, "init_random_frames": 128,
+              "utd_ratio": 0.25, "buffer_location": "ray", "collector_resources": SMALL,
+              "learner_resources": SMALL, "num_collectors": 1}  # fmt: skip
+    preset = get_preset(name).override(values)
+    with build(preset.override({"num_learners": 2})) as scheme:
+        assert isinstance(scheme.loop.learner, LearnerGroup)
+        history = [scheme.step() for _ in range(4)]
+        updates = sum(m["replay/updates_per_step"] for m in history)
+        assert updates >= 32 and scheme.learner.version == updates
+        assert history[-1]["learner/num_frames"] == preset.algo.batch_size  # both ranks' shares
+        state = scheme.state_dict()
+        rank0 = scheme.loop.learner.pool.call(0, "state_dict", timeout_s=60)
+        mirror = scheme.learner.loss_module.state_dict()  # what collectors and evaluation run
+        assert all(torch.equal(value, mirror[key]) for key, value in rank0["loss_module"].items())
+        # the exploration the collectors run is the driver's, annealed by the frames collected
+        assert state["learner"]["exploration"] == scheme.learner.state_dict()["exploration"]
+        trained = scheme.learner.weights()
+        scheme.loop.dump_buffer(tmp_path / "buffer")
+    with build(preset) as single:
+        single.load_state_dict(state)
+        single.loop.load_buffer(tmp_path / "buffer")
+        assert single.learner.version == updates and same(single.learner.weights(), trained)
+        single.step()
+        assert single.learner.version > updates
 
 
 def test_appo_first_ready_batches_train_a_learner_group(ray_clean):
