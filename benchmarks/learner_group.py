@@ -129,7 +129,7 @@ def sac_samples_per_s(frames, num_learners: int, batch: int, updates: int, hidde
         storage=functools.partial(LazyTensorStorage, frames.shape[0]), batch_size=batch,
         **ray_buffer_kwargs(),
     )  # fmt: skip
-    buffer = BoundedRayBuffer(held, timeout_s=600.0)
+    buffer = BoundedRayBuffer(held, timeout_s=600.0, prefetch=1)  # as the training loop has it
     group = None
     try:
         buffer.extend(frames)

@@ -37,7 +37,7 @@ one dies.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,12 @@ from tdscheme.learner.nonfinite import SkippedStep, batch_source
 from tdscheme.learner.steps import backward, metrics_td, total_grad_norm, zero_grad_
 from tdscheme.runtime.allreduce import weighted_allreduce_mean
 
-__all__ = ["check_group_loss", "data_parallel_replay_step", "data_parallel_update"]
+__all__ = [
+    "check_group_loss",
+    "data_parallel_replay_step",
+    "data_parallel_update",
+    "reduce_replay_metrics",
+]
 
 
 def check_group_loss(loss_module: LossModule) -> None:
@@ -127,50 +132,66 @@ def data_parallel_update(
 
 
 def data_parallel_replay_step(
-    learner: Learner, sample: TensorDictBase, extra: dict[str, torch.Tensor] | None = None
-) -> tuple[TensorDict, bool]:
+    learner: Learner, sample: TensorDictBase
+) -> dict[str, torch.Tensor] | None:
     """This rank's part of one replay step (one optimizer step); every rank calls it together.
 
     Each rank brings its own sample (its share of the group's minibatch); the step
     is the one a Learner takes on all the ranks' samples together: each rank's
-    mean gradient weighted by its frames, then identical clipping, optimizer and
-    target-network steps on every rank.
+    mean gradient weighted by its frames (one all-reduce, which also carries every
+    rank's veto), then identical clipping, optimizer and target-network steps.
 
     Args:
         learner: this rank's (off-policy) Learner.
         sample: this rank's frames, flat, on the learner's device.
-        extra: more per-frame means of this rank (e.g. ``policy_lag_mean``),
-            reported as the frame-weighted mean over the ranks.
 
     Returns:
-        ``(metrics, skipped)``: the metrics ``OffPolicyLearner.replay_update`` reports
-        for a step on the whole minibatch (``num_frames``: every rank's frames), and
-        whether every rank skipped the step (NaN / inf in some rank's sample, loss or
-        gradient).
+        This rank's metrics of the step (the loss terms of its frames and the group's
+        ``grad_norm``; :func:`reduce_replay_metrics` makes them the group's), or
+        ``None`` when every rank skipped it (NaN / inf in some rank's sample, loss or
+        gradient; counted by each rank's guard).
     """
     guard = learner._nonfinite
-    problem = guard.check_batch(sample)
-    counts, any_problem = _frame_counts(sample.shape[0], problem is not None)
-    num_frames = int(counts.sum())
-    lr = learner._lr()
     try:
-        if any_problem:
-            raise SkippedStep(problem or "another rank's sample held NaN / inf")
-        metrics = _step(learner, sample, num_frames)
+        metrics = _step(learner, sample, sample.shape[0], problem=guard.check_batch(sample))
     except SkippedStep as skip:
         guard.skipped(str(skip), source=batch_source(sample))
-        return metrics_td(
-            guard.metrics(skipped=True, dropped=0), lr=lr, num_frames=num_frames
-        ), True
+        return None
     guard.succeeded()
     learner._finish_update()
-    share = sample.shape[0] / num_frames
-    local = {**metrics, **(extra or {})}
-    sums = {key: value.detach().double().cpu() * share for key, value in local.items()}
-    summed = _sum_over_ranks(sums)
-    summed["grad_norm"] = metrics["grad_norm"]  # identical on every rank already
-    summed.update(guard.metrics(skipped=False, dropped=0))
-    return metrics_td(summed, lr=lr, num_frames=num_frames), False
+    return metrics
+
+
+def reduce_replay_metrics(
+    steps: Sequence[tuple[Mapping[str, torch.Tensor] | None, int]],
+) -> list[dict[str, torch.Tensor]]:
+    """The group's metrics of each replay step, from every rank's, in one all-reduce.
+
+    Args:
+        steps: per step, this rank's metrics (``None``: skipped) and its frames; the
+            same steps, skipped alike, with the same metric names on every rank.
+
+    Returns:
+        Per step: each metric's frame-weighted mean over the ranks (what one Learner
+        reports for the whole minibatch) and ``num_frames``, every rank's frames.
+    """
+    keys = sorted({key for metrics, _ in steps if metrics for key in metrics})
+    vector = torch.zeros(len(steps), len(keys) + 1, dtype=torch.float64)
+    for i, (metrics, frames) in enumerate(steps):
+        vector[i, -1] = float(frames)
+        for j, key in enumerate(keys):
+            if metrics and key in metrics:
+                vector[i, j] = float(metrics[key]) * frames
+    dist.all_reduce(vector, op=dist.ReduceOp.SUM)
+    out = []
+    for i, (metrics, _) in enumerate(steps):
+        total = float(vector[i, -1])
+        reduced = {"num_frames": vector[i, -1]}
+        for j, key in enumerate(keys):
+            if metrics and key in metrics:
+                reduced[key] = vector[i, j] / total
+        out.append(reduced)
+    return out
 
 
 def _frame_counts(local: int, problem: bool) -> tuple[torch.Tensor, bool]:
@@ -209,14 +230,22 @@ def _my_minibatches(
         yield flat[local.to(flat.device)], stop - start
 
 
-def _step(learner: Learner, part: TensorDictBase, group_size: int) -> dict[str, torch.Tensor]:
-    """One group optimizer step; returns this rank's metrics of it (zeros without frames)."""
+def _step(
+    learner: Learner, part: TensorDictBase, group_size: int, *, problem: str | None = None
+) -> dict[str, torch.Tensor]:
+    """One group optimizer step; returns this rank's metrics of it (none without frames).
+
+    ``problem``: this rank's frames hold NaN / inf (it vetoes the step, in the same
+    all-reduce as the gradients).
+
+    Raises:
+        SkippedStep: some rank vetoed the step (on every rank).
+    """
     params, loss = learner._params, learner.loss_module
-    problem: str | None = None
     metrics: dict[str, torch.Tensor] = {}
     zero_grad_(params)
     part = _normalized(loss, part, group_size)
-    if part.shape[0] > 0:
+    if part.shape[0] > 0 and problem is None:
         with _own_normalization_off(loss):
             metrics = backward(loss, part)
         norm = total_grad_norm(params)
@@ -232,7 +261,7 @@ def _step(learner: Learner, part: TensorDictBase, group_size: int) -> dict[str, 
     )
     if mean is None:
         zero_grad_(params)
-        raise SkippedStep(problem or "another rank's loss or gradient was not finite")
+        raise SkippedStep(problem or "another rank's frames, loss or gradient were not finite")
     assign_gradients_(params, mean)
     metrics["grad_norm"] = learner._clip_and_step().cpu()
     return metrics

@@ -24,10 +24,12 @@ from tdscheme.learner.data_parallel import (
     check_group_loss,
     data_parallel_replay_step,
     data_parallel_update,
+    reduce_replay_metrics,
 )
 from tdscheme.learner.factories import build_learner
 from tdscheme.learner.learner import Learner
 from tdscheme.learner.offpolicy import lag_metrics, sample_frames, write_priorities_
+from tdscheme.learner.steps import metrics_td
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
 from tdscheme.transport import Payload, decode_tensordict, encode_tensordict
@@ -165,25 +167,43 @@ class LearnerRank:
         if self._buffer is None:
             raise RuntimeError("replay_updates() before attach_buffer(): no buffer to sample")
         self._keep_state()
-        updates = []
+        learner, steps, local, lag_max = self.learner, [], [], None
         for _ in range(num_updates):
             start = time.perf_counter()
             sample = sample_frames(self._buffer, self._share)
             sampled = time.perf_counter()
-            batch = sample.to(self.learner.device)
-            extra = lag_metrics(sample, newest_policy_version)
-            lag_max = extra.pop("policy_lag_max", None)
-            metrics, skipped = data_parallel_replay_step(self.learner, batch, extra)
+            batch = sample.to(learner.device)
+            lr = learner._lr()
+            metrics = data_parallel_replay_step(learner, batch)
             written = time.perf_counter()
-            if write_priorities and not skipped:
-                write_priorities_(self.learner.loss_module, self._buffer, sample, batch)
-            if lag_max is not None:
-                metrics["policy_lag_max"] = allreduce.max_over_ranks(lag_max)
-            metrics["sample_ms"] = torch.tensor(1e3 * (sampled - start))
-            metrics["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
-            updates.append(metrics)
-        weights = encode_tensordict(self.learner.weights()) if return_weights else None
-        return RankResult(metrics=updates, version=self.learner.version, weights=weights)
+            if metrics is not None:
+                lag = lag_metrics(sample, newest_policy_version)
+                if lag:
+                    metrics["policy_lag_mean"] = lag["policy_lag_mean"]
+                    lag_max = (
+                        lag["policy_lag_max"]
+                        if lag_max is None
+                        else lag_max.maximum(lag["policy_lag_max"])
+                    )
+                if write_priorities:
+                    write_priorities_(learner.loss_module, self._buffer, sample, batch)
+            steps.append((metrics, batch.shape[0]))
+            own = learner._nonfinite.metrics(skipped=metrics is None, dropped=0)
+            own["sample_ms"] = torch.tensor(1e3 * (sampled - start))
+            own["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
+            local.append((own, lr))
+        if newest_policy_version is not None:  # one more collective per call, not per step
+            lag_max = allreduce.max_over_ranks(
+                torch.tensor(-1.0) if lag_max is None else lag_max.float()
+            )
+        updates = []
+        for reduced, (own, lr) in zip(reduce_replay_metrics(steps), local, strict=True):
+            frames = int(reduced.pop("num_frames"))
+            if lag_max is not None and "policy_lag_mean" in reduced and lag_max >= 0:
+                reduced["policy_lag_max"] = lag_max  # the call's largest, on each of its steps
+            updates.append(metrics_td({**reduced, **own}, lr=lr, num_frames=frames))
+        weights = encode_tensordict(learner.weights()) if return_weights else None
+        return RankResult(metrics=updates, version=learner.version, weights=weights)
 
     def _keep_state(self) -> None:
         """Copies the state before an update (to roll back to if a peer dies during it)."""

@@ -57,7 +57,7 @@ class BoundedRayBuffer:
         buffer: the buffer (torchrl's ``RayReplayBuffer`` or a buffer with
             ``service_backend="ray"``), with the ``"ray"`` or ``"distributed"`` transport.
         timeout_s: the longest any call may take.
-        prefetch: ``1``: each ``sample()`` (of the buffer's own batch size) also
+        prefetch: ``1``: each ``sample()`` (of the size of the first one) also
             asks for the next one (the ``"ray"`` transport); ``0``: no sample ahead.
 
     Raises (from each call):
@@ -75,7 +75,7 @@ class BoundedRayBuffer:
         self._actor = getattr(buffer, "_rb", None) or buffer_actor(buffer)
         self._distributed = is_distributed(buffer)
         self._bound: set[str] = set()  # distributed calls whose schema torchrl has bound
-        self._next_sample: Any = None  # the sample asked for ahead (an ObjectRef)
+        self._next_sample: Any = None  # the sample asked for ahead: (batch_size, ObjectRef)
 
     # -- the calls ------------------------------------------------------------------------
 
@@ -143,13 +143,19 @@ class BoundedRayBuffer:
     # -- what tdscheme calls ------------------------------------------------------------------
 
     def sample(self, batch_size: int | None = None) -> Any:
-        """``buffer.sample(batch_size)``, bounded; the next one asked for ahead (``prefetch``)."""
-        if self._distributed or self._actor is None or not self.prefetch or batch_size is not None:
-            return self._call("sample", *([] if batch_size is None else [batch_size]))
-        ref = self._next_sample if self._next_sample is not None else self._submit("sample")
+        """``buffer.sample(batch_size)``, bounded; the next one of the same size asked for
+        ahead (``prefetch``)."""
+        args = [] if batch_size is None else [batch_size]
+        ahead = self._next_sample
+        if self._distributed or self._actor is None or not self.prefetch:
+            return self._call("sample", *args)
+        if ahead is not None and ahead[0] != batch_size:  # another size: asked now, not ahead
+            return self._call("sample", *args)
+        ref = ahead[1] if ahead is not None else self._submit("sample", *args)
         self._next_sample = None
         sample = self._get(ref, "sample")
-        self._next_sample = self._submit("sample")  # sampled while the learner uses this one
+        # sampled while the learner uses this one
+        self._next_sample = (batch_size, self._submit("sample", *args))
         return sample
 
     def __len__(self) -> int:
@@ -185,9 +191,9 @@ class BoundedRayBuffer:
         """A client of the buffer for another process (a learner rank), its calls bounded alike.
 
         torchrl's ``buffer.client()`` (picklable: an actor handle) in a BoundedRayBuffer
-        of the same ``timeout_s``, without samples asked ahead.
+        of the same ``timeout_s`` and ``prefetch``.
         """
-        return BoundedRayBuffer(self.buffer.client(), self.timeout_s)
+        return BoundedRayBuffer(self.buffer.client(), self.timeout_s, prefetch=self.prefetch)
 
     def shutdown(self) -> None:
         """torchrl's ``shutdown`` (its actor stopped, its Ray lease released), bounded.

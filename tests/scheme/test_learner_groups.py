@@ -69,6 +69,7 @@ def test_replay_learner_groups_train_from_the_ray_held_buffer_and_resume_alone(
         updates = sum(m["replay/updates_per_step"] for m in history)
         assert updates >= 32 and scheme.learner.version == updates
         assert history[-1]["learner/num_frames"] == preset.algo.batch_size  # both ranks' shares
+        assert history[-1]["policy_lag/max"] >= history[-1]["policy_lag/mean"] >= 0.0
         state = scheme.state_dict()
         rank0 = scheme.loop.learner.pool.call(0, "state_dict", timeout_s=60)
         mirror = scheme.learner.loss_module.state_dict()  # what collectors and evaluation run
