@@ -1,9 +1,10 @@
 """The GPU path end to end: presets trained with ``--device cuda`` beside the CPU learner.
 
 For each preset (``--presets``; default ppo-cartpole, sac-pendulum, appo-pong) and each device
-(``--devices``; ``cuda`` and ``cuda-rank`` are skipped, with a line saying so, where torch sees
-no GPU; ``cuda-rank`` is ``--device cuda --num-learners 1``, the learner as one Ray rank that
-holds the GPU, for the presets learner groups train), one
+(``--devices``; all but ``cpu`` are skipped, with a line saying so, where torch sees no GPU;
+``cuda-rank`` is ``--device cuda --num-learners 1``, the learner as one Ray rank that holds the
+GPU, ``cuda-2ranks`` two gloo ranks that share it; off-policy presets then sample a Ray-held
+buffer, ``--buffer-location ray``), one
 ``tdscheme train PRESET --device D`` run of the preset's ``FRAMES`` (times ``--frames-scale``)
 in its own process (no evaluation, no checkpoint): that it exits 0 is the first check (the
 workers get CPU weights and ask for no GPU; batches move to the learner's device). From its
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,25 +41,38 @@ from tdscheme.engine.run_log import read_metrics
 
 #: frames per run, per preset: a few learner updates past start-up on the lent machine
 FRAMES = {"ppo-cartpole": 65_536, "sac-pendulum": 8_192, "appo-pong": 40_960}
-#: the Ray options of the one learner rank of ``cuda-rank`` runs
-GPU_RANK = {"num_cpus": 1, "num_gpus": 1}
-#: the presets a learner group trains (on-policy and IMPALA / APPO; replay learners not yet)
-GROUP_PRESETS = ("ppo-cartpole", "appo-pong")
-DEVICES = ("cpu", "cuda", "cuda-rank")
+#: per learner-group device: (``--num-learners``, the Ray options of each rank)
+RANKS = {
+    "cuda-rank": (1, {"num_cpus": 1, "num_gpus": 1}),
+    "cuda-2ranks": (2, {"num_cpus": 1, "num_gpus": 0.5}),  # two gloo ranks sharing the GPU
+}
+#: the presets that train off-policy: a learner group samples a Ray-held buffer
+REPLAY_PRESETS = ("sac-pendulum",)
+DEVICES = ("cpu", "cuda", *RANKS)
 
 
-def one_run(preset: str, device: str, frames: int, work: Path) -> dict[str, object]:
+def one_run(
+    preset: str, device: str, frames: int, work: Path, extra: list[str]
+) -> dict[str, object]:
     """One ``tdscheme train`` run; its fps and learner seconds per 1,000 frames."""
     run_dir = work / f"{preset}-{device}-{time.monotonic_ns()}"
-    rank = ["--num-learners", "1", "--learner-resources", json.dumps(GPU_RANK)]
+    group: list[str] = []
+    if device in RANKS:
+        num_learners, resources = RANKS[device]
+        group = ["--num-learners", str(num_learners), "--learner-resources", json.dumps(resources)]
+        if preset in REPLAY_PRESETS:
+            group += ["--buffer-location", "ray"]
     command = [
-        tdscheme_executable(), "train", preset, "--device", device.removesuffix("-rank"),
-        *(rank if device == "cuda-rank" else []),
+        tdscheme_executable(), "train", preset, "--device", "cpu" if device == "cpu" else "cuda",
+        *group, *extra,
         "--total-frames", str(frames), "--eval-every-frames", "0", "--no-eval-at-end",
         "--no-checkpoint-at-end", "--checkpoint-every-frames", "0", "--target-return", "none",
         "--run-dir", str(run_dir), "--progress", "false",
     ]  # fmt: skip
-    _, _, exit_s = run_process(command, f"{preset} on {device}", timeout_s=900.0)
+    try:
+        _, _, exit_s = run_process(command, f"{preset} on {device}", timeout_s=900.0)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:  # a row that says why, then the next
+        return {"preset": preset, "device": device, "error": str(e)[-1500:]}
     metrics = read_metrics(run_dir)
     trained = max(f for f, _ in metrics["frames"])
     learn_s = sum(v for _, v in metrics["time/learn_s"])
@@ -73,8 +89,11 @@ def table(rows: list[dict[str, object]]) -> list[list[str]]:
     out = [["preset", "device", "frames", "fps", "learn s / 1k frames", "learner x CPU"]]
     cpu = {r["preset"]: r["learn_s_per_1k_frames"] for r in rows if r["device"] == "cpu"}
     for r in rows:
+        if "error" in r:
+            out.append([str(r["preset"]), str(r["device"]), "failed", "–", "–", "–"])
+            continue
         base = cpu.get(r["preset"])
-        ratio = f"{base / r['learn_s_per_1k_frames']:.2f}x" if base else "–"
+        ratio = f"{base / r['learn_s_per_1k_frames']:.2f}x" if base else "–"  # type: ignore[operator]
         out.append([str(r["preset"]), str(r["device"]), f"{r['frames']:,}", f"{r['fps']:,.1f}",
                     f"{r['learn_s_per_1k_frames']:.4f}", ratio])  # fmt: skip
     return out
@@ -87,12 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames-scale", type=float, default=1.0, help="x each preset's frames")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--out", default=None, help="write the table as markdown here")
+    p.add_argument(
+        "--train-args",
+        default="",
+        help="more `tdscheme train` arguments, e.g. "
+        "'--env-backend gymnasium' where EnvPool is missing",
+    )
     args = p.parse_args(argv)
     presets = [x for x in args.presets.split(",") if x]
     devices = [d for d in args.devices.split(",") if d]
     if unknown := sorted(set(presets) - set(FRAMES)) + sorted(set(devices) - set(DEVICES)):
         p.error(f"unknown presets or devices {unknown}; accepted: {sorted(FRAMES)}, {DEVICES}")
-    if not torch.cuda.is_available() and {"cuda", "cuda-rank"} & set(devices):
+    if not torch.cuda.is_available() and set(DEVICES[1:]) & set(devices):
         print("gpu_path: torch sees no CUDA device here: the cuda runs are skipped", flush=True)
         devices = [d for d in devices if d == "cpu"]
     started, rows, machine = time.monotonic(), [], machine_info()
@@ -102,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             for preset in presets:
                 frames = max(1, round(FRAMES[preset] * args.frames_scale))
                 for device in devices:
-                    if device == "cuda-rank" and preset not in GROUP_PRESETS:
-                        continue
-                    rows.append(one_run(preset, device, frames, Path(tmp)))
+                    extra = shlex.split(args.train_args)
+                    rows.append(one_run(preset, device, frames, Path(tmp), extra))
                     print(json.dumps(rows[-1]), flush=True)
     tables = {"the GPU path: learner time per frame, CPU vs CUDA": table(rows)}
     print_tables(tables)
@@ -113,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out, title="The GPU path", script="gpu_path.py", argv=sys.argv[1:],
             seconds=time.monotonic() - started, machine=machine, tables=tables,
             intro="Each preset trained with `--device cpu`, `--device cuda` and, for the presets "
-            "learner groups train, `--device cuda --num-learners 1` (see the script).",
+            "learner-group rows `--num-learners 1` and 2 on the GPU (see the script).",
         )  # fmt: skip
     return 0
 
