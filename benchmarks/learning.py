@@ -102,6 +102,7 @@ class Section:
         eval_every_steps: evaluation interval (``None``: the first preset's).
         peers_from: a section whose peer runs are these (reused when kept).
         timeout_s: one run's limit at the full budget (scaled with it, plus 600 s).
+        train_args: more ``tdscheme train`` arguments (e.g. worker shares that fit 2 cores).
         notes: how the settings differ, for the page.
     """
 
@@ -118,6 +119,7 @@ class Section:
     eval_every_steps: int | None = None
     peers_from: str | None = None
     timeout_s: float = 3600.0
+    train_args: tuple[str, ...] = ()
     notes: str = ""
 
 
@@ -143,10 +145,12 @@ def sections() -> dict[str, Section]:
             "step per frame on 256, 256x256 networks, 100 random steps first.")),
         Section("halfcheetah", "halfcheetah", "HalfCheetah-v5", ("sac-halfcheetah",), 100_000,
                 seeds=2, target_return=None, stop_at_target=False, eval_every_steps=10_000,
-                timeout_s=14_400.0, sb3=Sb3Peer("sac", "HalfCheetah-v5", "HalfCheetah-v4"), notes=(
+                timeout_s=14_400.0, sb3=Sb3Peer("sac", "HalfCheetah-v5", "HalfCheetah-v4"),
+                train_args=("--collector-resources", '{"num_cpus": 0.25}'), notes=(
             "The same SAC (lr 3e-4, batches of 256, 256x256, 10k random steps, one gradient "
             "step per frame); tdscheme collects with 16 envs (4 workers x 4) in 1024-frame "
-            "batches, SB3 with 1 env. The zoo's entry is HalfCheetah-v4's (mujoco defaults), "
+            "batches (the 4 workers ask Ray for a quarter CPU each, to fit 2 cores), SB3 with 1 "
+            "env. The zoo's entry is HalfCheetah-v4's (mujoco defaults), "
             "run on v5. Evaluations every 10k steps (the preset's 50k: 2 in this budget).")),
         Section("pong", "pong", "Pong (ALE)", ("ppo-pong",), 2_000_000, seeds=1,
                 target_return=18.0, stop_at_target=False, timeout_s=12 * 3600.0, **pong_peers,
@@ -238,6 +242,7 @@ def tdscheme_run(slot: RunSlot, section: Section, preset: str) -> RunRecord:
             exe, "train", preset, "--seed", str(slot.seed), "--run-dir", str(run_dir),
             "--total-frames", str(slot.budget_steps), "--eval-every-frames", str(every),
             "--target-return", str(target).lower(), *keep, "--progress", "false",
+            *section.train_args,
         ]  # fmt: skip
     done = run_process(command, slot)
     metrics = read_metrics(run_dir) if (run_dir / "metrics.csv").exists() else {}
