@@ -247,7 +247,7 @@ class LearnerGroup:
         """
         state = self.pool.call(0, "state_dict", timeout_s=self.timeout_s)
         if "exploration" in state:
-            state["exploration"] = self.learner.state_dict()["exploration"]
+            state["exploration"] = self.learner.exploration_state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

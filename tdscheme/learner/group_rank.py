@@ -193,6 +193,7 @@ class LearnerRank:
             own["priority_ms"] = torch.tensor(1e3 * (time.perf_counter() - written))
             local.append((own, lr))
         if newest_policy_version is not None:  # one more collective per call, not per step
+            # a rank whose samples carried no versions takes part with -1 (below any lag)
             lag_max = allreduce.max_over_ranks(
                 torch.tensor(-1.0) if lag_max is None else lag_max.float()
             )

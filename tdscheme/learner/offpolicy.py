@@ -291,8 +291,12 @@ class OffPolicyLearner(Learner):
         """
         state = super().state_dict()
         state["target_updater"] = updater_state(self.target_updater)
-        state["exploration"] = [to_cpu(dict(m.state_dict())) for m in self.exploration_modules]
+        state["exploration"] = self.exploration_state()
         return state
+
+    def exploration_state(self) -> list[dict[str, Any]]:
+        """CPU copies of the exploration modules' states (epsilon, noise), in policy order."""
+        return [to_cpu(dict(m.state_dict())) for m in self.exploration_modules]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` in place.
