@@ -44,6 +44,7 @@ from tdscheme.learner import LearnerGroup
 from tdscheme.learner.group import split_rows
 from tdscheme.presets import get_preset
 from tdscheme.runtime import local_ray_config
+from tdscheme.testing.sac import pendulum_transitions
 
 RANK = {"num_cpus": 1}
 
@@ -90,23 +91,6 @@ def control_samples_per_s(name: str, batch, processes: int, updates: int) -> flo
     shards = split_rows(batch, processes)
     seconds = ray.get([_alone.remote(name, shard, updates) for shard in shards], timeout=3600)
     return batch.numel() * updates / max(seconds)
-
-
-def sac_frames(count: int):
-    """``count`` real Pendulum transitions (random actions), collected once."""
-    from torchrl.collectors import Collector
-
-    from tdscheme.envs import make_env
-
-    collector = Collector(
-        functools.partial(make_env, "Pendulum-v1", num_envs=4), None,
-        frames_per_batch=count, total_frames=count,
-    )  # fmt: skip
-    try:
-        collector.set_seed(0)
-        return next(iter(collector)).reshape(-1).clone()
-    finally:
-        collector.shutdown()
 
 
 def sac_factories(hidden: int):
@@ -173,7 +157,7 @@ def sac_control_samples_per_s(frames, processes: int, batch: int, updates: int, 
 
 def sac_row(args) -> dict:
     """The SAC rows: 1 and 2 ranks (and the control), alternating, ``args.repeats`` times."""
-    frames = sac_frames(args.sac_frames)
+    frames = pendulum_transitions(args.sac_frames)
     rates: dict[int, list[float]] = {1: [], 2: []}
     alone: dict[int, list[float]] = {1: [], 2: []}
     for _ in range(args.repeats):

@@ -32,7 +32,13 @@ from torch.distributions.utils import _sum_rightmost
 from torchrl.data import Bounded
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 
-__all__ = ["NOISE_KEY", "KeyedNoiseTanhNormal", "keyed_noise_sac_modules", "with_noise"]
+__all__ = [
+    "NOISE_KEY",
+    "KeyedNoiseTanhNormal",
+    "keyed_noise_sac_modules",
+    "pendulum_transitions",
+    "with_noise",
+]
 
 #: the key of each frame's standard normal draw
 NOISE_KEY = "noise"
@@ -100,3 +106,22 @@ def with_noise(frames: TensorDict, generator: torch.Generator) -> TensorDict:
     frames.set(NOISE_KEY, torch.randn(shape, generator=generator))
     frames.set(("next", NOISE_KEY), torch.randn(shape, generator=generator))
     return frames
+
+
+def pendulum_transitions(count: int, *, num_envs: int = 4, seed: int = 0) -> TensorDict:
+    """``count`` real Pendulum-v1 transitions of random actions, flat, from torchrl's ``Collector``."""
+    import functools
+
+    from torchrl.collectors import Collector
+
+    from tdscheme.envs import make_env
+
+    collector = Collector(
+        functools.partial(make_env, "Pendulum-v1", num_envs=num_envs), None,
+        frames_per_batch=count, total_frames=count,
+    )  # fmt: skip
+    try:
+        collector.set_seed(seed)
+        return next(iter(collector)).reshape(-1).clone()
+    finally:
+        collector.shutdown()

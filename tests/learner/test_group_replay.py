@@ -11,7 +11,6 @@ import pytest
 import ray
 import torch
 from tensordict import TensorDict
-from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, SamplerWithoutReplacement, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
@@ -20,8 +19,8 @@ from tdscheme.presets import get_preset
 from tdscheme.presets.offpolicy import sac_learner
 from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.ray_held import ray_buffer_kwargs
-from tdscheme.testing import assert_same, make_env
-from tdscheme.testing.sac import keyed_noise_sac_modules, with_noise
+from tdscheme.testing import assert_same
+from tdscheme.testing.sac import keyed_noise_sac_modules, pendulum_transitions, with_noise
 
 ATOL = 1e-6
 FRAMES = 640
@@ -36,15 +35,7 @@ def sac_factories():
 
 def pendulum_frames() -> TensorDict:
     """Real Pendulum transitions (random actions), each with its own noise draws."""
-    collector = Collector(
-        functools.partial(make_env, "Pendulum-v1", num_envs=2), None,
-        frames_per_batch=FRAMES, total_frames=FRAMES,
-    )  # fmt: skip
-    try:
-        collector.set_seed(0)
-        frames = next(iter(collector)).reshape(-1).clone()
-    finally:
-        collector.shutdown()
+    frames = pendulum_transitions(FRAMES, num_envs=2)
     return with_noise(frames, torch.Generator().manual_seed(0))
 
 
