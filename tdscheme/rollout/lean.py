@@ -177,7 +177,6 @@ class LeanCollector(Collector):
             "split_trajs": self.split_trajs,
             "reset_at_each_iter": self.reset_at_each_iter,
             "interruptor": self.interruptor is not None,
-            "compact_obs": bool(self._compact_next_keys),
             "set_truncated": bool(self._truncated_keys),
             "track_traj_ids=False": not self.track_traj_ids,
             "use_buffers=False": not self._use_buffers,
@@ -284,8 +283,9 @@ class LeanCollector(Collector):
                 **{("next", key): value for key, value in next_state.items()},
             }
             for key, value in values.items():
-                row = rows[key][t]
-                row.copy_(value.reshape(row.shape))
+                if key in rows:  # compact_obs: torchrl's batch has no ("next", obs)
+                    row = rows[key][t]
+                    row.copy_(value.reshape(row.shape))
             done = torch.from_numpy(ended).reshape(batch_dims)
             obs, traj_ids = self._reset_done(steps, done, next_obs, traj_ids)
             state = transforms.reset(next_state, done)

@@ -80,3 +80,20 @@ def test_a_rebuilt_worker_reports_again_without_a_second_log_line(ray_clean, cap
         assert statuses[0].startswith("collector_class=Collector")
     logged = [r for r in caplog.records if r.name == OFF_PATH]
     assert len(logged) == 1  # the same reason again is not logged again
+
+
+def test_compact_obs_runs_on_the_fast_path_and_batches_keep_torchrls_layout(ray_clean, caplog):
+    """``collector_kwargs={"compact_obs": True}``: the lean rollout, no ``("next", obs)``."""
+    kwargs = {"collector_kwargs": {"compact_obs": True}}
+    assert fast_path(caplog, cartpole, **kwargs) == ([True, True], [])
+    for stacked in (False, True):
+        with RayCollector(
+            cartpole, mlp_policy(4, 2), frames_per_batch=40, total_frames=160, num_collectors=2,
+            remote_configs=SMALL, sync=stacked, **kwargs,
+        ) as collector:  # fmt: skip
+            batches = list(collector)
+        assert sum(b.numel() for b in batches) == 160
+        for batch in batches:
+            keys = set(batch.keys(True, True))
+            assert ("next", "observation") not in keys and "observation" in keys
+            assert {("next", "reward"), ("next", "done"), ("next", "truncated")} <= keys

@@ -241,6 +241,31 @@ def test_same_step_vector_envs_match_torchrls(env_id, vector_cls):
     assert not torch.equal(nxt[:, :-1][done[:, :-1]], first[:, 1:][done[:, :-1]])
 
 
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_compact_obs_batches_are_torchrls(num_envs):
+    """``compact_obs=True``: no ``("next", obs)`` (nor RewardSum / StepCounter's), frame for frame."""
+    cases = {
+        "CartPole": functools.partial(make_env, "CartPole-v1", num_envs=num_envs),
+        "Pendulum, truncated": functools.partial(short_pendulum, num_envs),
+        "episode transforms": lambda: train_env("CartPole-v1", num_envs=num_envs, reward_scale=0.1),
+        "SAME_STEP": functools.partial(same_step_env, "CartPole-v1", num_envs),
+        "StepCounter(max_steps)": lambda: episode_env(
+            "CartPole-v1", num_envs, RewardSum(), StepCounter(max_steps=7)
+        ),
+    }
+    for name, env_fn in cases.items():
+        if name == "SAME_STEP" and num_envs == 1:
+            continue  # a vector env's mode
+        env_id = "Pendulum-v1" if "Pendulum" in name else "CartPole-v1"
+        policy = seeded_policy(env_id)
+        want, _ = batches(Collector, env_fn, policy, steps=40, compact_obs=True)
+        got, reason = batches(LeanCollector, env_fn, policy, steps=40, compact_obs=True)
+        assert reason is None, name
+        assert_same_frames(want, got)
+        assert ("next", "observation") not in got[0].keys(True), name
+        assert got[0]["next", "done"].any(), name  # episodes end inside the batches
+
+
 class WithPixels(gym.ObservationWrapper):
     """CartPole observing a small uint8 image of its state, with the state or alone.
 
