@@ -109,6 +109,19 @@ def test_building_a_batched_env_logs_nothing_and_needs_no_info_reader():
         env.close()
 
 
+def test_mujoco_warnings_are_logged_once_not_printed(capfd, caplog):
+    """gymnasium's HalfCheetah model makes MuJoCo warn of a deprecation at every construction."""
+    pytest.importorskip("mujoco")
+    caplog.set_level(logging.DEBUG, logger="tdscheme.envs.make")
+    envs = [make_env("HalfCheetah-v5", num_envs=2), make_env("HalfCheetah-v5")]
+    for env in envs:
+        env.close()
+    out, err = capfd.readouterr()
+    assert "settotalmass" not in out + err
+    logged = [r for r in caplog.records if "settotalmass" in r.getMessage()]
+    assert len(logged) <= 1 and all(r.levelno == logging.DEBUG for r in logged)
+
+
 @pytest.mark.parametrize("num_envs", [0, -2, 1.5, True, "4"])
 def test_bad_num_envs_is_an_error_naming_it(num_envs):
     with pytest.raises(

@@ -101,7 +101,7 @@ def missing_env_packages(
     if env_id.startswith("ALE/"):
         what = f"{'videos of ' if render else ''}env_id={env_id!r} (Atari through gymnasium)"
         return missing_extra(what, ["ale_py", "cv2"], "atari")
-    entry = _entry_point(env_id)
+    entry = entry_point(env_id)
     if entry.startswith("gymnasium.envs.mujoco"):
         return missing_extra(f"env_id={env_id!r} (MuJoCo)", ["mujoco"], "mujoco")
     if render and entry.startswith("gymnasium.envs.classic_control"):
@@ -109,8 +109,13 @@ def missing_env_packages(
     return None
 
 
-def _entry_point(env_id: str) -> str:
-    """gymnasium's entry point of ``env_id`` as a dotted name ("" when unknown)."""
+def entry_point(env_id: str) -> str:
+    """gymnasium's entry point of ``env_id`` as a dotted name ("" when unknown).
+
+    Example:
+        >>> entry_point("CartPole-v1"), entry_point("NoSuchEnv-v0")
+        ('gymnasium.envs.classic_control.cartpole:CartPoleEnv', '')
+    """
     import gymnasium
 
     try:

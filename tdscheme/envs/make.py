@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -35,12 +36,16 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, GymEnv, GymWrapper, MultiThreadedEnv
 
-from tdscheme.envs.ids import ENV_BACKENDS
+from tdscheme.envs.ids import ENV_BACKENDS, entry_point
 
 __all__ = ["BACKENDS", "EnvPoolEnv", "make_env", "make_envpool_env"]
 
 #: The env backends :func:`make_env` accepts.
 BACKENDS = ENV_BACKENDS
+
+logger = logging.getLogger(__name__)
+#: the messages MuJoCo warned of in this process (each is logged once)
+_mujoco_warned: set[str] | None = None
 
 
 def make_env(
@@ -100,6 +105,8 @@ def make_env(
             )
         return make_envpool_env(env_id, num_envs=num_envs)
     render = {} if render_mode is None else {"render_mode": render_mode}
+    if entry_point(env_id).startswith("gymnasium.envs.mujoco"):
+        log_mujoco_warnings()
     if num_envs == 1:
         return GymEnv(env_id, **render)
     vector_env = gym.make_vec(
@@ -110,6 +117,34 @@ def make_env(
         **render,
     )
     return GymWrapper(vector_env)
+
+
+def log_mujoco_warnings() -> None:
+    """Sends MuJoCo's C-level warnings to this module's logger, each message once.
+
+    MuJoCo prints them on the terminal by default, over tdscheme's progress line (gymnasium's
+    HalfCheetah model alone prints a deprecation at every construction, in every worker).
+    Deprecations of the model's attributes go to DEBUG; any other (a simulation that went
+    unstable, a full contact buffer) to WARNING. Idempotent.
+    """
+    global _mujoco_warned
+    if _mujoco_warned is not None:
+        return
+    try:
+        import mujoco
+    except ImportError:  # gymnasium's own error names the missing package when it builds
+        return
+
+    warned: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in warned:
+            warned.add(message)
+            level = logging.DEBUG if "deprecated" in message else logging.WARNING
+            logger.log(level, "MuJoCo: %s", message.strip())
+
+    mujoco.set_mju_user_warning(warn)
+    _mujoco_warned = warned
 
 
 def make_envpool_env(
