@@ -193,6 +193,8 @@ def _gymnasium_atari(
             "pip install 'tdscheme[atari]'"
         ) from err
     gym.register_envs(ale_py)  # ale-py registers its ids when imported; this names the need
+    # its banner ("A.L.E: ... [Powered by Stella]") at every env, in every worker: errors only
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     check_env_id(f"ALE/{game_id}")
     one = functools.partial(
         _preprocessed_ale, f"ALE/{game_id}", noop_max, repeat_action_probability, render_mode

@@ -112,6 +112,16 @@ def test_one_env_has_make_envs_batch_sizes():
         cartpole.close()
 
 
+@pytest.mark.skipif(not HAS_ALE, reason="ale-py or OpenCV is missing (tdscheme[atari])")
+def test_ale_py_prints_no_banner(capfd):
+    """ale-py's "A.L.E: ... [Powered by Stella]" at every env would cover the progress line."""
+    env = make_atari_env(PONG, num_envs=2, backend="gymnasium")
+    env.rollout(2)
+    env.close()
+    out, err = capfd.readouterr()
+    assert "Stella" not in out + err and "A.L.E" not in out + err
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_episode_records_the_games_score(backend):
     env = make_atari_env(PONG, backend=backend)
