@@ -93,7 +93,7 @@ def table(rows: list[dict[str, object]]) -> list[list[str]]:
             out.append([str(r["preset"]), str(r["device"]), "failed", "–", "–", "–"])
             continue
         base = cpu.get(r["preset"])
-        ratio = f"{base / r['learn_s_per_1k_frames']:.2f}x" if base else "–"  # type: ignore[operator]
+        ratio = f"{base / r['learn_s_per_1k_frames']:.2f}x" if base else "–"
         out.append([str(r["preset"]), str(r["device"]), f"{r['frames']:,}", f"{r['fps']:,.1f}",
                     f"{r['learn_s_per_1k_frames']:.4f}", ratio])  # fmt: skip
     return out
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() and set(DEVICES[1:]) & set(devices):
         print("gpu_path: torch sees no CUDA device here: the cuda runs are skipped", flush=True)
         devices = [d for d in devices if d == "cpu"]
+    extra = shlex.split(args.train_args)
     started, rows, machine = time.monotonic(), [], machine_info()
     print(json.dumps({"machine": machine, "cuda": torch.cuda.is_available()}), flush=True)
     with tempfile.TemporaryDirectory(prefix="tdscheme-gpu-path-") as tmp:
@@ -127,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
             for preset in presets:
                 frames = max(1, round(FRAMES[preset] * args.frames_scale))
                 for device in devices:
-                    extra = shlex.split(args.train_args)
                     rows.append(one_run(preset, device, frames, Path(tmp), extra))
                     print(json.dumps(rows[-1]), flush=True)
     tables = {"the GPU path: learner time per frame, CPU vs CUDA": table(rows)}

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any
@@ -44,8 +45,6 @@ __all__ = ["BACKENDS", "EnvPoolEnv", "make_env", "make_envpool_env"]
 BACKENDS = ENV_BACKENDS
 
 logger = logging.getLogger(__name__)
-#: the messages MuJoCo warned of in this process (each is logged once)
-_mujoco_warned: set[str] | None = None
 
 
 def make_env(
@@ -106,7 +105,7 @@ def make_env(
         return make_envpool_env(env_id, num_envs=num_envs)
     render = {} if render_mode is None else {"render_mode": render_mode}
     if entry_point(env_id).startswith("gymnasium.envs.mujoco"):
-        log_mujoco_warnings()
+        _log_mujoco_warnings()
     if num_envs == 1:
         return GymEnv(env_id, **render)
     vector_env = gym.make_vec(
@@ -119,17 +118,15 @@ def make_env(
     return GymWrapper(vector_env)
 
 
-def log_mujoco_warnings() -> None:
+@functools.cache  # once per process: MuJoCo keeps one warning handler
+def _log_mujoco_warnings() -> None:
     """Sends MuJoCo's C-level warnings to this module's logger, each message once.
 
     MuJoCo prints them on the terminal by default, over tdscheme's progress line (gymnasium's
     HalfCheetah model alone prints a deprecation at every construction, in every worker).
     Deprecations of the model's attributes go to DEBUG; any other (a simulation that went
-    unstable, a full contact buffer) to WARNING. Idempotent.
+    unstable, a full contact buffer) to WARNING.
     """
-    global _mujoco_warned
-    if _mujoco_warned is not None:
-        return
     try:
         import mujoco
     except ImportError:  # gymnasium's own error names the missing package when it builds
@@ -144,7 +141,6 @@ def log_mujoco_warnings() -> None:
             logger.log(level, "MuJoCo: %s", message.strip())
 
     mujoco.set_mju_user_warning(warn)
-    _mujoco_warned = warned
 
 
 def make_envpool_env(

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -29,8 +30,11 @@ from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torch.distributions.utils import _sum_rightmost
+from torchrl.collectors import Collector
 from torchrl.data import Bounded
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+
+from tdscheme.envs import make_env
 
 __all__ = [
     "NOISE_KEY",
@@ -110,12 +114,6 @@ def with_noise(frames: TensorDict, generator: torch.Generator) -> TensorDict:
 
 def pendulum_transitions(count: int, *, num_envs: int = 4, seed: int = 0) -> TensorDict:
     """``count`` real Pendulum-v1 transitions of random actions, flat, from torchrl's ``Collector``."""
-    import functools
-
-    from torchrl.collectors import Collector
-
-    from tdscheme.envs import make_env
-
     collector = Collector(
         functools.partial(make_env, "Pendulum-v1", num_envs=num_envs), None,
         frames_per_batch=count, total_frames=count,
