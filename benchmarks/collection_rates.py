@@ -59,13 +59,19 @@ def section_same(rec: Recorder, s: Settings) -> None:
 
 
 def section_batched(
-    rec: Recorder, s: Settings, *, section: str = "batched", env_fn: Callable | None = None
+    rec: Recorder,
+    s: Settings,
+    *,
+    section: str = "batched",
+    env_fn: Callable | None = None,
+    hand_mode: str = "SAME_STEP",
 ) -> None:
     """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector.
 
     ``env_fn`` is what tdscheme's and torchrl's workers step (default ``make_env``'s 64
     CartPole envs, auto-reset disabled); ``benchmarks/fast_paths.py`` passes others,
-    recorded under its own ``section`` names.
+    recorded under its own ``section`` names, and the hand-written workers' autoreset
+    mode (``hand_mode``: ``peers.MinimalCollectorWorker``'s ``autoreset_mode``).
     """
     env_id, num_envs, fpb = "CartPole-v1", 64, 4096
     config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
@@ -78,7 +84,11 @@ def section_batched(
             tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
         ),
         "hand-written Ray": functools.partial(
-            peers.MinimalRayCollector, env_id, num_envs=num_envs, frames_per_batch=fpb
+            peers.MinimalRayCollector,
+            env_id,
+            num_envs=num_envs,
+            frames_per_batch=fpb,
+            worker_kwargs={"autoreset_mode": hand_mode},
         ),
         "torchrl": functools.partial(
             torchrl_collector, env_fn, policy, frames_per_batch=fpb, sync=False

@@ -6,8 +6,8 @@ batch, first-ready order (``collection.py``'s ``batched`` configuration). Everyt
 in one process on one Ray (``num_cpus=2``, no dashboard); every collector, actor and buffer
 is shut down after its measurement, and the next one starts once Ray has its CPUs back.
 The hand-written Ray collector is ``peers.MinimalRayCollector``: plain Ray actors stepping
-a gymnasium ``SyncVectorEnv`` of 64 envs (same-step auto-reset) with the torch MLP and
-returning numpy batches. torchrl's ``RayCollector`` is the third row, for reference.
+a gymnasium ``SyncVectorEnv`` of 64 envs in the section's autoreset mode with the torch MLP
+and returning numpy batches. torchrl's ``RayCollector`` is the third row, for reference.
 Run from the repository root::
 
     .venv/bin/python benchmarks/fast_paths.py --out section.md   # full run, a few minutes
@@ -23,6 +23,12 @@ Sections (``--sections``, default all):
 * ``same_step``: the same, tdscheme and torchrl stepping torchrl's ``GymWrapper`` around
   a ``SyncVectorEnv`` of 64 CartPole-v1 with ``AutoresetMode.SAME_STEP``
   (:func:`same_step_env`).
+* ``next_step``: the workers' env factory returns ``gym.make_vec("CartPole-v1",
+  num_envs=64, vectorization_mode="sync")`` itself: gymnasium's default autoreset
+  (``NEXT_STEP``), a plain gymnasium env. tdscheme's workers wrap it
+  (``tdscheme.envs.wrap_gym_env``: no reset steps); torchrl's refuse it (its
+  ``GymWrapper`` is not called on it: the row fails); the hand-written actors step the
+  same NEXT_STEP vector env, reset steps counted as frames.
 * ``background``: collection into a Ray-held torchrl ``RayReplayBuffer``
   (``LazyTensorStorage`` of 1M frames in rows of 64, ``replay.py``'s ``ray_buffer``),
   the first ``init_random_frames=16384`` (2 batches per worker) random actions, then the
@@ -64,7 +70,7 @@ from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.envs import make_env
 
-SECTIONS = ("disabled", "same_step", "background")
+SECTIONS = ("disabled", "same_step", "next_step", "background")
 ENV_ID, NUM_ENVS, FRAMES_PER_BATCH = "CartPole-v1", 64, 4096  # collection.py's batched section
 RANDOM_FRAMES = 2 * FRAMES_PER_BATCH * 2  # 2 random batches per worker, then the policy
 BUFFER_FRAMES = 1_000_000
@@ -99,12 +105,18 @@ def same_step_env(env_id: str, num_envs: int) -> Any:
 
 
 def section_disabled(rec: Recorder, s: Settings) -> None:
-    section_batched(rec, s, section="disabled")
+    section_batched(rec, s, section="disabled", hand_mode="DISABLED")
 
 
 def section_same_step(rec: Recorder, s: Settings) -> None:
     env_fn = functools.partial(same_step_env, ENV_ID, NUM_ENVS)
     section_batched(rec, s, section="same_step", env_fn=env_fn)
+
+
+def section_next_step(rec: Recorder, s: Settings) -> None:
+    """The env factory returns gymnasium's default vector env, unwrapped (see the module)."""
+    env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
+    section_batched(rec, s, section="next_step", env_fn=env_fn, hand_mode="NEXT_STEP")
 
 
 def background_collector(impl: str, buffer: Any) -> Any:
@@ -218,8 +230,10 @@ INTRO = (
     'One Ray (`num_cpus=2`) for the whole run, `{"num_cpus": 1}` per worker actor, CartPole-v1 '
     "x64 per worker, 2 workers, the 2x64 MLP, 4096 frames per worker batch. `vs hand-written` "
     "is the row's rate over the hand-written Ray collector's in the same section (>1: faster). "
-    "`disabled`: `make_env`'s SyncVectorEnv, auto-reset disabled; `same_step`: GymWrapper over "
-    "a SAME_STEP SyncVectorEnv; the hand-written actors step a SAME_STEP vector env in both. "
+    "`disabled`: `make_env`'s SyncVectorEnv, auto-reset disabled (the hand-written actors reset "
+    "with `reset_mask`); `same_step`: GymWrapper over a SAME_STEP SyncVectorEnv (so do the "
+    "hand-written); `next_step`: the factory returns `gym.make_vec(..., vectorization_mode="
+    "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, reset steps counted). "
     "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
     "the driver sampling nothing. See the docstring of `benchmarks/fast_paths.py`."
 )
@@ -237,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
     sections = {"disabled": section_disabled, "same_step": section_same_step,
-                "background": section_background}  # fmt: skip
+                "next_step": section_next_step, "background": section_background}  # fmt: skip
 
     def run(rec: Recorder) -> None:
         for section in SECTIONS:

@@ -164,13 +164,24 @@ class MinimalCollectorWorker:
     Args:
         env_id: a gymnasium id with a discrete action space (CartPole-v1).
         num_envs: ``1`` for one ``gym.make`` env, more for a synchronous
-            vector env (same-step autoreset, the cheapest without torchrl;
-            ``tdscheme.envs.make_env`` lets torchrl reset instead).
+            vector env.
         frames_per_batch: frames per returned batch (a multiple of ``num_envs``).
         seed: env and policy seed.
+        autoreset_mode: the vector env's (a ``gym.vector.AutoresetMode`` name):
+            ``SAME_STEP`` (the default, the cheapest without torchrl), ``DISABLED``
+            (the ended envs reset with ``reset_mask`` after the step, as any collector
+            of such an env must) or ``NEXT_STEP`` (gymnasium's default: the env resets
+            an ended env at its next step; those reset steps count as frames here).
     """
 
-    def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        frames_per_batch: int,
+        seed: int = 0,
+        autoreset_mode: str = "SAME_STEP",
+    ) -> None:
         if frames_per_batch % num_envs:
             raise ValueError(
                 f"frames_per_batch={frames_per_batch} must be a multiple of num_envs={num_envs}"
@@ -186,8 +197,9 @@ class MinimalCollectorWorker:
                 env_id,
                 num_envs=num_envs,
                 vectorization_mode="sync",
-                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode[autoreset_mode]},
             )
+        self.reset_mask = num_envs > 1 and autoreset_mode == "DISABLED"
         vector = num_envs > 1
         obs_space = self.env.single_observation_space if vector else self.env.observation_space
         action_space = self.env.single_action_space if vector else self.env.action_space
@@ -215,6 +227,9 @@ class MinimalCollectorWorker:
                 done[t] = np.logical_or(terminated, truncated)
                 if self.num_envs == 1 and done[t]:
                     self.obs, _ = self.env.reset()
+                elif self.reset_mask and done[t].any():
+                    reset, _ = self.env.reset(options={"reset_mask": done[t].copy()})
+                    self.obs = np.where(done[t][:, None], reset, self.obs)
         return {"observation": obs, "action": action, "reward": reward, "done": done}
 
     def close(self) -> None:

@@ -9,6 +9,9 @@
   check an id against gymnasium's registry without importing torch or torchrl.
 * :mod:`tdscheme.envs.faulty`: :func:`make_faulty_env` and :class:`FaultyEnv`,
   envs that sleep, raise, crash, hang or give NaN at step N, for fault drills.
+* :mod:`tdscheme.envs.gym_vector`: :func:`wrap_gym_env`, a gymnasium env or vector env
+  as a torchrl env, gymnasium's default vector env (``NEXT_STEP`` autoreset) included;
+  a collector's ``create_env_fn`` may return the gymnasium env itself.
 * :mod:`tdscheme.envs.env_config`: how an env takes an env config while workers run it
   (``set_env_config``), :class:`EnvAttributes` (a config sets attributes),
   :func:`make_configurable_env` and :class:`TaskDistribution`.
@@ -45,6 +48,7 @@ _EXPORTS = {
     "close_env_ids": "tdscheme.envs.ids",
     "FaultyEnv": "tdscheme.envs.faulty",
     "make_faulty_env": "tdscheme.envs.faulty",
+    "wrap_gym_env": "tdscheme.envs.gym_vector",
     "EnvAttributes": "tdscheme.envs.env_config",
     "TaskDistribution": "tdscheme.envs.env_config",
     "make_configurable_env": "tdscheme.envs.env_config",
@@ -66,12 +70,14 @@ __all__ = [
     "make_env",
     "make_envpool_env",
     "make_faulty_env",
+    "wrap_gym_env",
 ]
 
 if TYPE_CHECKING:
     from tdscheme.envs.atari import ATARI_BACKENDS, is_atari_id, make_atari_env
     from tdscheme.envs.env_config import EnvAttributes, TaskDistribution, make_configurable_env
     from tdscheme.envs.faulty import FaultyEnv, make_faulty_env
+    from tdscheme.envs.gym_vector import wrap_gym_env
     from tdscheme.envs.ids import ENV_BACKENDS, check_env_id, close_env_ids
     from tdscheme.envs.make import BACKENDS, EnvPoolEnv, make_env, make_envpool_env
 

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.envs.gym_vector import is_gym_env, torchrl_env_factory, wrap_gym_env
 from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
 from tdscheme.rollout.input_checks import check_policy_keys, env_output_error
 from tdscheme.rollout.lean import LeanCollector
@@ -79,7 +80,10 @@ def build_collector(
 
     Args:
         create_env_fn: an env factory (or an env); a multi-process collector class or
-            ``num_workers_per_collector > 1`` gets a list of factories.
+            ``num_workers_per_collector > 1`` gets a list of factories. A factory may
+            return a gymnasium env or vector env: it is wrapped by
+            :func:`~tdscheme.envs.gym_vector.wrap_gym_env` (gymnasium's default
+            ``NEXT_STEP`` ``SyncVectorEnv`` included).
         policy: the policy (``None``: random, or ``policy_factory``).
         frames_per_batch: frames per batch the collector yields.
         collector_class: a torchrl collector class.
@@ -106,9 +110,10 @@ def build_collector(
     """
     env = create_env_fn
     if num_workers_per_collector > 1 or is_multi_collector(collector_class):
-        env = [create_env_fn] * num_workers_per_collector
+        env = [torchrl_env_factory(create_env_fn)] * num_workers_per_collector
     elif callable(env) and not isinstance(env, torch.nn.Module):
         env = env()
+        env = wrap_gym_env(env) if is_gym_env(env) else env  # a gymnasium env, as it came
         check_policy_keys(env, policy)  # before torchrl runs the policy on it
     if on_env is not None:
         on_env(None if isinstance(env, list) else env)
