@@ -155,11 +155,13 @@ def measure(
     *,
     frames: int | None = None,
     after: Callable[[Iterator[Any], float], dict[str, float]] | None = None,
+    units: dict[str, str] | None = None,
 ) -> float | None:
     """Time to first batch and frames/s of one collector; n/a (with the error) if it fails.
 
     ``row`` holds section, impl, env, order, config. ``after(iterator, frames_per_s)``
-    may return more measurements (seconds) taken before shutdown.
+    may return more measurements taken before shutdown: seconds, unless ``units`` names
+    another unit for them (``"x"``: a ratio).
     """
     results: dict[str, float | None] = {"first_batch_s": None, "frames_per_s": None}
     note = ""
@@ -177,6 +179,6 @@ def measure(
         note = failure(err)
     settle()
     for metric, value in results.items():
-        unit = "frames/s" if metric == "frames_per_s" else "s"
+        unit = "frames/s" if metric == "frames_per_s" else (units or {}).get(metric, "s")
         rec.add(Measurement(**row, metric=metric, value=value, unit=unit, note=note))
     return results["frames_per_s"]

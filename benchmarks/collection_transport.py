@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import ray
 import torch
@@ -129,7 +130,7 @@ def transfer(rec: Recorder, s: Settings, env_fn: Callable, policy: Any) -> None:
     server = None
     try:
         with deadline(s.timeout_s):
-            server = ray.remote(num_cpus=1)(peers.BatchServer).remote(env_fn, policy, 1000)
+            server = ray.remote(num_cpus=1)(BatchServer).remote(env_fn, policy, 1000)
             nbytes = ray.get(server.nbytes.remote(), timeout=s.timeout_s)
             has_codec = ray.get(server.has_codec.remote(), timeout=s.timeout_s)
 
@@ -172,3 +173,54 @@ def transfer(rec: Recorder, s: Settings, env_fn: Callable, policy: Any) -> None:
         if server is not None:
             ray.kill(server, no_restart=True)
     settle()
+
+
+class BatchServer:
+    """An actor holding one ready collector batch, to time its transfer across Ray alone.
+
+    Args:
+        create_env_fn: env factory (torchrl ``EnvBase``).
+        policy: the policy used to collect the batch.
+        frames_per_batch: frames in the batch.
+    """
+
+    def __init__(self, create_env_fn: Callable[[], Any], policy: Any, frames_per_batch: int):
+        torch.set_num_threads(1)
+        collector = peers.torchrl_local_collector(
+            create_env_fn, policy, frames_per_batch=frames_per_batch
+        )
+        self.batch = next(iter(collector)).clone()
+        collector.shutdown()
+        self.codec: Any = None
+        try:
+            from tdscheme.transport import TensorDictCodec
+
+            self.codec = TensorDictCodec()
+        except ImportError:
+            pass
+
+    def ping(self) -> None:
+        """An empty call: the fixed cost of one Ray round trip."""
+
+    def nbytes(self) -> int:
+        """Bytes of tensor data in the batch."""
+        return int(sum(t.numel() * t.element_size() for t in self.batch.values(True, True)))
+
+    def has_codec(self) -> bool:
+        """Whether ``tdscheme.transport.TensorDictCodec`` is importable here."""
+        return self.codec is not None
+
+    def tensordict(self) -> Any:
+        """The batch as a TensorDict (Ray pickles it)."""
+        return self.batch
+
+    def payload(self) -> Any:
+        """The batch encoded by tdscheme's codec."""
+        return self.codec.encode(self.batch)
+
+    def numpy_dict(self) -> dict[str, np.ndarray]:
+        """The batch as a flat dict of numpy arrays (Ray's zero-copy path; a limit)."""
+        return {
+            "/".join(key) if isinstance(key, tuple) else key: tensor.numpy()
+            for key, tensor in self.batch.items(True, True)
+        }

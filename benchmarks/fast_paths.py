@@ -29,6 +29,14 @@ Sections (``--sections``, default all):
   (``tdscheme.envs.wrap_gym_env``: no reset steps); torchrl's refuse it (its
   ``GymWrapper`` is not called on it: the row fails); the hand-written actors step the
   same NEXT_STEP vector env, reset steps counted as frames.
+* ``pixels``: uint8 4x84x84 frames (``tdscheme.envs.faulty.PixelsLikeObs`` over
+  CartPole-v1: the env costs next to nothing, the frames' bytes decide), 16 envs per
+  worker in a DISABLED ``SyncVectorEnv``, 2048 frames per worker batch, the linear pixel
+  policy of ``peers.pixel_policy``: tdscheme (torchrl's layout: each frame in
+  ``"observation"`` and ``("next", "observation")``), tdscheme with torchrl's
+  ``compact_obs=True`` (each frame once; ``("next", "observation")`` left to torchrl's
+  ``NextStateReconstructor`` at sampling), the hand-written actors (the same vector env,
+  each frame once, ``reset_mask``) and torchrl's ``RayCollector``.
 * ``background``: collection into a Ray-held torchrl ``RayReplayBuffer``
   (``LazyTensorStorage`` of 1M frames in rows of 64, ``replay.py``'s ``ray_buffer``),
   the first ``init_random_frames=16384`` (2 batches per worker) random actions, then the
@@ -70,12 +78,13 @@ from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.envs import make_env
 
-SECTIONS = ("disabled", "same_step", "next_step", "background")
+SECTIONS = ("disabled", "same_step", "next_step", "pixels", "background")
 ENV_ID, NUM_ENVS, FRAMES_PER_BATCH = "CartPole-v1", 64, 4096  # collection.py's batched section
 RANDOM_FRAMES = 2 * FRAMES_PER_BATCH * 2  # 2 random batches per worker, then the policy
 BUFFER_FRAMES = 1_000_000
 HAND = "hand-written Ray"  # the impl every row is compared with
 RATES = {"frames_per_s": "frames/s", "frames_written_per_s": "frames written/s"}
+collection.METRICS.setdefault("bytes_per_frame_in_obs", "bytes per frame, in observations")
 TITLE = "Issue 23's fast paths: tdscheme vs a hand-written Ray collector (and torchrl)"
 
 
@@ -117,6 +126,65 @@ def section_next_step(rec: Recorder, s: Settings) -> None:
     """The env factory returns gymnasium's default vector env, unwrapped (see the module)."""
     env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
     section_batched(rec, s, section="next_step", env_fn=env_fn, hand_mode="NEXT_STEP")
+
+
+PIXELS, PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH = (4, 84, 84), 16, 2048
+
+
+def pixel_vector_env(num_envs: int) -> Any:
+    """``num_envs`` CartPole envs observing uint8 frames (``PixelsLikeObs``), autoreset DISABLED."""
+    from torchrl.envs import GymWrapper
+
+    from tdscheme.envs.faulty import PixelsLikeObs
+
+    copies = [lambda: PixelsLikeObs(gym.make(ENV_ID), PIXELS)] * num_envs
+    mode = gym.vector.AutoresetMode.DISABLED
+    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+
+
+def section_pixels(rec: Recorder, s: Settings) -> None:
+    """Pixel frames from a gymnasium vector env: bytes per frame decide (see the module)."""
+    frames = max(3 * s.frames // 4, s.min_batches * PIXEL_FRAMES_PER_BATCH)
+    config = f"{PIXEL_ENVS} envs/worker, 2 workers, fpb={PIXEL_FRAMES_PER_BATCH}, 4x84x84 uint8"
+    env_fn = functools.partial(pixel_vector_env, PIXEL_ENVS)
+    torch.manual_seed(0)
+    policy = peers.pixel_policy(PIXELS, 2)
+    ours = functools.partial(
+        collection_runs.tdscheme_collector, env_fn, policy,
+        frames_per_batch=PIXEL_FRAMES_PER_BATCH, sync=False,
+    )  # fmt: skip
+    makes = {
+        "tdscheme": ours,
+        "tdscheme compact_obs": functools.partial(ours, collector_kwargs={"compact_obs": True}),
+        HAND: functools.partial(
+            peers.MinimalRayCollector, ENV_ID, num_envs=PIXEL_ENVS,
+            frames_per_batch=PIXEL_FRAMES_PER_BATCH,
+            worker_kwargs={"autoreset_mode": "DISABLED", "pixels": PIXELS},
+        ),
+        "torchrl": functools.partial(
+            collection_runs.torchrl_collector, env_fn, policy,
+            frames_per_batch=PIXEL_FRAMES_PER_BATCH, sync=False,
+        ),
+    }  # fmt: skip
+    for impl, make in makes.items():
+        row = dict(section="pixels", impl=impl, env=f"{ENV_ID} pixels", order="first-ready",
+                   config=config)  # fmt: skip
+        collection_runs.measure(
+            rec, s, row, make, frames=frames, after=bytes_per_frame,
+            units={"bytes_per_frame_in_obs": "x"},
+        )  # fmt: skip
+
+
+def bytes_per_frame(it: Any, fps: float) -> dict[str, float]:
+    """The next batch's bytes per frame, in observations (4x84x84 uint8 = 28,224 bytes): what
+    crossed Ray for it (tdscheme's codec sends each tensor leaf as one buffer, as is)."""
+    batch = next(it)
+    if isinstance(batch, dict):  # the hand-written collector's numpy arrays
+        nbytes, frames = sum(a.nbytes for a in batch.values()), batch["done"].size
+    else:
+        nbytes = sum(v.numel() * v.element_size() for v in batch.values(True, True))
+        frames = batch.numel()
+    return {"bytes_per_frame_in_obs": nbytes / frames / (PIXELS[0] * PIXELS[1] * PIXELS[2])}
 
 
 def background_collector(impl: str, buffer: Any) -> Any:
@@ -234,6 +302,7 @@ INTRO = (
     "with `reset_mask`); `same_step`: GymWrapper over a SAME_STEP SyncVectorEnv (so do the "
     "hand-written); `next_step`: the factory returns `gym.make_vec(..., vectorization_mode="
     "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, reset steps counted). "
+    "`pixels`: 16 envs per worker observing uint8 4x84x84 frames, 2048 frames per batch. "
     "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
     "the driver sampling nothing. See the docstring of `benchmarks/fast_paths.py`."
 )
@@ -251,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
     sections = {"disabled": section_disabled, "same_step": section_same_step,
-                "next_step": section_next_step, "background": section_background}  # fmt: skip
+                "next_step": section_next_step, "pixels": section_pixels,
+                "background": section_background}  # fmt: skip
 
     def run(rec: Recorder) -> None:
         for section in SECTIONS:

@@ -20,6 +20,7 @@ actors of the hand-written collector start without importing torchrl.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -172,6 +173,9 @@ class MinimalCollectorWorker:
             (the ended envs reset with ``reset_mask`` after the step, as any collector
             of such an env must) or ``NEXT_STEP`` (gymnasium's default: the env resets
             an ended env at its next step; those reset steps count as frames here).
+        pixels: a frame shape: each env observes uint8 frames of it instead
+            (:func:`pixels_env`'s ``PixelsLikeObs``), and the policy is
+            :class:`PixelPolicyNet`, as tdscheme's row's.
     """
 
     def __init__(
@@ -181,6 +185,7 @@ class MinimalCollectorWorker:
         frames_per_batch: int,
         seed: int = 0,
         autoreset_mode: str = "SAME_STEP",
+        pixels: tuple[int, ...] | None = None,
     ) -> None:
         if frames_per_batch % num_envs:
             raise ValueError(
@@ -190,27 +195,38 @@ class MinimalCollectorWorker:
         torch.manual_seed(0)
         self.num_envs = num_envs
         self.steps = frames_per_batch // num_envs
+        wrappers = []
+        if pixels is not None:
+            from tdscheme.envs.faulty import PixelsLikeObs
+
+            wrappers = [functools.partial(PixelsLikeObs, shape=tuple(pixels))]
         if num_envs == 1:
             self.env: Any = gym.make(env_id)
+            for wrap in wrappers:
+                self.env = wrap(self.env)
         else:
             self.env = gym.make_vec(
                 env_id,
                 num_envs=num_envs,
                 vectorization_mode="sync",
                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode[autoreset_mode]},
+                wrappers=wrappers,
             )
         self.reset_mask = num_envs > 1 and autoreset_mode == "DISABLED"
         vector = num_envs > 1
         obs_space = self.env.single_observation_space if vector else self.env.observation_space
         action_space = self.env.single_action_space if vector else self.env.action_space
-        obs_dim = int(np.prod(obs_space.shape))
-        self.net = torch_mlp(obs_dim, int(action_space.n))
+        if pixels is not None:
+            self.net: nn.Module = PixelPolicyNet(tuple(pixels), int(action_space.n))
+        else:
+            self.net = torch_mlp(int(np.prod(obs_space.shape)), int(action_space.n))
         self.obs, _ = self.env.reset(seed=seed)
+        self.obs_dtype = np.float32 if pixels is None else np.uint8
 
     def next(self) -> dict[str, np.ndarray]:
         """Collects one batch of ``frames_per_batch`` frames (time-major)."""
         shape = (self.steps,) if self.num_envs == 1 else (self.steps, self.num_envs)
-        obs = np.empty((self.steps,) + np.shape(self.obs), dtype=np.float32)
+        obs = np.empty((self.steps,) + np.shape(self.obs), dtype=self.obs_dtype)
         action = np.empty(shape, dtype=np.int64)
         reward = np.empty(shape, dtype=np.float32)
         done = np.empty(shape, dtype=bool)
@@ -228,8 +244,8 @@ class MinimalCollectorWorker:
                 if self.num_envs == 1 and done[t]:
                     self.obs, _ = self.env.reset()
                 elif self.reset_mask and done[t].any():
-                    reset, _ = self.env.reset(options={"reset_mask": done[t].copy()})
-                    self.obs = np.where(done[t][:, None], reset, self.obs)
+                    # the other copies' rows: the observations of the step
+                    self.obs, _ = self.env.reset(options={"reset_mask": done[t].copy()})
         return {"observation": obs, "action": action, "reward": reward, "done": done}
 
     def close(self) -> None:
@@ -537,54 +553,3 @@ def torchrl_weights_arrived(collector: Any, policy: Any) -> bool:
     local = TensorDict.from_module(policy)
     remote = collector.get_distant_attr("policy")
     return all(bool((TensorDict.from_module(p) == local).all()) for p in remote)
-
-
-class BatchServer:
-    """An actor holding one ready collector batch, to time its transfer across Ray alone.
-
-    Args:
-        create_env_fn: env factory (torchrl ``EnvBase``).
-        policy: the policy used to collect the batch.
-        frames_per_batch: frames in the batch.
-    """
-
-    def __init__(self, create_env_fn: Callable[[], Any], policy: Any, frames_per_batch: int):
-        torch.set_num_threads(1)
-        collector = torchrl_local_collector(
-            create_env_fn, policy, frames_per_batch=frames_per_batch
-        )
-        self.batch = next(iter(collector)).clone()
-        collector.shutdown()
-        self.codec: Any = None
-        try:
-            from tdscheme.transport import TensorDictCodec
-
-            self.codec = TensorDictCodec()
-        except ImportError:
-            pass
-
-    def ping(self) -> None:
-        """An empty call: the fixed cost of one Ray round trip."""
-
-    def nbytes(self) -> int:
-        """Bytes of tensor data in the batch."""
-        return int(sum(t.numel() * t.element_size() for t in self.batch.values(True, True)))
-
-    def has_codec(self) -> bool:
-        """Whether ``tdscheme.transport.TensorDictCodec`` is importable here."""
-        return self.codec is not None
-
-    def tensordict(self) -> Any:
-        """The batch as a TensorDict (Ray pickles it)."""
-        return self.batch
-
-    def payload(self) -> Any:
-        """The batch encoded by tdscheme's codec."""
-        return self.codec.encode(self.batch)
-
-    def numpy_dict(self) -> dict[str, np.ndarray]:
-        """The batch as a flat dict of numpy arrays (Ray's zero-copy path; a limit)."""
-        return {
-            "/".join(key) if isinstance(key, tuple) else key: tensor.numpy()
-            for key, tensor in self.batch.items(True, True)
-        }
