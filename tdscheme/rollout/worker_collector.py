@@ -249,6 +249,27 @@ class WorkerCollector:
     def _add_steps(self, frames: int) -> None:
         self.env_steps += frames
 
+    def reuse_batch_buffer(self) -> bool:
+        """Yields the lean rollout's own batch buffer, not torchrl's copy of it; whether it does.
+
+        torchrl's collector copies each batch it yields (``return_same_td=False``), so a
+        caller may keep it while the next one is collected. A worker whose batch is
+        serialized before its next one starts (a Ray actor's reply) does not need the
+        copy: for pixels it is a sixth of a worker's time. Only the lean rollout's
+        batches qualify (no ``trajs_per_batch``, no collector-held replay buffer): they
+        are written in place into the same buffer each time.
+        """
+        collector = self.collector
+        if (
+            not isinstance(collector, LeanCollector)
+            or collector.lean_reason is not None
+            or collector.replay_buffer is not None
+            or getattr(collector, "trajs_per_batch", None)
+        ):
+            return False
+        collector.return_same_td = True  # torchrl's iterator reads it at each batch
+        return True
+
     def progress(self) -> int:
         """Env steps taken so far (frames); a collector that hides its env counts per batch."""
         return self.env_steps

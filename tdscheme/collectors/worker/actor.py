@@ -62,6 +62,11 @@ class BaseCollectorWorker(EnvConfigCalls):
         frames_done: frames its earlier actors collected (``init_random_frames`` left).
         env_config: the env config its envs run from the start (a rebuilt worker's: the
             newest pushed to it), received as :meth:`set_env_config` receives one.
+        reuse_batch_buffer: the caller copies each reply before the next :meth:`collect`
+            (a Ray actor: Ray serializes the return value first), so the encoded batch may
+            view the collector's own batch buffer instead of torchrl's copy of it
+            (:meth:`~tdscheme.rollout.worker_collector.WorkerCollector.reuse_batch_buffer`);
+            ``False`` (in-process use): each batch is its own.
 
     Example:
         >>> from tdscheme.envs import make_env
@@ -87,6 +92,7 @@ class BaseCollectorWorker(EnvConfigCalls):
         first_traj_id: int = 0,
         frames_done: int = 0,
         env_config: EnvConfigPush | None = None,
+        reuse_batch_buffer: bool = False,
     ) -> None:
         if log_level is not None:
             configure_worker_logging(log_level)
@@ -110,6 +116,8 @@ class BaseCollectorWorker(EnvConfigCalls):
             env_config=env_config,
         )  # fmt: skip
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
+        if reuse_batch_buffer and spec.replay_buffer is None and not spec.preemptible:
+            self._rollout.reuse_batch_buffer()
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:
