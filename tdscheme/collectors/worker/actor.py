@@ -65,7 +65,8 @@ class BaseCollectorWorker(EnvConfigCalls):
         reuse_batch_buffer: the caller copies each reply before the next :meth:`collect`
             (a Ray actor: Ray serializes the return value first), so the encoded batch may
             view the collector's own batch buffer instead of torchrl's copy of it
-            (:meth:`~tdscheme.rollout.worker_collector.WorkerCollector.reuse_batch_buffer`);
+            (:meth:`~tdscheme.rollout.worker_collector.WorkerCollector.reuse_batch_buffer`;
+            a write into a Ray-held buffer is answered before :meth:`collect` returns);
             ``False`` (in-process use): each batch is its own.
 
     Example:
@@ -116,7 +117,7 @@ class BaseCollectorWorker(EnvConfigCalls):
             env_config=env_config,
         )  # fmt: skip
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
-        if reuse_batch_buffer and spec.replay_buffer is None and not spec.preemptible:
+        if reuse_batch_buffer and not spec.preemptible:  # a buffer's write ends before the reply
             self._rollout.reuse_batch_buffer()
         if seed is not None:
             self.set_seed(seed)

@@ -17,7 +17,7 @@ from tdscheme.transport import TensorDictCodec
 cartpole = functools.partial(make_env, "CartPole-v1", num_envs=4)
 
 
-def reused(**spec_kwargs) -> bool:
+def reused(**spec_kwargs) -> bool:  # a WorkerSpec's replay_buffer needs Ray: see below
     torch.manual_seed(0)
     spec = WorkerSpec(cartpole, mlp_policy(4, 2), frames_per_batch=64, **spec_kwargs)
     worker = CollectorWorker(0, spec, reuse_batch_buffer=True)
@@ -72,3 +72,22 @@ def test_batches_a_driver_holds_are_whole_and_continue_each_other(ray_clean, syn
         inside = ~before["next", "done"][:, :-1].squeeze(-1)
         nxt, obs = before["next", "observation"][:, :-1], before["observation"][:, 1:]
         assert torch.equal(nxt[inside], obs[inside])
+
+
+def test_frames_written_into_a_ray_held_buffer_are_whole_and_continue_each_other(
+    ray_replay_buffer,
+):
+    """The worker writes from its own batch buffer: each write is over before the next rollout."""
+    torch.manual_seed(0)
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=64, total_frames=64 * 6, num_collectors=1,
+        replay_buffer=ray_replay_buffer, remote_configs={"num_cpus": 0.5},
+    ) as collector:  # fmt: skip
+        for _ in collector:
+            pass
+    rows = ray_replay_buffer[:]  # rows of 16 steps, 4 per batch (one per env), in write order
+    assert rows.shape == torch.Size([24, 16])
+    for row, after in zip(rows[:-4], rows[4:], strict=True):  # the same env, the next batch
+        assert not torch.equal(row["observation"], after["observation"])
+        if not row["next", "done"][-1]:
+            assert torch.equal(row["next", "observation"][-1], after["observation"][0])
