@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["is_gym_env", "torchrl_env_factory", "wrap_gym_env"]
+__all__ = ["build_torchrl_env", "is_gym_env", "torchrl_env_factory", "wrap_gym_env"]
 
 
 def is_gym_env(env: Any) -> bool:
@@ -49,10 +49,11 @@ def is_gym_env(env: Any) -> bool:
 
 def torchrl_env_factory(create_env_fn: Any) -> Any:
     """``create_env_fn`` whose gymnasium env comes back wrapped (:func:`wrap_gym_env`); picklable."""
-    return functools.partial(_build_torchrl_env, create_env_fn)
+    return functools.partial(build_torchrl_env, create_env_fn)
 
 
-def _build_torchrl_env(create_env_fn: Any) -> Any:
+def build_torchrl_env(create_env_fn: Any) -> Any:
+    """``create_env_fn()``, a gymnasium env wrapped (:func:`wrap_gym_env`), any other as it is."""
     env = create_env_fn()
     return wrap_gym_env(env) if is_gym_env(env) else env
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.envs.gym_vector import is_gym_env, torchrl_env_factory, wrap_gym_env
+from tdscheme.envs.gym_vector import build_torchrl_env, torchrl_env_factory
 from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
 from tdscheme.rollout.input_checks import check_policy_keys, env_output_error
 from tdscheme.rollout.lean import LeanCollector
@@ -112,8 +112,7 @@ def build_collector(
     if num_workers_per_collector > 1 or is_multi_collector(collector_class):
         env = [torchrl_env_factory(create_env_fn)] * num_workers_per_collector
     elif callable(env) and not isinstance(env, torch.nn.Module):
-        env = env()
-        env = wrap_gym_env(env) if is_gym_env(env) else env  # a gymnasium env, as it came
+        env = build_torchrl_env(env)  # a gymnasium env wrapped, as the list's factories do
         check_policy_keys(env, policy)  # before torchrl runs the policy on it
     if on_env is not None:
         on_env(None if isinstance(env, list) else env)
