@@ -46,6 +46,7 @@ __all__ = [
     "make_env",
     "make_gated_env",
     "mlp_policy",
+    "seed_collector",
 ]
 
 
@@ -71,6 +72,18 @@ def bias_policy(
         linear.weight.zero_()
         linear.bias.fill_(bias)
     return TensorDictModule(linear, in_keys=[obs_key], out_keys=["action"])
+
+
+def seed_collector(collector: Any, seed: int) -> int:
+    """``collector.set_seed(seed)``, then a reset: torchrl's collector resets its envs unseeded
+    when built and ``set_seed`` leaves that observation as each env row's first frame (the
+    next step did not follow from it); tdscheme's workers reset after seeding, and so do tests.
+
+    Returns: the seed torchrl chains to next.
+    """
+    next_seed = collector.set_seed(seed)
+    collector.reset()
+    return next_seed
 
 
 class OneHotArgmax(nn.Module):

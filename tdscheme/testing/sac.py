@@ -35,6 +35,7 @@ from torchrl.data import Bounded
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 
 from tdscheme.envs import make_env
+from tdscheme.testing import seed_collector
 
 __all__ = [
     "NOISE_KEY",
@@ -119,7 +120,9 @@ def pendulum_transitions(count: int, *, num_envs: int = 4, seed: int = 0) -> Ten
         frames_per_batch=count, total_frames=count,
     )  # fmt: skip
     try:
-        collector.set_seed(seed)
-        return next(iter(collector)).reshape(-1).clone()
+        with torch.random.fork_rng():  # the random actions draw from torch's RNG
+            torch.manual_seed(seed)
+            seed_collector(collector, seed)
+            return next(iter(collector)).reshape(-1).clone()
     finally:
         collector.shutdown()

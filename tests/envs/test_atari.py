@@ -12,6 +12,7 @@ from torchrl.data import Categorical
 from tdscheme.envs import make_atari_env, make_env
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import Collector
+from tdscheme.testing import seed_collector
 from tdscheme.transport import TensorDictCodec
 from tests.rollout.test_lean import assert_same_frames
 
@@ -173,10 +174,7 @@ def test_lean_frames_equal_torchrls_and_round_trip_the_codec(backend):
             env_fn(), None, frames_per_batch=2 * 16, auto_register_policy_transforms=False
         )
         try:
-            collector.set_seed(0)
-            # torchrl's set_seed leaves the observation of the collector's first, unseeded
-            # reset (a random number of no-ops) in its carrier: reset after seeding
-            collector.reset()
+            seed_collector(collector, 0)
             it = iter(collector)
             runs.append(([next(it), next(it)], getattr(collector, "lean_reason", "torchrl")))
         finally:

@@ -15,7 +15,7 @@ from tdscheme.envs import wrap_gym_env
 from tdscheme.errors import WorkerError
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import Collector
-from tdscheme.testing import mlp_policy
+from tdscheme.testing import mlp_policy, seed_collector
 
 MODES = gym.vector.AutoresetMode
 
@@ -44,8 +44,7 @@ def batches(cls, env_fn, policy, *, steps=40, num_batches=2, seed=0):
         auto_register_policy_transforms=False,
     )  # fmt: skip
     try:
-        collector.set_seed(seed)
-        collector.reset()
+        seed_collector(collector, seed)
         it = iter(collector)
         return [next(it) for _ in range(num_batches)], getattr(collector, "lean_reason", None)
     finally:

@@ -16,7 +16,7 @@ from torchrl.objectives import A2CLoss, ClipPPOLoss, LossModule
 from torchrl.objectives.value import GAE
 
 from tdscheme.learner import Learner, LearnerConfig, average_gradients
-from tdscheme.testing import cartpole_modules, make_env
+from tdscheme.testing import cartpole_modules, make_env, seed_collector
 
 # float32 sums over 200 frames in a different order: agreement to a few ulps of the values.
 ATOL, RTOL = 1e-6, 1e-5
@@ -58,7 +58,7 @@ def collect(*, num_envs: int = 1, split_trajs: bool = False) -> TensorDict:
         auto_register_policy_transforms=False,
     )
     try:
-        collector.set_seed(0)
+        seed_collector(collector, 0)
         batch = next(iter(collector))
     finally:
         collector.shutdown()

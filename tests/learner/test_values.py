@@ -15,7 +15,7 @@ from tdscheme.learner import OnePassValues
 from tdscheme.learner.values import write_state_values_
 from tdscheme.learner.vtrace import vtrace_estimator
 from tdscheme.presets.pixel_networks import pixel_actor_critic
-from tdscheme.testing import cartpole_modules, make_env
+from tdscheme.testing import cartpole_modules, make_env, seed_collector
 
 ATOL = 1e-6
 
@@ -34,7 +34,7 @@ def rollout(num_envs: int, *, max_steps: int = 25, frames: int = 320) -> TensorD
         frames_per_batch=frames, total_frames=-1, auto_register_policy_transforms=False,
     )  # fmt: skip
     try:
-        collector.set_seed(0)
+        seed_collector(collector, 0)
         batch = next(iter(collector)).clone()
     finally:
         collector.shutdown()

@@ -32,7 +32,7 @@ from tdscheme.presets.actor_critic import train_env
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.rollout.worker_collector import WorkerCollector
-from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy
+from tdscheme.testing import bias_policy, cartpole_modules, mlp_policy, seed_collector
 from tdscheme.transport import TensorDictCodec
 
 # (env id, greedy policy): CartPole episodes end after ~10 steps under these MLPs (their
@@ -73,8 +73,7 @@ def batches(cls, env_fn, policy, *, steps, num_batches=2, seed=0, **kwargs):
         **kwargs,
     )
     try:
-        collector.set_seed(seed)
-        collector.reset()
+        seed_collector(collector, seed)
         it = iter(collector)
         out = [next(it) for _ in range(num_batches)]
         return out, getattr(collector, "lean_reason", None)
@@ -135,8 +134,7 @@ def test_a_reset_between_batches_and_a_constant_policy_match(num_envs):
         collector = cls(
             env_fn(), policy, frames_per_batch=25 * num_envs, auto_register_policy_transforms=False
         )
-        collector.set_seed(3)
-        collector.reset()  # as a worker does: torchrl's set_seed leaves the first observation
+        seed_collector(collector, 3)
         it = iter(collector)
         first = next(it)
         collector.reset()  # torchrl's reset between batches: the lean loop picks up its carrier
