@@ -168,13 +168,17 @@ class BufferWriter:
     Args:
         client: a client of the buffer (``RayReplayBuffer.client()``).
         timeout_s: the longest a write may take (a dead buffer is an error, not a hang).
+        fold_next_bytes: the codec's (each observation once on the wire, the buffer's
+            actor rebuilds ``("next", obs)``); ``None``: whole.
     """
 
-    def __init__(self, client: Any, timeout_s: float = WRITE_TIMEOUT_S) -> None:
+    def __init__(
+        self, client: Any, timeout_s: float = WRITE_TIMEOUT_S, *, fold_next_bytes: int | None = None
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self._actor = _plain_ray_actor(client)
-        self._codec = TensorDictCodec()
+        self._codec = TensorDictCodec(fold_next_bytes=fold_next_bytes)
         self._storage_ndim: int | None = None
 
     def storage_ndim(self) -> int:

@@ -15,7 +15,9 @@ list in pre-order (parents before children, insertion order kept) of tuples:
   name, ``codec`` is ``"raw"`` or ``"lz4"``;
 * ``("td", key, batch_size, names, device)``: a sub-TensorDict (possibly empty);
 * ``("non_tensor", key, value, batch_size)``: a ``NonTensorData``;
-* ``("non_tensor_stack", key, values, batch_size)``: a ``NonTensorStack`` (nested lists).
+* ``("non_tensor_stack", key, values, batch_size)``: a ``NonTensorStack`` (nested lists);
+* ``("fold", key, dtype, shape, batch_dims, count)``: a ``("next", ...)`` leaf sent as its
+  differences from the leaf one step later (three buffers: :mod:`tdscheme.transport.next_fold`).
 
 Keys are tuples of strings. How one leaf becomes one buffer (dtype carriers for
 ``bfloat16`` and friends, lz4 frames) is in :mod:`tdscheme.transport.leaves`.
@@ -32,7 +34,6 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import (
-    LazyStackedTensorDict,
     NestedKey,
     NonTensorData,
     NonTensorStack,
@@ -42,7 +43,18 @@ from tensordict import (
 )
 
 from tdscheme.transport.compression import LeafSelector, compress_bytes
-from tdscheme.transport.leaves import LZ4, RAW, array_to_leaf, dtype_name, leaf_to_array
+from tdscheme.transport.leaves import (
+    LZ4,
+    RAW,
+    array_to_leaf,
+    dense_,
+    dtype_name,
+    leaf_to_array,
+    names_of,
+    new_tensordict,
+    non_tensor_stack,
+)
+from tdscheme.transport.next_fold import FOLD, fold_leaf, foldable_keys, unfold_leaf
 
 __all__ = ["Payload", "TensorDictCodec", "decode_tensordict", "encode_tensordict"]
 
@@ -127,22 +139,30 @@ class TensorDictCodec:
     """
 
     def __init__(
-        self, compress: bool | Sequence[NestedKey] = False, *, min_compress_bytes: int = 0
+        self,
+        compress: bool | Sequence[NestedKey] = False,
+        *,
+        min_compress_bytes: int = 0,
+        fold_next_bytes: int | None = None,
     ) -> None:
         self._selector = LeafSelector(compress)
-        if isinstance(min_compress_bytes, bool) or not isinstance(min_compress_bytes, int):
-            raise TypeError(
-                f"min_compress_bytes must be an int >= 0; got {min_compress_bytes!r} "
-                f"of type {type(min_compress_bytes).__name__}"
-            )
-        if min_compress_bytes < 0:
-            raise ValueError(f"min_compress_bytes must be >= 0; got {min_compress_bytes}")
+        for name, value in (("min_compress_bytes", min_compress_bytes), ("fold_next_bytes", fold_next_bytes)):  # fmt: skip
+            if value is None and name == "fold_next_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"{name} must be an int >= 0; got {value!r} of type {type(value).__name__}"
+                )
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0; got {value}")
         self._min_compress_bytes = min_compress_bytes
+        self._fold_next_bytes = fold_next_bytes
 
     def __repr__(self) -> str:
         return (
             f"TensorDictCodec(compress={self._selector.compress!r}, "
-            f"min_compress_bytes={self._min_compress_bytes})"
+            f"min_compress_bytes={self._min_compress_bytes}, "
+            f"fold_next_bytes={self._fold_next_bytes})"
         )
 
     def encode(self, td: TensorDictBase) -> Payload:
@@ -163,17 +183,18 @@ class TensorDictCodec:
             raise TypeError(
                 f"td must be a tensordict.TensorDictBase; got {type(td).__name__}: {td!r:.80}"
             )
-        td = _dense(td)
+        td = dense_(td)
         device = td.device
         if device is not None and device.type != "cpu":
             td = td.to("cpu")
         entries: list[tuple[Any, ...]] = []
         buffers: list[np.ndarray] = []
-        self._encode_into(td, (), entries, buffers)
+        folds = foldable_keys(td, self._fold_next_bytes)
+        self._encode_into(td, (), entries, buffers, folds and (td, folds))
         header = {
             "format": _FORMAT,
             "batch_size": tuple(td.batch_size),
-            "names": _names_of(td),
+            "names": names_of(td),
             "device": None if device is None else str(device),
             "entries": entries,
         }
@@ -211,10 +232,16 @@ class TensorDictCodec:
         prefix: tuple[str, ...],
         entries: list[tuple[Any, ...]],
         buffers: list[np.ndarray],
+        folds: tuple[TensorDictBase, set[tuple[str, ...]]] | None = None,
     ) -> None:
         for name, value in td.items():
             key = (*prefix, name)
-            if isinstance(value, torch.Tensor):
+            if folds and key in folds[1]:  # sent as its differences from key[1:]
+                root = folds[0]
+                entry, arrays = fold_leaf(key, root.get(key[1:]), value, root.batch_dims)
+                entries.append(entry)
+                buffers.extend(arrays)
+            elif isinstance(value, torch.Tensor):
                 array = leaf_to_array(value, key)
                 entry = (_TENSOR, key, dtype_name(value.dtype), array.shape, RAW)
                 if (
@@ -236,10 +263,10 @@ class TensorDictCodec:
                 else:
                     entries.append((_NON_TENSOR, key, value.data, tuple(value.batch_size)))
             elif isinstance(value, TensorDictBase):
-                value = _dense(value)
+                value = dense_(value)
                 device = None if value.device is None else str(value.device)
-                entries.append((_TD, key, tuple(value.batch_size), _names_of(value), device))
-                self._encode_into(value, key, entries, buffers)
+                entries.append((_TD, key, tuple(value.batch_size), names_of(value), device))
+                self._encode_into(value, key, entries, buffers, folds)
             else:
                 raise TypeError(
                     f"cannot encode key {key} of type {type(value).__name__}: the codec carries "
@@ -294,24 +321,6 @@ def decode_tensordict(payload: Payload) -> TensorDict:
     return TensorDictCodec().decode(payload)
 
 
-def _dense(td: TensorDictBase) -> TensorDictBase:
-    """Densifies lazy stacks (non-tensor stacks excepted); other TensorDicts pass through."""
-    if isinstance(td, LazyStackedTensorDict) and not is_non_tensor(td):
-        return td.contiguous()
-    return td
-
-
-def _names_of(td: TensorDictBase) -> tuple[str | None, ...] | None:
-    """Dim names of ``td`` as a tuple, or ``None`` when it has none."""
-    try:
-        names = td.names
-    except (RuntimeError, ValueError):
-        return None
-    if names is None or all(name is None for name in names):
-        return None
-    return tuple(names)
-
-
 def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict:
     root_batch = tuple(header["batch_size"])
     # path -> (source dict, batch size, device) for the root and every sub-TensorDict
@@ -320,7 +329,8 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
     }
     subtds: list[tuple[tuple[str, ...], tuple[int, ...], Any, Any]] = []
     entries = header["entries"]
-    count = sum(1 for entry in entries if entry[0] == _TENSOR)
+    count = sum({_TENSOR: 1, FOLD: 3}.get(entry[0], 0) for entry in entries)
+    folded: list[tuple[Any, dict[str, Any], list[np.ndarray]]] = []
     if count != len(buffers):
         raise ValueError(
             f"payload header describes {count} tensor leaves but the payload has "
@@ -342,6 +352,10 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
                         f"leaf {key} has shape {entry[3]}, which does not start with its "
                         f"TensorDict's batch size {batch_size}"
                     )
+            elif kind == FOLD:  # rebuilt below, once every other leaf is in place
+                folded.append((entry, source, list(buffers[index : index + 3])))
+                index += 3
+                value = None
             elif kind == _TD:
                 _, _, sub_batch, names, sub_device = entry
                 sub_batch = tuple(sub_batch)
@@ -356,41 +370,21 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
             elif kind == _NON_TENSOR:
                 value = NonTensorData(data=entry[2], batch_size=entry[3], device=device)
             elif kind == _NON_TENSOR_STACK:
-                value = _non_tensor_stack(entry[2], entry[3])
+                value = non_tensor_stack(entry[2], entry[3])
             else:
                 raise ValueError(f"payload header has an entry of unknown kind {kind!r}")
             source[key[-1]] = value
+    for entry, source, arrays in folded:
+        key = entry[1]
+        source[key[-1]] = unfold_leaf(entry, _leaf(nodes, key[1:]), arrays)
     for key, batch_size, names, device in reversed(subtds):
-        nodes[key[:-1]][0][key[-1]] = _new_tensordict(nodes[key][0], batch_size, names, device)
-    return _new_tensordict(nodes[()][0], root_batch, header["names"], header["device"])
+        nodes[key[:-1]][0][key[-1]] = new_tensordict(nodes[key][0], batch_size, names, device)
+    return new_tensordict(nodes[()][0], root_batch, header["names"], header["device"])
 
 
-def _non_tensor_stack(values: list[Any], batch_size: Sequence[int]) -> NonTensorStack:
-    """Rebuilds a NonTensorStack of the given batch size from its ``tolist()`` output."""
-    if not values:  # an empty stack only keeps its trailing dims through ``batch_size``
-        return NonTensorStack(batch_size=tuple(batch_size[1:]))
-    if len(batch_size) == 1:
-        return NonTensorStack(*(NonTensorData(data=value) for value in values))
-    return NonTensorStack(*(_non_tensor_stack(value, batch_size[1:]) for value in values))
-
-
-def _new_tensordict(
-    source: dict[str, Any], batch_size: tuple[int, ...], names: Any, device: str | None
-) -> TensorDict:
-    """Builds a TensorDict from already-validated leaves, then moves it to ``device``.
-
-    ``TensorDict._new_unsafe`` skips the constructor's per-leaf checks (about 14x faster
-    for a 10-leaf batch); :func:`_decode` has checked every leaf against its batch size.
-    """
-    if names is not None and len(names) != len(batch_size):
-        raise ValueError(f"dim names {names} do not match batch size {batch_size}")
-    target = None if device is None else torch.device(device)
-    on_cpu = target is None or target.type == "cpu"
-    build = getattr(TensorDict, "_new_unsafe", TensorDict)
-    td = build(
-        source,
-        batch_size=torch.Size(batch_size),
-        device=target if on_cpu else None,
-        names=None if names is None else list(names),
-    )
-    return td if on_cpu else td.to(target)
+def _leaf(nodes: dict[tuple[str, ...], Any], key: tuple[str, ...]) -> torch.Tensor:
+    """The decoded leaf at ``key`` (its TensorDict not built yet)."""
+    value = nodes[key[:-1]][0].get(key[-1]) if key[:-1] in nodes else None
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"folded leaf {('next', *key)} has no leaf {key} to fold onto")
+    return value

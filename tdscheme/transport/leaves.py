@@ -3,21 +3,41 @@
 A leaf travels as a numpy array with its own shape and dtype; a dtype numpy lacks
 (``bfloat16``, ``float8_*``, ``complex32``) travels as a same-size integer *carrier* and is
 reinterpreted, never converted, on arrival. A compressed leaf travels as a 1-D ``uint8``
-lz4 frame (see :mod:`tdscheme.transport.compression`).
+lz4 frame (see :mod:`tdscheme.transport.compression`). Also here: the helpers that
+densify a TensorDict before encoding and build one, unchecked, from decoded leaves.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from tensordict import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_non_tensor,
+)
 
 from tdscheme.transport.compression import decompress_bytes
 
-__all__ = ["RAW", "LZ4", "array_to_leaf", "dtype_name", "leaf_to_array"]
+__all__ = [
+    "LZ4",
+    "RAW",
+    "array_to_leaf",
+    "dense_",
+    "dtype_name",
+    "leaf_to_array",
+    "names_of",
+    "new_tensordict",
+    "non_tensor_stack",
+]
 
 RAW, LZ4 = "raw", "lz4"
 _CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -139,3 +159,52 @@ def _buffer_dtype(name: str) -> tuple[torch.dtype, np.dtype, bool]:
         return dtype, probe.numpy().dtype, False
     except TypeError:
         return dtype, probe.view(_CARRIERS[probe.element_size()]).numpy().dtype, True
+
+
+def non_tensor_stack(values: list[Any], batch_size: Sequence[int]) -> NonTensorStack:
+    """Rebuilds a NonTensorStack of the given batch size from its ``tolist()`` output."""
+    if not values:  # an empty stack only keeps its trailing dims through ``batch_size``
+        return NonTensorStack(batch_size=tuple(batch_size[1:]))
+    if len(batch_size) == 1:
+        return NonTensorStack(*(NonTensorData(data=value) for value in values))
+    return NonTensorStack(*(non_tensor_stack(value, batch_size[1:]) for value in values))
+
+
+def new_tensordict(
+    source: dict[str, Any], batch_size: tuple[int, ...], names: Any, device: str | None
+) -> TensorDict:
+    """Builds a TensorDict from already-validated leaves, then moves it to ``device``.
+
+    ``TensorDict._new_unsafe`` skips the constructor's per-leaf checks (about 14x faster
+    for a 10-leaf batch); :func:`tdscheme.transport.codec._decode` has checked every leaf against its batch size.
+    """
+    if names is not None and len(names) != len(batch_size):
+        raise ValueError(f"dim names {names} do not match batch size {batch_size}")
+    target = None if device is None else torch.device(device)
+    on_cpu = target is None or target.type == "cpu"
+    build = getattr(TensorDict, "_new_unsafe", TensorDict)
+    td = build(
+        source,
+        batch_size=torch.Size(batch_size),
+        device=target if on_cpu else None,
+        names=None if names is None else list(names),
+    )
+    return td if on_cpu else td.to(target)
+
+
+def dense_(td: TensorDictBase) -> TensorDictBase:
+    """Densifies lazy stacks (non-tensor stacks excepted); other TensorDicts pass through."""
+    if isinstance(td, LazyStackedTensorDict) and not is_non_tensor(td):
+        return td.contiguous()
+    return td
+
+
+def names_of(td: TensorDictBase) -> tuple[str | None, ...] | None:
+    """Dim names of ``td`` as a tuple, or ``None`` when it has none."""
+    try:
+        names = td.names
+    except (RuntimeError, ValueError):
+        return None
+    if names is None or all(name is None for name in names):
+        return None
+    return tuple(names)

@@ -287,7 +287,9 @@ def test_compress_true_skips_incompressible_and_small_leaves():
     assert codecs[("pixels",)] == "lz4"
     assert codecs[("obs",)] == "raw"  # random floats: lz4 does not shrink them
     codec = TensorDictCodec(compress=True, min_compress_bytes=10**6)
-    assert repr(codec) == "TensorDictCodec(compress=True, min_compress_bytes=1000000)"
+    assert repr(codec) == (
+        "TensorDictCodec(compress=True, min_compress_bytes=1000000, fold_next_bytes=None)"
+    )
     small = codec.encode(td)
     assert set(_codecs(small).values()) == {"raw"}
     assert_identical(td, TensorDictCodec().decode(payload))

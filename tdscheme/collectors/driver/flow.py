@@ -34,6 +34,7 @@ from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.keys import MASK_KEY
 from tdscheme.transport import TensorDictCodec
+from tdscheme.transport.next_fold import folded_keys
 
 #: The first rest of a worker that lost two requests in a row, without a stall timeout.
 _REST_S = 10.0
@@ -296,6 +297,7 @@ class BatchFlow:
             return None
         start = time.perf_counter()
         td = self.codec.decode(result.payload)
+        self.stats.dedup_keys.update(folded_keys(result.payload))
         self._traj_ids.shift_(td, result.worker_id, result.restarts)
         self.stats.decode_s += time.perf_counter() - start
         return td

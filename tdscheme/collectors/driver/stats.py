@@ -56,6 +56,7 @@ class CollectorStats:
             batches, submitting requests, decoding payloads, pushing weights.
         collect_s, encode_s: worker-side time stepping envs and encoding, summed over batches.
         bytes_received: payload bytes received from workers.
+        dedup_keys: the ``("next", ...)`` keys that crossed folded (``dedup_obs``).
         weight_pushes: number of ``update_policy_weights_`` pushes.
         ledger: where every frame asked of a worker went, each request booked when
             sent and when resolved.
@@ -76,6 +77,7 @@ class CollectorStats:
     collect_s: float = 0.0
     encode_s: float = 0.0
     bytes_received: int = 0
+    dedup_keys: set = dataclasses.field(default_factory=set)
     weight_pushes: int = 0
     started_at: float | None = None
     ledger: FrameLedger = dataclasses.field(default_factory=FrameLedger)
@@ -151,6 +153,7 @@ class CollectorStats:
             "worker_collect_ms": 1e3 * self.collect_s,
             "worker_encode_ms": 1e3 * self.encode_s,
             "bytes_received": self.bytes_received,
+            "dedup_keys": sorted(self.dedup_keys),
             "weight_pushes": self.weight_pushes,
             "workers_hung": self.hung,
             "ledger": books,

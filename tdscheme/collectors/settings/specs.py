@@ -55,6 +55,7 @@ class WorkerSpec:
         frames_per_batch: frames the worker returns per ``collect`` call.
         num_workers_per_collector: env copies handed to ``collector_class``.
         compress: the transport codec's ``compress`` argument.
+        dedup_obs: fold ``("next", obs)`` leaves on the wire (:mod:`tdscheme.transport.next_fold`).
         preemptible: step the collector one env step at a time so that a
             ``preempt`` request cuts a batch short at the next step boundary.
         replay_buffer: a client of a Ray-held torchrl replay buffer: the worker
@@ -74,6 +75,7 @@ class WorkerSpec:
     frames_per_batch: int = 1000
     num_workers_per_collector: int = 1
     compress: bool | list[Any] = False
+    dedup_obs: bool = True
     preemptible: bool = False
     replay_buffer: Any = None
     max_policy_lag: int | None = None
@@ -224,6 +226,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 frames_per_batch=config.frames_per_worker,
                 num_workers_per_collector=config.num_workers_per_collector,
                 compress=config.compress,
+                dedup_obs=config.dedup_obs,
                 preemptible=config.preemption.enabled,
                 replay_buffer=clients[i],
                 max_policy_lag=config.max_policy_lag,

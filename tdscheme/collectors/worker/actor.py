@@ -29,6 +29,7 @@ from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinit
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
 from tdscheme.transport import Payload, TensorDictCodec
+from tdscheme.transport.next_fold import MIN_FRAME_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +101,13 @@ class BaseCollectorWorker(EnvConfigCalls):
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version
-        self._codec = TensorDictCodec(spec.compress)
-        self._writer = None if spec.replay_buffer is None else BufferWriter(spec.replay_buffer)
+        fold = MIN_FRAME_BYTES if spec.dedup_obs else None
+        self._codec = TensorDictCodec(spec.compress, fold_next_bytes=fold)
+        self._writer = (
+            None
+            if spec.replay_buffer is None
+            else BufferWriter(spec.replay_buffer, fold_next_bytes=fold)
+        )
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         # held across a write's staleness check and the write, and by set_weights: once a
