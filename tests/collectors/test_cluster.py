@@ -27,15 +27,17 @@ JOIN_CLUSTER = textwrap.dedent(
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
-        collector = RayCollector(
-            functools.partial(make_env, "CartPole-v1"), mlp_policy(4, 2), frames_per_batch=100,
-            total_frames=400, num_collectors=2, remote_configs={"num_cpus": 1},
-            ray_init_config={"address": cluster.address},
+        collector = RayCollector(  # 1 KiB frames, random actions: folded from the other node
+            functools.partial(make_env, "CartPole-v1", obs_shape=(4, 16, 16)), None,
+            frames_per_batch=100, total_frames=400, num_collectors=2,
+            remote_configs={"num_cpus": 1}, ray_init_config={"address": cluster.address},
         )
         nodes = collector.worker_nodes()
         frames = sum(b.numel() for b in collector)
+        stats = collector.stats()
         collector.shutdown()
-        print(json.dumps({"nodes": nodes, "frames": frames,
+        print(json.dumps({"nodes": nodes, "frames": frames, "dedup": stats["dedup_keys"],
+                          "bytes": stats["bytes_received"],
                           "cluster_nodes": len(cluster.list_all_nodes())}))
     finally:
         if ray.is_initialized():
@@ -222,6 +224,10 @@ def test_joins_a_two_node_cluster_and_spreads_workers():
     assert result["cluster_nodes"] == 2
     assert len(set(result["nodes"])) == 2, result
     assert result["frames"] == 400
+    # dedup_obs="auto": the worker on the other node sends each frame once, the driver's
+    # node's worker both copies (shared memory): between 1 and 2 observations per frame
+    assert result["dedup"] == ["next.observation"]
+    assert 1.0 * 1024 * 400 < result["bytes"] < 2.0 * 1024 * 400
 
 
 def test_placement_wait_starts_once_a_node_is_added():

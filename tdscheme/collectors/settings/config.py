@@ -92,8 +92,9 @@ class RayCollectorConfig:
             others stop at their next env step; their partial rollouts are padded
             and ``("collector", "mask")`` marks the valid frames.
         compress: lz4-compress every leaf (``True``) or the listed keys on the wire.
-        dedup_obs: ``("next", key)`` leaves of >= 1 KiB per frame cross Ray as their
-            differences from ``key`` and are rebuilt bit for bit (``stats()["dedup_keys"]``).
+        dedup_obs: ``True``: ``("next", key)`` leaves of >= 1 KiB per frame cross Ray as
+            their differences from ``key``, rebuilt bit for bit (``stats()["dedup_keys"]``);
+            ``"auto"``: only from workers on another node than the driver's; ``False``: whole.
         prefetch_batches: requests each worker keeps in flight while the consumer
             holds a batch, so env stepping overlaps training (bounded, so the
             object store cannot fill up). Default 1, or 0 when ``max_policy_lag=0``
@@ -186,7 +187,7 @@ class RayCollectorConfig:
     max_policy_lag: int | None = None
     preemption: Mapping[str, float] | PreemptionConfig | None = None
     compress: bool | Sequence[Any] = False
-    dedup_obs: bool = True
+    dedup_obs: bool | str = "auto"
     prefetch_batches: int | None = None
     max_restarts: int = 3
     seed: int | None = None
@@ -374,7 +375,8 @@ def _check_scalar_settings(config: RayCollectorConfig) -> None:
         check_int(name, getattr(config, name), minimum=-1, optional=True)
     for name in ("reset_at_each_iter", "split_trajs", "sync", "update_after_each_batch"):
         check_bool(name, getattr(config, name))
-    check_bool("dedup_obs", config.dedup_obs)
+    if not (isinstance(config.dedup_obs, bool) or config.dedup_obs == "auto"):
+        raise invalid("dedup_obs", config.dedup_obs, "True, False or 'auto'")
     check_choice("placement", config.placement, ("check", "wait"))
     check_bool("drop_nonfinite_frames", config.drop_nonfinite_frames)
     if config.drop_nonfinite_frames and config.replay_buffer is None:

@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import ray
+
 from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.torchrl_args import for_worker_collector, is_policy_service
 from tdscheme.episodes import FinishedEpisodes
@@ -25,6 +27,7 @@ from tdscheme.replay.ray_held import is_ray_replay_buffer
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import is_multi_collector
 from tdscheme.transport import Payload
+from tdscheme.transport.next_fold import MIN_FRAME_BYTES
 
 __all__ = [
     "WorkerBatch",
@@ -55,7 +58,9 @@ class WorkerSpec:
         frames_per_batch: frames the worker returns per ``collect`` call.
         num_workers_per_collector: env copies handed to ``collector_class``.
         compress: the transport codec's ``compress`` argument.
-        dedup_obs: fold ``("next", obs)`` leaves on the wire (:mod:`tdscheme.transport.next_fold`).
+        dedup_obs: fold ``("next", obs)`` leaves on the wire (:mod:`tdscheme.transport.next_fold`):
+            ``True``, ``False``, or ``"auto"``: when the worker's node is not ``driver_node``.
+        driver_node: the driver's Ray node id.
         preemptible: step the collector one env step at a time so that a
             ``preempt`` request cuts a batch short at the next step boundary.
         replay_buffer: a client of a Ray-held torchrl replay buffer: the worker
@@ -75,11 +80,22 @@ class WorkerSpec:
     frames_per_batch: int = 1000
     num_workers_per_collector: int = 1
     compress: bool | list[Any] = False
-    dedup_obs: bool = True
+    dedup_obs: bool | str = "auto"
+    driver_node: str | None = None
     preemptible: bool = False
     replay_buffer: Any = None
     max_policy_lag: int | None = None
     drop_nonfinite_frames: bool = False
+
+    def fold_next_bytes(self) -> int | None:
+        """The codec's ``fold_next_bytes`` in this worker (called in its process): a node
+        of its own sends ``("next", obs)`` folded under ``dedup_obs="auto"``, because bytes
+        cross the network there; on the driver's node they cross shared memory, where
+        comparing and rebuilding cost more than the copy they save."""
+        fold = self.dedup_obs is True or (
+            self.dedup_obs == "auto" and ray.get_runtime_context().get_node_id() != self.driver_node
+        )
+        return MIN_FRAME_BYTES if fold else None
 
     @property
     def whole_trajectories(self) -> bool:
@@ -227,6 +243,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 num_workers_per_collector=config.num_workers_per_collector,
                 compress=config.compress,
                 dedup_obs=config.dedup_obs,
+                driver_node=ray.get_runtime_context().get_node_id(),
                 preemptible=config.preemption.enabled,
                 replay_buffer=clients[i],
                 max_policy_lag=config.max_policy_lag,

@@ -80,7 +80,7 @@ class TorchrlSurface:
         max_policy_lag: int | None = None,
         preemption: Mapping[str, float] | PreemptionConfig | None = None,
         compress: bool | Sequence[Any] = False,
-        dedup_obs: bool = True,
+        dedup_obs: bool | str = "auto",
         prefetch_batches: int | None = None,
         max_restarts: int = 3,
         seed: int | None = None,

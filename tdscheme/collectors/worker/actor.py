@@ -29,7 +29,6 @@ from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinit
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
 from tdscheme.transport import Payload, TensorDictCodec
-from tdscheme.transport.next_fold import MIN_FRAME_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class BaseCollectorWorker(EnvConfigCalls):
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version
-        fold = MIN_FRAME_BYTES if spec.dedup_obs else None
+        fold = spec.fold_next_bytes()
         self._codec = TensorDictCodec(spec.compress, fold_next_bytes=fold)
         self._writer = (
             None
