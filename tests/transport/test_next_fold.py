@@ -133,9 +133,10 @@ pixel_cartpole = functools.partial(make_env, "CartPole-v1", obs_shape=(4, 16, 16
 def collect(num_batches: int, **kwargs) -> tuple[list[TensorDict], dict]:
     """Stacked batches of 2 workers' random actions (seeded) on 1 KiB frames that count the
     env steps (each frame distinct)."""
+    kwargs = {"create_env_fn": pixel_cartpole, "num_collectors": 2, "sync": True, **kwargs}
     with RayCollector(
-        pixel_cartpole, None, frames_per_batch=2 * 60, total_frames=-1, num_collectors=2,
-        sync=True, remote_configs=SMALL, seed=3, **kwargs,
+        policy=None, frames_per_batch=2 * 60, total_frames=-1, remote_configs=SMALL, seed=3,
+        **kwargs,
     ) as collector:  # fmt: skip
         batches = []
         for batch in collector:
@@ -175,3 +176,33 @@ def test_frames_written_into_a_ray_held_buffer_are_the_same_sent_once(ray_clean)
     folded, whole = contents
     assert len(whole) == 300 and int(whole["next", "done"].sum()) >= 3
     assert_bitwise_equal(folded, whole)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        # whole trajectories, zero-padded (one worker: sync=True stacks the workers' batches,
+        # whose padded lengths differ, which torchrl's RayCollector refuses as well)
+        {"trajs_per_batch": 4, "num_collectors": 1},
+        {"step_counter": 7},  # truncation by torchrl's StepCounter every 7 steps
+    ],
+    ids=["trajs_per_batch", "step_counter"],
+)
+def test_other_layouts_come_back_the_same(ray_clean, variant):
+    variant = dict(variant)
+    if "step_counter" in variant:
+        steps = variant.pop("step_counter")
+
+        def truncated():  # local: Ray ships it by value (the test module is not importable there)
+            from torchrl.envs import StepCounter, TransformedEnv
+
+            return TransformedEnv(pixel_cartpole(), StepCounter(steps))
+
+        variant = {**variant, "create_env_fn": truncated}
+    # (a preempted rollout is cut in the worker before encoding and padded by the driver after
+    # decoding: the codec sees a shorter rollout, as in the codec tests above)
+    folded, folded_stats = collect(2, dedup_obs=True, **variant)
+    whole, _ = collect(2, dedup_obs=False, **variant)
+    assert folded_stats["dedup_keys"] == ["next.observation"]
+    for got, want in zip(folded, whole, strict=True):
+        assert_bitwise_equal(got, want)
