@@ -154,12 +154,12 @@ def measure(
     make: Callable[[], Any],
     *,
     frames: int | None = None,
-    after: Callable[[Iterator[Any], float], dict[str, float]] | None = None,
+    after: Callable[[Any, Iterator[Any], float], dict[str, float]] | None = None,
     units: dict[str, str] | None = None,
 ) -> float | None:
     """Time to first batch and frames/s of one collector; n/a (with the error) if it fails.
 
-    ``row`` holds section, impl, env, order, config. ``after(iterator, frames_per_s)``
+    ``row`` holds section, impl, env, order, config. ``after(collector, iterator, frames_per_s)``
     may return more measurements taken before shutdown: seconds, unless ``units`` names
     another unit for them (``"x"``: a ratio).
     """
@@ -174,7 +174,7 @@ def measure(
             fps = frames_per_s(it, frames=frames or s.frames, min_batches=s.min_batches)
             results["frames_per_s"] = fps
             if after is not None:
-                results.update(after(it, fps))
+                results.update(after(collector, it, fps))
     except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
         note = failure(err)
     settle()

@@ -105,7 +105,7 @@ def section_large(rec: Recorder, s: Settings) -> None:
     env_fn = functools.partial(pixels_env, "CartPole-v1", PIXELS)
     policy = peers.pixel_policy(PIXELS, 2)
 
-    def ready_wait(it: Iterator[Any], fps: float) -> dict[str, float]:
+    def ready_wait(collector: Any, it: Iterator[Any], fps: float) -> dict[str, float]:
         # Sleep ~2 worker-batch times so that the next batch is surely done, then time next().
         sleep_s = min(max(2 * 2 * 1000 / fps, 0.1), 5.0)
         waits = []

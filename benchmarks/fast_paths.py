@@ -155,6 +155,7 @@ def section_pixels(rec: Recorder, s: Settings) -> None:
     )  # fmt: skip
     makes = {
         "tdscheme": ours,
+        "tdscheme dedup_obs=True": functools.partial(ours, dedup_obs=True),
         "tdscheme compact_obs": functools.partial(ours, collector_kwargs={"compact_obs": True}),
         HAND: functools.partial(
             peers.MinimalRayCollector, ENV_ID, num_envs=PIXEL_ENVS,
@@ -175,16 +176,21 @@ def section_pixels(rec: Recorder, s: Settings) -> None:
         )  # fmt: skip
 
 
-def bytes_per_frame(it: Any, fps: float) -> dict[str, float]:
-    """The next batch's bytes per frame, in observations (4x84x84 uint8 = 28,224 bytes): what
-    crossed Ray for it (tdscheme's codec sends each tensor leaf as one buffer, as is)."""
+def bytes_per_frame(collector: Any, it: Any, fps: float) -> dict[str, float]:
+    """Bytes per frame that crossed Ray, in observations (4x84x84 uint8 = 28,224 bytes):
+    tdscheme's ``stats()`` count every payload's buffers over the whole run; for the others,
+    the next batch's tensors (they send each leaf as one buffer, as is)."""
+    obs_bytes = PIXELS[0] * PIXELS[1] * PIXELS[2]
+    stats = collector.stats() if hasattr(collector, "stats") else {}
+    if "bytes_received" in stats and "dedup_keys" in stats:
+        return {"bytes_per_frame_in_obs": stats["bytes_received"] / stats["frames"] / obs_bytes}
     batch = next(it)
     if isinstance(batch, dict):  # the hand-written collector's numpy arrays
         nbytes, frames = sum(a.nbytes for a in batch.values()), batch["done"].size
     else:
         nbytes = sum(v.numel() * v.element_size() for v in batch.values(True, True))
         frames = batch.numel()
-    return {"bytes_per_frame_in_obs": nbytes / frames / (PIXELS[0] * PIXELS[1] * PIXELS[2])}
+    return {"bytes_per_frame_in_obs": nbytes / frames / obs_bytes}
 
 
 def background_collector(impl: str, buffer: Any) -> Any:
