@@ -190,8 +190,12 @@ class SuiteRun:
         if row is None or not self.results_path:
             return
         row["built"] = _constructions(nodeid)
-        with open(self.results_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        # one write(2) of the whole line: a process killed meanwhile leaves no torn line
+        fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(row) + "\n").encode())
+        finally:
+            os.close(fd)
         Path(self.results_path + ".current").unlink(missing_ok=True)
 
 
