@@ -82,7 +82,11 @@ env = functools.partial(make_env, "CartPole-v1")
         ({"collector_class": "multi"}, ValueError, r"collector_class='multi' is not one of"),
         ({"collector_class": dict}, TypeError, r"collector_class must be a torchrl BaseCollector"),
         ({"compress": "pixels"}, TypeError, r"compress"),
-        ({"dedup_obs": "yes"}, ValueError, r"dedup_obs=.yes. is invalid; accepted: True, False or .auto."),
+        (
+            {"dedup_obs": "yes"},
+            ValueError,
+            r"dedup_obs=.yes. is invalid; accepted: True, False or .auto.",
+        ),
         (
             {"remote_configs": [{}, {}, {}], "num_collectors": 2},
             ValueError,
