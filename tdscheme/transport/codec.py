@@ -146,15 +146,9 @@ class TensorDictCodec:
         fold_next_bytes: int | None = None,
     ) -> None:
         self._selector = LeafSelector(compress)
-        for name, value in (("min_compress_bytes", min_compress_bytes), ("fold_next_bytes", fold_next_bytes)):  # fmt: skip
-            if value is None and name == "fold_next_bytes":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(
-                    f"{name} must be an int >= 0; got {value!r} of type {type(value).__name__}"
-                )
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0; got {value}")
+        _check_bytes("min_compress_bytes", min_compress_bytes)
+        if fold_next_bytes is not None:
+            _check_bytes("fold_next_bytes", fold_next_bytes)
         self._min_compress_bytes = min_compress_bytes
         self._fold_next_bytes = fold_next_bytes
 
@@ -380,6 +374,13 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
     for key, batch_size, names, device in reversed(subtds):
         nodes[key[:-1]][0][key[-1]] = new_tensordict(nodes[key][0], batch_size, names, device)
     return new_tensordict(nodes[()][0], root_batch, header["names"], header["device"])
+
+
+def _check_bytes(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 0; got {value!r} of type {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0; got {value}")
 
 
 def _leaf(nodes: dict[tuple[str, ...], Any], key: tuple[str, ...]) -> torch.Tensor:

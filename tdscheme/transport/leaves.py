@@ -28,6 +28,7 @@ from tensordict import (
 from tdscheme.transport.compression import decompress_bytes
 
 __all__ = [
+    "CARRIERS",
     "LZ4",
     "RAW",
     "array_to_leaf",
@@ -40,7 +41,8 @@ __all__ = [
 ]
 
 RAW, LZ4 = "raw", "lz4"
-_CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+#: the integer dtype of each element size: a dtype numpy lacks travels as it, bits unchanged
+CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def leaf_to_array(tensor: torch.Tensor, key: tuple[str, ...]) -> np.ndarray:
@@ -80,7 +82,7 @@ def leaf_to_array(tensor: torch.Tensor, key: tuple[str, ...]) -> np.ndarray:
         try:
             return tensor.numpy()
         except TypeError:  # numpy lacks the dtype (bfloat16, float8, complex32)
-            return tensor.view(_CARRIERS[tensor.element_size()]).numpy()
+            return tensor.view(CARRIERS[tensor.element_size()]).numpy()
     except (TypeError, RuntimeError, KeyError) as err:
         raise TypeError(
             f"cannot encode tensor at key {key} (dtype {tensor.dtype}, layout {tensor.layout}, "
@@ -158,7 +160,7 @@ def _buffer_dtype(name: str) -> tuple[torch.dtype, np.dtype, bool]:
     try:
         return dtype, probe.numpy().dtype, False
     except TypeError:
-        return dtype, probe.view(_CARRIERS[probe.element_size()]).numpy().dtype, True
+        return dtype, probe.view(CARRIERS[probe.element_size()]).numpy().dtype, True
 
 
 def non_tensor_stack(values: list[Any], batch_size: Sequence[int]) -> NonTensorStack:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.transport.leaves import RAW, array_to_leaf, dtype_name, leaf_to_array
+from tdscheme.transport.leaves import CARRIERS, RAW, array_to_leaf, dtype_name, leaf_to_array
 
 __all__ = [
     "FOLD",
@@ -42,8 +42,6 @@ FOLD = "fold"
 
 #: the smallest frame collectors fold (``dedup_obs``): below it, rebuilding costs more than it saves
 MIN_FRAME_BYTES = 1024
-
-_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def foldable_keys(td: TensorDictBase, min_frame_bytes: int | None) -> set[tuple[str, ...]]:
@@ -68,7 +66,7 @@ def foldable_keys(td: TensorDictBase, min_frame_bytes: int | None) -> set[tuple[
             and isinstance(there, torch.Tensor)
             and here.dtype == there.dtype
             and here.shape == there.shape
-            and here.element_size() in _WORDS
+            and here.element_size() in CARRIERS
             and here.dtype not in (torch.complex32, torch.complex64, torch.complex128)
             and _frame_bytes(there, td.batch_dims) >= min_frame_bytes
         ):
@@ -89,15 +87,14 @@ def fold_leaf(
     """
     rows, steps, frame = _shape3(nxt, batch_dims)
     here = current.detach().cpu().contiguous().reshape(rows, steps, -1)
-    there_full = nxt.detach().cpu().contiguous()
-    there = there_full.reshape(rows, steps, -1)
+    per_frame = nxt.detach().cpu().contiguous().reshape(rows, steps, *frame)
+    there = per_frame.reshape(rows, steps, -1)
     differ = torch.zeros(rows, max(steps - 1, 0), dtype=torch.bool)
     for row in range(rows):  # most rows hold no episode end: one contiguous comparison each
         a, b = _words(there[row, :-1]), _words(here[row, 1:])
         if not torch.equal(a, b):
             differ[row] = (a != b).any(-1)
     index = differ.flatten().nonzero().flatten()
-    per_frame = there_full.reshape(rows, steps, *frame)
     values = per_frame[:, :-1][differ]
     last = per_frame[:, -1]
     entry = (FOLD, key, dtype_name(nxt.dtype), tuple(nxt.shape), batch_dims, int(index.numel()))
@@ -154,9 +151,9 @@ def _words(x: torch.Tensor) -> torch.Tensor:
     """``x``'s bits as integers (the widest word its frame divides into): a bitwise equality."""
     if x.dtype == torch.bool:
         x = x.view(torch.uint8)
-    words = x.view(_WORDS[x.element_size()])
+    words = x.view(CARRIERS[x.element_size()])
     width = words.shape[-1] * x.element_size()
     for size in (8, 4, 2):
         if size > x.element_size() and width % size == 0 and words.stride(-1) == 1:
-            return words.view(_WORDS[size])
+            return words.view(CARRIERS[size])
     return words

@@ -211,6 +211,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
     policies = [config.policy] * config.num_collectors
     if is_policy_service(config.policy):  # each worker calls the server through a client
         policies = config.policy.clients(config.num_collectors)
+    driver_node = ray.get_runtime_context().get_node_id()
     specs = []
     for i in range(config.num_collectors):
         kwargs = dict(kwargs_list[i])
@@ -243,7 +244,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 num_workers_per_collector=config.num_workers_per_collector,
                 compress=config.compress,
                 dedup_obs=config.dedup_obs,
-                driver_node=ray.get_runtime_context().get_node_id(),
+                driver_node=driver_node,
                 preemptible=config.preemption.enabled,
                 replay_buffer=clients[i],
                 max_policy_lag=config.max_policy_lag,
