@@ -148,9 +148,10 @@ def sections() -> dict[str, Section]:
                 timeout_s=14_400.0, sb3=Sb3Peer("sac", "HalfCheetah-v5", "HalfCheetah-v4"),
                 train_args=("--collector-resources", '{"num_cpus": 0.25}'), notes=(
             "The same SAC (lr 3e-4, batches of 256, 256x256, 10k random steps, one gradient "
-            "step per frame); tdscheme collects with 16 envs (4 workers x 4) in 1024-frame "
-            "batches (the 4 workers ask Ray for a quarter CPU each, to fit 2 cores), SB3 with 1 "
-            "env. The zoo's entry is HalfCheetah-v4's (mujoco defaults), "
+            "step per frame); tdscheme collects with 4 envs (1 worker) in 128-frame batches "
+            "(until stop 49: 16 envs, 4 workers x 4, in 1024-frame batches, each worker asking "
+            "Ray for a quarter CPU), SB3 with 1 env. The zoo's entry is HalfCheetah-v4's "
+            "(mujoco defaults), "
             "run on v5. Evaluations every 10k steps (the preset's 50k: 2 in this budget).")),
         Section("pong", "pong", "Pong (ALE)", ("ppo-pong",), 2_000_000, seeds=1,
                 target_return=18.0, stop_at_target=False, timeout_s=12 * 3600.0, **pong_peers,

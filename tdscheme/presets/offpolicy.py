@@ -195,15 +195,20 @@ def td3_pendulum() -> OffPolicyPreset:
 
 
 def sac_halfcheetah() -> OffPolicyPreset:
-    """SAC on MuJoCo's HalfCheetah-v5 (``pip install -e ".[mujoco]"``), for machines with cores.
+    """SAC on MuJoCo's HalfCheetah-v5 (``pip install -e ".[mujoco]"``).
 
     torchrl's SAC settings (256x256 networks, batch 256, 10k random frames first,
-    one gradient step per frame); 4 collectors of 4 envs each.
+    one gradient step per frame); one collector of 4 envs in batches of 128 frames.
+    At one gradient step per frame the learner is the bottleneck (an update costs
+    hundreds of env steps), so more collectors only add batches in flight, each
+    collected with older weights: with 4 collectors of 1024 frames the data was
+    ~3.5 weight pushes (~3,600 updates) behind the learner, and at 100k agent steps
+    the return was 29 % below SB3's (benchmarks/results/learning.md, stop 48).
     """
     return sac_pendulum().derive(
         "sac-halfcheetah",
         env_id="HalfCheetah-v5", eval_num_envs=5, hidden_sizes=(256, 256), lr=3e-4,
         batch_size=256, buffer_size=1_000_000,
-        num_collectors=4, frames_per_batch=1024, utd_ratio=1.0, init_random_frames=10_000,
+        num_collectors=1, frames_per_batch=128, utd_ratio=1.0, init_random_frames=10_000,
         total_frames=1_000_000, eval_every_frames=50_000, eval_episodes=5, target_return=None,
     )  # fmt: skip
