@@ -79,6 +79,28 @@ def test_sync_stacks_one_rollout_per_worker(ray_clean):
     assert collector.stats()["frames"] == 1200
 
 
+def test_sync_stacks_whole_trajectories_of_different_lengths(ray_clean):
+    """Each worker pads its trajectories to its longest; the stack pads to the longest of all."""
+    with RayCollector(
+        cartpole, None, frames_per_batch=64, total_frames=400, num_collectors=2, sync=True,
+        trajs_per_batch=2, seed=0, remote_configs=SMALL,
+    ) as collector:  # fmt: skip
+        batches = list(collector)
+        stats = collector.stats()
+    assert batches and all(b.batch_size[:2] == (2, 2) for b in batches)
+    assert len({b.batch_size[-1] for b in batches}) > 1  # random play: lengths differ
+    for b in batches:
+        mask = b[MASK_KEY]
+        # each trajectory: valid frames first, then padding, and exactly one done at its end
+        assert (mask.long().diff(dim=-1) <= 0).all()
+        done = b["next", "done"].squeeze(-1) & mask
+        assert (done.sum(-1) == 1).all()
+        last = mask.sum(-1) - 1
+        assert done.gather(-1, last.unsqueeze(-1)).all()
+        assert (b["observation"][~mask] == 0).all()
+    assert stats["frames"] == sum(int(b[MASK_KEY].sum()) for b in batches)
+
+
 def test_first_ready_order_favours_the_fast_worker(ray_clean):
     slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.02)
     with RayCollector(

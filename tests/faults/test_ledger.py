@@ -18,7 +18,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdscheme.collectors.driver.budget import FrameBudget, cut_to_fit
+from tdscheme.collectors.driver.budget import FrameBudget, cut_to_fit, cut_trajectories
 from tdscheme.collectors.driver.ledger import FrameLedger, TrajectoryIds
 from tdscheme.keys import MASK_KEY
 
@@ -29,6 +29,21 @@ def test_cut_to_fit_keeps_whole_steps_and_counts_valid_frames():
     cut, kept = cut_to_fit(td, 7, stacked=True)
     assert cut.batch_size == torch.Size([2, 4]) and kept == [4, 3]
     assert cut_to_fit(td, 9, stacked=True)[1] is None  # 9 valid frames fit
+
+
+def test_cut_trajectories_keeps_whole_trajectories_in_order():
+    """[2 workers, 2 trajectories, 4 steps]: lengths 4, 2 | 3, 1; 7 frames keep the first two."""
+    lengths = torch.tensor([[4, 2], [3, 1]])
+    mask = torch.arange(4) < lengths.unsqueeze(-1)
+    td = TensorDict({"x": torch.ones(2, 2, 4)}, batch_size=[2, 2, 4]).masked_fill(~mask, 0)
+    td.set(MASK_KEY, mask)
+    cut, kept = cut_trajectories(td, 7, stacked=True)
+    assert kept == [6, 0] and cut.batch_size == td.batch_size
+    assert cut[MASK_KEY].sum(-1).tolist() == [[4, 2], [0, 0]]
+    assert cut["x"].sum().item() == 6  # the dropped trajectories are zeroed, like padding
+    assert cut_trajectories(td, 10, stacked=True)[1] is None
+    rows, kept = cut_trajectories(td[1], 3)  # one worker's batch: whole rows kept
+    assert rows.batch_size == torch.Size([1, 4]) and kept == [3]
 
 
 def test_ledger_books_each_request_when_asked_and_when_resolved():

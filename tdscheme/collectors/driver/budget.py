@@ -3,7 +3,8 @@
 No frame past ``total_frames`` is asked of a worker: a request is only sent while
 the frames yielded and those promised to the requests in flight are under it; a
 worker that writes into a replay buffer gets what is left as its request's budget;
-the batch that would pass it is cut along time (:func:`cut_to_fit`). Once a
+the batch that would pass it is cut along time (:func:`cut_to_fit`; a batch of
+whole trajectories keeps those that fit, :func:`cut_trajectories`). Once a
 cut (or a budget too small for a whole row or trajectory) ends the budget short of
 ``total_frames``, it is closed, with the reason: nothing more is asked until
 ``set_total_frames`` reopens it.
@@ -42,7 +43,7 @@ from tdscheme.collectors.driver.ledger import FrameLedger
 from tdscheme.keys import MASK_KEY
 from tdscheme.validation import check_frame_budget
 
-__all__ = ["FrameBudget", "cut_to_fit"]
+__all__ = ["FrameBudget", "cut_to_fit", "cut_trajectories"]
 
 
 class FrameBudget:
@@ -143,10 +144,13 @@ class FrameBudget:
         if self.config.total_frames < 0:
             return batch, None
         left = max(0, self.config.total_frames - self.ledger.yielded)
-        batch, kept = cut_to_fit(batch, left, stacked=stacked)
+        whole = self.config.trajs_per_batch is not None and MASK_KEY in batch.keys(True)
+        cut = cut_trajectories if whole else cut_to_fit
+        batch, kept = cut(batch, left, stacked=stacked)
         if kept is None:
             return batch, None
-        self.close(f"the last batch was cut to whole env steps ({sum(kept)} frames kept)")
+        unit = "trajectories" if whole else "env steps"
+        self.close(f"the last batch was cut to whole {unit} ({sum(kept)} frames kept)")
         return (None if sum(kept) == 0 else batch), kept
 
     def reply_short(self, budget: int, full: int, *, written: int) -> None:
@@ -240,3 +244,37 @@ def cut_to_fit(
     if stacked:
         return kept, [int(part.sum()) for part in kept_mask]
     return kept, [int(kept_mask.sum())]
+
+
+def cut_trajectories(
+    td: TensorDictBase, frames_left: int, *, stacked: bool = False
+) -> tuple[TensorDictBase, list[int] | None]:
+    """Keeps the whole trajectories of a batch that fit in ``frames_left``, in order.
+
+    ``td`` holds padded trajectories (torchrl's ``trajs_per_batch``): ``[*workers,
+    trajectories, time]`` with ``("collector", "mask")``. Trajectories are taken in
+    order (worker by worker when ``stacked``) until the next one does not fit; the
+    ones after it are dropped (unmasked and zeroed, like padding, in a stacked batch).
+
+    Returns:
+        As :func:`cut_to_fit`: the batch, and the valid frames kept (per worker when
+        ``stacked``), or ``None`` when it fits whole.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> mask = torch.tensor([[True, True, True], [True, False, False], [True, True, False]])
+        >>> td = TensorDict({"collector": {"mask": mask}}, batch_size=[3, 3])
+        >>> out, kept = cut_trajectories(td, 5)
+        >>> out.batch_size, kept
+        (torch.Size([2, 3]), [4])
+    """
+    mask = td.get(MASK_KEY)
+    lengths = mask.sum(-1)
+    if int(lengths.sum()) <= frames_left:
+        return td, None
+    fits = (lengths.reshape(-1).cumsum(0) <= frames_left).view(lengths.shape)
+    kept = (lengths * fits).reshape(lengths.shape[0], -1).sum(-1) if stacked else None
+    if not stacked:
+        return td[: int(fits.sum())], [int((lengths * fits).sum())]
+    drop = (~fits).unsqueeze(-1).expand(mask.shape)
+    return td.masked_fill(drop, 0), [int(k) for k in kept]

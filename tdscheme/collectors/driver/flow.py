@@ -353,7 +353,8 @@ class BatchFlow:
 def pad_time(td: TensorDictBase, length: int) -> TensorDictBase:
     """Pads ``td`` along its last (time) dim to ``length`` and marks valid frames.
 
-    The validity mask goes to ``("collector", "mask")``; padded frames are zeros.
+    The validity mask goes to ``("collector", "mask")`` (a mask ``td`` already holds,
+    as torchrl's padded trajectories do, is kept); padded frames are zeros.
 
     Example:
         >>> from tensordict import TensorDict
@@ -366,7 +367,8 @@ def pad_time(td: TensorDictBase, length: int) -> TensorDictBase:
     if steps > length:
         raise ValueError(f"pad_time: the rollout has {steps} steps, more than length={length}")
     td = td.clone(False)
-    td.set(MASK_KEY, torch.ones(td.batch_size, dtype=torch.bool))
+    if MASK_KEY not in td.keys(include_nested=True):
+        td.set(MASK_KEY, torch.ones(td.batch_size, dtype=torch.bool))
     if steps == length:
         return td
     filler = td[..., -1:].expand(*td.batch_size[:-1], length - steps).clone().zero_()
@@ -379,9 +381,11 @@ def stack_rollouts(tds: Sequence[TensorDictBase], *, masked: bool) -> TensorDict
     Args:
         tds: the workers' rollouts, time last.
         masked: pad shorter (preempted) rollouts to the longest one and add
-            ``("collector", "mask")``; with ``False`` all must have the same shape.
+            ``("collector", "mask")``; with ``False`` all must have the same shape
+            but whole trajectories (``trajs_per_batch``: each worker's batch is padded
+            to its longest trajectory, with a mask), which are padded to the longest.
     """
-    if masked:
+    if masked or any(MASK_KEY in td.keys(include_nested=True) for td in tds):
         length = max(td.batch_size[-1] for td in tds)
         tds = [pad_time(td, length) for td in tds]
     return torch.stack(list(tds), dim=0)

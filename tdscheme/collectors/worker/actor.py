@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.collectors.worker.env_config import EnvConfigCalls
 from tdscheme.episodes import finished_episodes
-from tdscheme.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
+from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
 from tdscheme.replay.ray_held import BufferWriter
@@ -168,6 +168,8 @@ class BaseCollectorWorker(EnvConfigCalls):
         else:
             td, preempted = self._rollout.next_batch(), False
         frames = td.numel()
+        if self.spec.whole_trajectories and MASK_KEY in td.keys(True):
+            frames = int(td.get(MASK_KEY).sum())  # padded trajectories: the valid frames
         nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
         if nonfinite is not None:
             logger.warning("batch %d has %s", batch_id, nonfinite)
