@@ -26,7 +26,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.keys import MASK_KEY
 
-__all__ = ["MASK_KEY", "minibatches", "prepare_batch"]
+__all__ = ["MASK_KEY", "cut_before_padding", "minibatches", "prepare_batch"]
 
 #: The boolean validity mask torchrl collectors write into padded (split) trajectories.
 
@@ -67,7 +67,7 @@ def prepare_batch(
     batch = moved.copy() if moved is batch else moved
     if value_estimator is not None:
         with torch.no_grad():
-            batch = value_estimator(batch)
+            batch = value_estimator(cut_before_padding(batch))
     mask = batch.get(MASK_KEY, None)
     if mask is not None:
         if mask.shape != batch.shape:
@@ -79,6 +79,40 @@ def prepare_batch(
     if batch.batch_size.numel() == 0:  # TensorDict.numel() is never 0
         raise ValueError(f"batch has no valid frame (batch_size {tuple(batch.shape)})")
     return batch.reshape(-1)
+
+
+def cut_before_padding(batch: TensorDictBase) -> TensorDictBase:
+    """Ends each row's trajectory at a valid frame followed by padding, for the estimator.
+
+    A padded row (a preempted rollout, a frame dropped for NaN / inf) has masked
+    frames after valid ones; a recursive estimator (GAE, V-trace) would carry the
+    padding's made-up advantages back into the last valid frame. Marked ``done`` and
+    ``truncated`` there (``terminated`` untouched), the frame bootstraps from its own
+    next observation, as at the end of a row. Returns ``batch`` itself when nothing is
+    cut, else a shallow copy with new ``("next", "done")`` / ``("next", "truncated")``.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({("next", "done"): torch.zeros(1, 4, 1, dtype=torch.bool)}, [1, 4])
+        >>> td[MASK_KEY] = torch.tensor([[True, True, False, False]])
+        >>> cut_before_padding(td)["next", "done"].squeeze(-1).tolist()
+        [[False, True, False, False]]
+    """
+    mask = batch.get(MASK_KEY, None)
+    if mask is None or batch.batch_dims < 1:
+        return batch
+    mask = mask.bool()
+    cut = torch.zeros_like(mask)
+    cut[..., :-1] = mask[..., :-1] & ~mask[..., 1:]
+    if not cut.any():
+        return batch
+    batch = batch.copy()
+    for key in (("next", "done"), ("next", "truncated")):
+        flag = batch.get(key, None)
+        if flag is not None:
+            where = cut.reshape(cut.shape + (1,) * (flag.ndim - cut.ndim))
+            batch.set(key, flag | where)
+    return batch
 
 
 def minibatches(

@@ -15,7 +15,7 @@ from torchrl.collectors import Collector
 from torchrl.objectives import A2CLoss, ClipPPOLoss, LossModule
 from torchrl.objectives.value import GAE
 
-from tdscheme.learner import Learner, LearnerConfig, average_gradients
+from tdscheme.learner import MASK_KEY, Learner, LearnerConfig, average_gradients
 from tdscheme.testing import cartpole_modules, make_env, seed_collector
 
 # float32 sums over 200 frames in a different order: agreement to a few ulps of the values.
@@ -210,6 +210,24 @@ def test_gae_runs_along_time_before_flattening(batch):
         flat_gae = gae(batch.clone())["advantage"]
     torch.testing.assert_close(seen[0], expected)
     assert not torch.allclose(seen[0], flat_gae)  # row 0's end bootstraps instead
+
+
+def test_gae_of_a_padded_row_is_that_of_the_row_without_its_padding(batch):
+    """A preempted row (valid frames, then zeros): its last valid frame bootstraps, no leak."""
+    _, _, loss_module, gae = build_ppo_cartpole()
+    rows = batch.reshape(2, 100).clone()
+    rows[MASK_KEY] = torch.ones(2, 100, dtype=torch.bool)
+    rows[0, 60:] = 0  # zeros, as pad_time writes them, mask included
+    assert not rows["next", "done"][0, 59].any()  # the cut falls inside an episode
+    seen = []
+    loss_module.register_forward_pre_hook(lambda _, args: seen.append(args[0]["advantage"]))
+    Learner(loss_module, value_estimator=gae).compute_gradients(rows)
+
+    with torch.no_grad():
+        short = gae(batch.reshape(2, 100)[0, :60].clone())["advantage"]
+        full = gae(batch.reshape(2, 100)[1].clone())["advantage"]
+    torch.testing.assert_close(seen[0], torch.cat([short, full]))
+    assert not rows["next", "done"][0, 59].any()  # the caller's batch is not written to
 
 
 def test_mask_drops_padded_frames():
