@@ -63,6 +63,12 @@ def prepare_batch(
             f"batch must have at least one batch dimension (time), got batch_size "
             f"{tuple(batch.batch_size)}"
         )
+    mask = batch.get(MASK_KEY, None)
+    if mask is not None and mask.shape != batch.shape:  # before the estimator reads it
+        raise ValueError(
+            f"batch[{MASK_KEY}] must have the batch shape {tuple(batch.shape)}, "
+            f"got {tuple(mask.shape)}"
+        )
     moved = batch if device is None else batch.to(device)
     batch = moved.copy() if moved is batch else moved
     if value_estimator is not None:
@@ -70,11 +76,6 @@ def prepare_batch(
             batch = value_estimator(cut_before_padding(batch))
     mask = batch.get(MASK_KEY, None)
     if mask is not None:
-        if mask.shape != batch.shape:
-            raise ValueError(
-                f"batch[{MASK_KEY}] must have the batch shape {tuple(batch.shape)}, "
-                f"got {tuple(mask.shape)}"
-            )
         batch = batch[mask.bool()]
     if batch.batch_size.numel() == 0:  # TensorDict.numel() is never 0
         raise ValueError(f"batch has no valid frame (batch_size {tuple(batch.shape)})")
