@@ -26,6 +26,10 @@ wrapper itself. :func:`env_steps` picks how, from the torchrl env:
 * over any other vector env: its ``step``, and ``reset(options={"reset_mask":
   ...})`` as torchrl calls it (SAME_STEP: the ``final_obs`` of ``step``'s
   info where an episode ended, and no reset call);
+* over a one-call ``NEXT_STEP`` vector env (:class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`):
+  its ``step_transitions``, and no reset call (the env resets a copy in the call
+  after its episode ended); :attr:`NextStepSteps.reset_step` says which copies
+  the last call reset, so that the lean loop pads them out;
 * torchrl's ``MultiThreadedEnv`` (EnvPool): EnvPool's ``step``; no reset call,
   as torchrl's wrapper: EnvPool resets an env whose episode ended at its next
   step, and until then the env's observation is the episode's last one.
@@ -52,9 +56,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from torchrl.data import Categorical, OneHot
 
-__all__ = ["EnvPoolSteps", "EnvSteps", "SubEnvSteps", "action_to_gym", "env_steps"]
+from tdscheme.envs.gym_vector import is_next_step_env
+from tdscheme.keys import MASK_KEY
+
+__all__ = [
+    "EnvPoolSteps",
+    "EnvSteps",
+    "NextStepSteps",
+    "SubEnvSteps",
+    "action_to_gym",
+    "env_steps",
+    "pack_transitions",
+]
 
 
 class EnvSteps:
@@ -173,6 +189,49 @@ class EnvPoolSteps:
         return self._obs
 
 
+class NextStepSteps:
+    """Steps a one-call ``NEXT_STEP`` vector env; a copy that ended resets in its next call.
+
+    Args:
+        env: the :class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self._obs: Any = None
+        #: the copies the last :meth:`step` reset (their outputs are no transition)
+        self.reset_step = np.zeros(env.num_envs, dtype=bool)
+
+    def step(self, actions: np.ndarray) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+        """``(observation, reward, terminated, truncated)`` after ``actions``."""
+        obs, reward, terminated, truncated, self.reset_step = self.env.step_transitions(actions)
+        self._obs = obs
+        return obs, reward, terminated, truncated
+
+    def reset(self, done: np.ndarray) -> Any:
+        """No call: a copy that ended resets in its next step (see the module)."""
+        return self._obs
+
+
+def pack_transitions(out: TensorDictBase, valid: torch.Tensor, time_dim: int) -> None:
+    """Moves each row's transitions (``valid``) to its front, in order; zeroes the rest.
+
+    ``out[MASK_KEY]`` marks the transitions, as torchrl marks padded trajectories.
+    """
+    count = valid.sum(time_dim, keepdim=True)
+    mask = torch.arange(valid.shape[time_dim]) < count
+    if not bool(valid.all()):
+        order = torch.sort((~valid).to(torch.uint8), dim=time_dim, stable=True).indices
+        for key in out.keys(True, True):
+            if key == MASK_KEY:
+                continue
+            value = out.get(key)
+            trailing = (1,) * (value.ndim - order.ndim)
+            packed = value.gather(time_dim, order.reshape(order.shape + trailing).expand_as(value))
+            value.copy_(packed.masked_fill_(~mask.reshape(mask.shape + trailing), 0))
+    out.set(MASK_KEY, mask)
+
+
 def _put(obs: Any, i: int, value: Any) -> None:
     """Writes one copy's observation (an array, or a dict of arrays) into row ``i``."""
     if isinstance(obs, dict):
@@ -188,10 +247,12 @@ def _copy(obs: Any) -> Any:
     )
 
 
-def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps:
+def env_steps(env: Any) -> EnvSteps | SubEnvSteps | EnvPoolSteps | NextStepSteps:
     """The stepper of a torchrl ``GymWrapper`` or ``MultiThreadedEnv`` (see the module)."""
     if is_envpool_env(env):
         return EnvPoolSteps(env._env)
+    if is_next_step_env(env):
+        return NextStepSteps(env._env)
     from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
     gym_env = env._env

@@ -6,7 +6,9 @@ preallocated batch buffer and the trajectory-id pool are torchrl's own); only
 :meth:`LeanCollector.rollout` changes, and only where the env is a plain
 torchrl ``GymWrapper`` / ``GymEnv`` over a gymnasium env or vector env (with
 ``AutoresetMode.DISABLED``, as :func:`tdscheme.envs.make_env` builds it, or
-``SAME_STEP``, behind torchrl's ``VecGymEnvTransform``) or
+``SAME_STEP``, behind torchrl's ``VecGymEnvTransform``; a one-call ``NEXT_STEP``
+vector env, :class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`, runs here only: each
+row holds its copy's transitions, then padding for its reset steps) or
 torchrl's ``MultiThreadedEnv`` over EnvPool (``make_env(...,
 backend="envpool")``), bare or in a ``TransformedEnv`` whose transforms are
 episode bookkeeping the lean loop runs itself (``RewardSum``, ``StepCounter``,
@@ -72,14 +74,17 @@ from torchrl.data import Bounded, Categorical, OneHot, Unbounded
 from torchrl.envs import TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
+from tdscheme.envs.gym_vector import is_next_step_env
 from tdscheme.rollout.env_checks import final_observation_roots, is_same_step, why_not_lean_env
 from tdscheme.rollout.env_steps import (
     EnvPoolSteps,
     EnvSteps,
+    NextStepSteps,
     SubEnvSteps,
     action_to_gym,
     env_steps,
     is_envpool_env,
+    pack_transitions,
 )
 from tdscheme.rollout.observations import observations
 from tdscheme.rollout.torchrl_names import Collector
@@ -133,9 +138,21 @@ class LeanCollector(Collector):
         self.lean_reason = self._why_not_lean()
         if self.lean_reason is not None:
             logger.debug("LeanCollector runs torchrl's rollout: %s", self.lean_reason)
+        self._refuse_unsteppable_env()
 
     # torchrl's signature, so that callers inspecting it (worker_idx, ...) see torchrl's arguments
     __init__.__signature__ = inspect.signature(Collector.__init__)  # type: ignore[attr-defined]
+
+    def _refuse_unsteppable_env(self) -> None:
+        """A one-call ``NEXT_STEP`` env runs on the lean rollout only, in batches of env rows."""
+        base = self.env.base_env if isinstance(self.env, TransformedEnv) else self.env
+        if not is_next_step_env(base):
+            return
+        why = self.lean_reason
+        if why is None and getattr(self, "trajs_per_batch", None):
+            why = "trajs_per_batch is set (its rows hold padding for the reset steps)"
+        if why is not None:
+            raise ValueError(base._env.refusal(f"tdscheme's lean rollout does not run: {why}"))
 
     def _why_not_lean(self) -> str | None:
         transforms = episode_transforms(self.env)
@@ -161,8 +178,11 @@ class LeanCollector(Collector):
             # torchrl's MultiThreadedEnv keeps the transformed observations as its own (a
             # CatFrames' stack fails its next partial reset): EnvPool stacks with stack_num
             return "the env runs CatFrames or VecNorm over EnvPool (EnvPool stacks: stack_num)"
-        if transforms.max_steps is not None and (is_envpool_env(env) or is_same_step(env)):
-            return "the env's StepCounter truncates (max_steps) an EnvPool or SAME_STEP env"
+        if transforms.stateful and is_next_step_env(env):  # they would see the reset steps
+            return "the env runs CatFrames or VecNorm over a one-call NEXT_STEP vector env"
+        resets_itself = is_envpool_env(env) or is_same_step(env) or is_next_step_env(env)
+        if transforms.max_steps is not None and resets_itself:
+            return "the env's StepCounter truncates (max_steps) an env that resets by itself"
         if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"
         if env.action_keys != ["action"]:
@@ -243,6 +263,12 @@ class LeanCollector(Collector):
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         before = self.before_step
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
+        # a one-call NEXT_STEP env: which (copy, step) frames are transitions (not reset steps)
+        valid = (
+            torch.ones(out.batch_size, dtype=torch.bool)
+            if isinstance(steps, NextStepSteps)
+            else None
+        )
         for t in range(self.frames_per_batch):
             if before is not None:
                 before()
@@ -270,6 +296,10 @@ class LeanCollector(Collector):
             reward = torch.as_tensor(reward, dtype=reward_dtype).reshape(reward_shape)
             next_state, reward, next_obs = transforms.step(state, reward, read_obs(next_obs))
             truncated = transforms.truncate(next_state, truncated)  # StepCounter's max_steps
+            if valid is not None and steps.reset_step.any():  # no transition: the state stays
+                reset_step = torch.from_numpy(steps.reset_step).reshape(batch_dims)
+                valid[(*at_step, t)] = ~reset_step
+                next_state = {k: _where(reset_step, state[k], v) for k, v in next_state.items()}
             ended = np.asarray(terminated | truncated)  # (| of two 0-d arrays is a scalar)
             for key, value in (
                 ("done", ended),
@@ -297,6 +327,8 @@ class LeanCollector(Collector):
                 **state,
             }
         )
+        if valid is not None:
+            pack_transitions(out, valid, time_dim)
         return out
 
     def _random_action(self) -> torch.Tensor:

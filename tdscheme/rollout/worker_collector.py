@@ -38,8 +38,9 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+from torchrl.envs import TransformedEnv
 
-from tdscheme.envs.gym_vector import build_torchrl_env, torchrl_env_factory
+from tdscheme.envs.gym_vector import build_torchrl_env, is_next_step_env, torchrl_env_factory
 from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
 from tdscheme.rollout.input_checks import check_policy_keys, env_output_error
 from tdscheme.rollout.lean import LeanCollector
@@ -268,6 +269,24 @@ class WorkerCollector:
             return False
         collector.return_same_td = True  # torchrl's iterator reads it at each batch
         return True
+
+    def pads_reset_steps(self, *, writes: bool = False) -> bool:
+        """Whether batch rows end in padding for reset steps (a one-call ``NEXT_STEP`` env).
+
+        Args:
+            writes: the batches go into a replay buffer, which would store the padding as
+                frames: such an env is refused (``ValueError``).
+        """
+        env = getattr(self.collector, "env", None)
+        pads = is_next_step_env(env.base_env if isinstance(env, TransformedEnv) else env)
+        if pads and writes:
+            raise ValueError(
+                "replay_buffer: the env is a one-call NEXT_STEP vector env, whose rows end in "
+                "padding for its reset steps (the buffer would store it as frames); accepted: no "
+                "replay_buffer (the driver writes the valid frames), or a SyncVectorEnv or "
+                "DISABLED vector env"
+            )
+        return pads
 
     def progress(self) -> int:
         """Env steps taken so far (frames); a collector that hides its env counts per batch."""

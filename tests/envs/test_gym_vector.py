@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torchrl.envs import GymWrapper
+from torchrl.envs import Compose, GymWrapper, RewardSum, StepCounter, TransformedEnv
 
 from tdscheme import RayCollector
 from tdscheme.envs import wrap_gym_env
@@ -114,14 +115,105 @@ def test_the_transitions_are_gymnasiums_less_its_reset_steps():
     raw.close()
 
 
-def test_a_vector_env_that_steps_its_copies_at_once_is_refused_with_the_way_that_runs():
-    native = gym.make_vec("CartPole-v1", num_envs=2)  # CartPoleVectorEnv, NEXT_STEP
-    with pytest.raises(ValueError) as err:
-        wrap_gym_env(native)
-    message = str(err.value)
-    assert "env=CartPoleVectorEnv" in message and "NEXT_STEP" in message
-    assert "gym.make_vec('CartPole-v1', num_envs, vectorization_mode='sync')" in message
-    native.close()
+def one_call_env(num_envs: int, mode=MODES.NEXT_STEP):
+    """Copies stepped in one call: an ``AsyncVectorEnv`` (each copy seeded, so modes compare)."""
+    return gym.make_vec(
+        "CartPole-v1", num_envs=num_envs, vectorization_mode="async",
+        vector_kwargs={"autoreset_mode": mode},
+    )  # fmt: skip
+
+
+def valid_rows(batches, key):
+    """Per env copy: its transitions' ``key`` across the batches, padding left out."""
+    rows = []
+    for i in range(batches[0].batch_size[0]):
+        masks = [b.get(("collector", "mask"), None) for b in batches]
+        parts = [
+            b[key][i] if m is None else b[key][i][m[i]] for b, m in zip(batches, masks, strict=True)
+        ]
+        rows.append(torch.cat(parts, 0))
+    return rows
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["bare", "step-count-and-return"])
+def test_a_one_call_next_step_env_gives_a_disabled_envs_transitions_each_row_padded_at_its_end(
+    counted,
+):
+    """AsyncVectorEnv, NEXT_STEP: per copy, the transitions of the same env built DISABLED
+    (with StepCounter and RewardSum: a reset step neither counts nor adds)."""
+    torch.manual_seed(0)
+    policy = mlp_policy(4, 2, discrete=True)
+
+    def torchrl_env(env):
+        return TransformedEnv(env, Compose(StepCounter(), RewardSum())) if counted else env
+
+    want, _ = batches(Collector, lambda: torchrl_env(GymWrapper(one_call_env(3, MODES.DISABLED))),
+                      policy, steps=30, num_batches=3)  # fmt: skip
+    got, reason = batches(LeanCollector, lambda: torchrl_env(wrap_gym_env(one_call_env(3))),
+                          policy, steps=30, num_batches=3)  # fmt: skip
+    assert reason is None
+    resets = 0
+    for batch in got:
+        assert batch.batch_size == torch.Size([3, 30])  # env calls x copies
+        mask = batch["collector", "mask"]
+        count = mask.sum(1)
+        # each row: its transitions first, then padding, zeroed, one frame per reset step
+        assert torch.equal(mask, torch.arange(30) < count.unsqueeze(1))
+        assert not batch["next", "reward"][~mask].any() and not batch["observation"][~mask].any()
+        assert batch["next", "reward"][mask].eq(1).all()  # CartPole: no reset step is kept
+        resets += int((30 - count).sum())
+    assert resets >= 3  # reset steps happened and were left out
+    for key in want[0].keys(True, True):
+        for mine, theirs in zip(valid_rows(got, key), valid_rows(want, key), strict=True):
+            assert torch.equal(mine, theirs[: len(mine)]), key
+
+
+def test_cartpoles_own_vector_env_rows_are_its_calls_less_its_reset_steps():
+    """``gym.make_vec("CartPole-v1", n)`` (CartPoleVectorEnv): replayed call by call on a copy."""
+    torch.manual_seed(0)
+    env = wrap_gym_env(gym.make_vec("CartPole-v1", num_envs=4))
+    collector = LeanCollector(env, mlp_policy(4, 2, discrete=True), frames_per_batch=4 * 40,
+                              auto_register_policy_transforms=False)  # fmt: skip
+    try:
+        seed_collector(collector, 3)
+        raw = copy.deepcopy(env._env.env)  # the same state and random generator
+        it = iter(collector)
+        got = [next(it) for _ in range(3)]
+    finally:
+        collector.shutdown()
+    actions = [row.argmax(-1) for row in valid_rows(got, "action")]
+    obs = [valid_rows(got, key) for key in ("observation", ("next", "observation"))]
+    rewards, terms = valid_rows(got, ("next", "reward")), valid_rows(got, ("next", "terminated"))
+    state = raw.state.T.astype(np.float32)
+    cursor, waiting, kept = [0] * 4, np.zeros(4, dtype=bool), 0
+    while min(cursor) < len(min(actions, key=len)):
+        action = np.array([int(actions[i][min(cursor[i], len(actions[i]) - 1)]) for i in range(4)])
+        nxt, reward, terminated, truncated, _ = raw.step(action)
+        for i in np.flatnonzero(~waiting):
+            if cursor[i] < len(actions[i]):
+                c = cursor[i]
+                assert np.array_equal(obs[0][i][c].numpy(), state[i])
+                assert np.array_equal(obs[1][i][c].numpy(), nxt[i])
+                assert rewards[i][c].item() == reward[i] == 1.0
+                assert terms[i][c].item() == terminated[i]
+                cursor[i], kept = c + 1, kept + 1
+        waiting, state = terminated | truncated, nxt
+    assert kept == sum(len(a) for a in actions) and sum(t.sum() for t in terms) > 3
+
+
+def test_a_one_call_next_step_env_is_refused_where_the_lean_rollout_cannot_step_it():
+    policy = mlp_policy(4, 2, discrete=True)
+    with pytest.raises(ValueError, match="env=CartPoleVectorEnv .* lean rollout does not run: "
+                       "the collector uses postproc"):  # fmt: skip
+        LeanCollector(wrap_gym_env(gym.make_vec("CartPole-v1", 2)), policy, frames_per_batch=8,
+                      postproc=lambda td: td)  # fmt: skip
+    with pytest.raises(ValueError, match="trajs_per_batch is set"):
+        LeanCollector(wrap_gym_env(gym.make_vec("CartPole-v1", 2)), policy, frames_per_batch=8,
+                      trajs_per_batch=2)  # fmt: skip
+    collector = Collector(wrap_gym_env(gym.make_vec("CartPole-v1", 2)), policy, frames_per_batch=8)
+    with pytest.raises(RuntimeError, match="torchrl's rollout steps it; accepted: tdscheme's"):
+        next(iter(collector))
+    collector.shutdown()
     with pytest.raises(TypeError, match="env=3 is not a gymnasium env; accepted"):
         wrap_gym_env(3)
 
@@ -153,13 +245,35 @@ def test_a_collectors_factory_may_return_gymnasiums_default_vector_env(ray_clean
     assert sum(frames) == 256
 
 
-def test_a_refused_vector_env_reaches_the_user_with_the_way_that_runs(ray_clean):
+def test_a_collectors_factory_may_return_cartpoles_own_vector_env(ray_clean):
+    """``gym.make_vec("CartPole-v1", n)``: on the fast path; the budget counts transitions."""
+
     def native_cartpole():
         return gym.make_vec("CartPole-v1", num_envs=4)
 
-    with pytest.raises(WorkerError, match="vectorization_mode='sync'"):
+    with RayCollector(
+        native_cartpole, mlp_policy(4, 2, discrete=True), frames_per_batch=128, total_frames=1000,
+        num_collectors=2, remote_configs={"num_cpus": 0.5},
+    ) as collector:  # fmt: skip
+        got = list(collector)
+        stats = collector.stats()
+    assert stats["fast_path"] == [True, True]
+    transitions = sum(int(b["collector", "mask"].sum()) for b in got)
+    assert transitions == stats["frames"] == 1000
+    books = stats["ledger"]  # every env step booked: the reset steps in their own column
+    assert books["balanced"] and books["reset_steps"] == stats["reset_steps"] > 0
+    assert books["collected"] == books["yielded"] + books["discarded"] + books["reset_steps"]
+    assert all(b["next", "reward"][b["collector", "mask"]].eq(1).all() for b in got)
+
+
+def test_a_one_call_next_step_env_is_refused_for_a_ray_held_buffer(ray_replay_buffer):
+    def native_cartpole():
+        return gym.make_vec("CartPole-v1", num_envs=4)
+
+    with pytest.raises(WorkerError, match="replay_buffer: the env is a one-call NEXT_STEP"):
         with RayCollector(
-            native_cartpole, mlp_policy(4, 2), frames_per_batch=64, total_frames=128,
-            num_collectors=1, remote_configs={"num_cpus": 0.5},
+            native_cartpole, mlp_policy(4, 2, discrete=True), frames_per_batch=64,
+            total_frames=128, num_collectors=1, replay_buffer=ray_replay_buffer,
+            remote_configs={"num_cpus": 0.5},
         ) as collector:  # fmt: skip
             list(collector)

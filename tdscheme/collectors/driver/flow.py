@@ -329,7 +329,7 @@ class BatchFlow:
             stats.frames_per_worker[r.worker_id] += frames
             self.requests.resolve(
                 ref, request, r, yielded=frames, discarded=r.frames - frames + r.frames_discarded,
-                dropped=r.frames_dropped, preempted=not_collected,
+                dropped=r.frames_dropped, preempted=not_collected, reset_steps=r.reset_steps,
             )  # fmt: skip
             stats.ledger.record(
                 BatchRecord(r.worker_id, r.restarts, r.batch_id, r.policy_version, frames)

@@ -87,7 +87,7 @@ class RequestsInFlight:
         self._sent.pop(ref, None)
         asked = None
         if result is not None and not request.fixed:  # what its worker stepped
-            asked = result.frames + result.frames_discarded + result.frames_dropped
+            asked = result.stepped
         self.ledger.resolve(
             ref, asked=asked, worker_id=request.worker_id, batch_id=request.batch_id, **frames
         )
@@ -118,5 +118,4 @@ class RequestsInFlight:
         """Frames of a preempted request's whole batch that its worker did not collect."""
         if not result.preempted or not request.fixed:
             return 0
-        stepped = result.frames + result.frames_discarded + result.frames_dropped
-        return max(0, request.asked - stepped)
+        return max(0, request.asked - result.stepped)

@@ -9,9 +9,12 @@ with the frames it asks of the worker, and once more when it resolves
 * ``preempted``: not collected because a straggler was cut off;
 * ``lost``: in flight on a worker that died or was declared hung;
 * ``discarded``: collected past ``total_frames`` (the last batch cut to fit, or
-  not written past a request's frame budget), or in flight when iteration stopped.
+  not written past a request's frame budget), or in flight when iteration stopped;
+* ``reset_steps``: env steps that reset a copy of a one-call ``NEXT_STEP`` vector
+  env instead of stepping it (no transition: padding in the batch).
 
-So ``asked == yielded + dropped + preempted + lost + discarded + in_flight``,
+So ``asked == yielded + dropped + preempted + lost + discarded + reset_steps +
+in_flight``,
 where ``in_flight`` is what the requests not resolved yet asked, and
 ``collected = asked - in_flight`` (the frames of the resolved requests) equals
 the sum of the five columns. The two sides are booked apart: a resolution whose
@@ -88,7 +91,7 @@ TRAJ_IDS_KEY = ("collector", "traj_ids")
 
 __all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds"]
 
-_COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded")
+_COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps")
 
 #: imbalances logged as warnings (later ones are only counted)
 _WARN_LIMIT = 5
@@ -124,7 +127,8 @@ class FrameLedger:
 
     Attributes:
         asked: frames asked by every request booked (restated for whole trajectories).
-        yielded, dropped, preempted, lost, discarded: the resolved frames, by destination.
+        yielded, dropped, preempted, lost, discarded, reset_steps: the resolved frames, by
+            destination.
         unaccounted: frames booked out of line (see the module docstring).
         records: the provenance of the last ``keep`` batches (newest last).
     """
@@ -135,6 +139,7 @@ class FrameLedger:
     preempted: int = 0
     lost: int = 0
     discarded: int = 0
+    reset_steps: int = 0
     unaccounted: int = 0
     short: int = 0
     short_reason: str | None = None

@@ -222,7 +222,7 @@ class WorkerPool(ActorPool):
             if current:
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
             return None
-        self._frames_done[worker_id] += value.frames + value.frames_discarded + value.frames_dropped
+        self._frames_done[worker_id] += value.stepped
         self.env_configs.on_batch(worker_id, value.env_config_version)
         if value.next_traj_id is not None:
             seen = self._next_traj_ids.get(worker_id, 0)

@@ -95,6 +95,7 @@ class Replies:
             self.requests.resolve(
                 ref, request, result, dropped=result.frames + result.frames_dropped,
                 discarded=result.frames_discarded, preempted=not_collected,
+                reset_steps=result.reset_steps,
             )  # fmt: skip
             return None
         return result

@@ -143,6 +143,7 @@ class CollectorStats:
             "frames_written_by_dead_workers": self.frames_written_by_dead_workers,
             "frames_dropped": books["dropped"],
             "frames_discarded": books["discarded"],
+            "reset_steps": books["reset_steps"],
             "policy_lag_max": max(lags) if lags else 0,
             "policy_lag_mean": sum(k * v for k, v in lags.items()) / seen if seen else 0.0,
             "policy_lag_counts": dict(sorted(lags.items())),

@@ -132,6 +132,8 @@ class WorkerBatch:
             (their returns, as the driver reads them from a batch it receives).
         env_config_version: the oldest env-config version an env copy of the worker
             runs once the batch is collected.
+        reset_steps: env steps in which a copy was reset, not stepped (a one-call
+            ``NEXT_STEP`` vector env): padding in the batch, no transition.
     """
 
     worker_id: int
@@ -148,6 +150,12 @@ class WorkerBatch:
     next_traj_id: int | None = None
     episodes: FinishedEpisodes | None = None
     env_config_version: int = 0
+    reset_steps: int = 0
+
+    @property
+    def stepped(self) -> int:
+        """Every frame the worker stepped for the batch, whatever became of it."""
+        return self.frames + self.frames_discarded + self.frames_dropped + self.reset_steps
 
 
 def default_remote_config() -> dict[str, Any]:

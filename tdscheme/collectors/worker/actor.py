@@ -122,6 +122,10 @@ class BaseCollectorWorker(EnvConfigCalls):
             env_config=env_config,
         )  # fmt: skip
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
+        # a one-call NEXT_STEP env pads its reset steps (refused with a replay buffer)
+        self._pads_reset_steps = self._rollout.pads_reset_steps(
+            writes=spec.replay_buffer is not None
+        )
         if reuse_batch_buffer and not spec.preemptible:  # a buffer's write ends before the reply
             self._rollout.reuse_batch_buffer()
         if seed is not None:
@@ -168,8 +172,9 @@ class BaseCollectorWorker(EnvConfigCalls):
         else:
             td, preempted = self._rollout.next_batch(), False
         frames = td.numel()
-        if self.spec.whole_trajectories and MASK_KEY in td.keys(True):
-            frames = int(td.get(MASK_KEY).sum())  # padded trajectories: the valid frames
+        if MASK_KEY in td.keys(True):  # padded trajectories or reset steps: the valid frames
+            frames = int(td.get(MASK_KEY).sum())
+        reset_steps = td.numel() - frames if self._pads_reset_steps else 0  # padding, not steps
         nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
         if nonfinite is not None:
             logger.warning("batch %d has %s", batch_id, nonfinite)
@@ -187,6 +192,7 @@ class BaseCollectorWorker(EnvConfigCalls):
             encode_s=0.0,
             next_traj_id=next_trajectory_id(self._collector),
             env_config_version=min(self._rollout.env_config.running_versions()),
+            reset_steps=reset_steps,
         )
         if self.spec.replay_buffer is None:
             batch.payload = self._codec.encode(td)
