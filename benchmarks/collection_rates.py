@@ -65,13 +65,15 @@ def section_batched(
     section: str = "batched",
     env_fn: Callable | None = None,
     hand_mode: str = "SAME_STEP",
+    hand_kwargs: dict[str, Any] | None = None,
 ) -> None:
     """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector.
 
     ``env_fn`` is what tdscheme's and torchrl's workers step (default ``make_env``'s 64
     CartPole envs, auto-reset disabled); ``benchmarks/fast_paths.py`` passes others,
     recorded under its own ``section`` names, and the hand-written workers' autoreset
-    mode (``hand_mode``: ``peers.MinimalCollectorWorker``'s ``autoreset_mode``).
+    mode (``hand_mode``: ``peers.MinimalCollectorWorker``'s ``autoreset_mode``; ``hand_kwargs``:
+    its other arguments).
     """
     env_id, num_envs, fpb = "CartPole-v1", 64, 4096
     config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
@@ -88,7 +90,7 @@ def section_batched(
             env_id,
             num_envs=num_envs,
             frames_per_batch=fpb,
-            worker_kwargs={"autoreset_mode": hand_mode},
+            worker_kwargs={"autoreset_mode": hand_mode, **(hand_kwargs or {})},
         ),
         "torchrl": functools.partial(
             torchrl_collector, env_fn, policy, frames_per_batch=fpb, sync=False

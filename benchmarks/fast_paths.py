@@ -29,6 +29,12 @@ Sections (``--sections``, default all):
   (``tdscheme.envs.wrap_gym_env``: no reset steps); torchrl's refuse it (its
   ``GymWrapper`` is not called on it: the row fails); the hand-written actors step the
   same NEXT_STEP vector env, reset steps counted as frames.
+* ``next_step_native``: the factory returns ``gym.make_vec("CartPole-v1", num_envs=64)``
+  (gymnasium's default for CartPole: its own ``CartPoleVectorEnv``, all copies in one numpy
+  call, NEXT_STEP). tdscheme's lean rollout steps it as it is and pads each copy's reset
+  steps (``("collector", "mask")``); its rate counts transitions only (the mask), the
+  hand-written actors' counts the reset steps too (the same env, stepped as it is): the
+  row is the less favourable ratio for tdscheme. torchrl's ``GymWrapper`` fails on it.
 * ``pixels``: uint8 4x84x84 frames (``tdscheme.envs.faulty.PixelsLikeObs`` over
   CartPole-v1: the env costs next to nothing, the frames' bytes decide), 16 envs per
   worker in a DISABLED ``SyncVectorEnv``, 2048 frames per worker batch, the linear pixel
@@ -78,7 +84,7 @@ from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.envs import make_env
 
-SECTIONS = ("disabled", "same_step", "next_step", "pixels", "background")
+SECTIONS = ("disabled", "same_step", "next_step", "next_step_native", "pixels", "background")
 ENV_ID, NUM_ENVS, FRAMES_PER_BATCH = "CartPole-v1", 64, 4096  # collection.py's batched section
 RANDOM_FRAMES = 2 * FRAMES_PER_BATCH * 2  # 2 random batches per worker, then the policy
 BUFFER_FRAMES = 1_000_000
@@ -126,6 +132,15 @@ def section_next_step(rec: Recorder, s: Settings) -> None:
     """The env factory returns gymnasium's default vector env, unwrapped (see the module)."""
     env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
     section_batched(rec, s, section="next_step", env_fn=env_fn, hand_mode="NEXT_STEP")
+
+
+def section_next_step_native(rec: Recorder, s: Settings) -> None:
+    """The env factory returns ``gym.make_vec(ENV_ID, NUM_ENVS)``: CartPoleVectorEnv (see the module)."""
+    env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS)
+    section_batched(
+        rec, s, section="next_step_native", env_fn=env_fn, hand_mode="NEXT_STEP",
+        hand_kwargs={"vectorization_mode": "vector_entry_point"},
+    )  # fmt: skip
 
 
 PIXELS, PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH = (4, 84, 84), 16, 2048
@@ -307,7 +322,9 @@ INTRO = (
     "`disabled`: `make_env`'s SyncVectorEnv, auto-reset disabled (the hand-written actors reset "
     "with `reset_mask`); `same_step`: GymWrapper over a SAME_STEP SyncVectorEnv (so do the "
     "hand-written); `next_step`: the factory returns `gym.make_vec(..., vectorization_mode="
-    "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, reset steps counted). "
+    "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, reset steps counted); "
+    "`next_step_native`: the factory returns `gym.make_vec('CartPole-v1', 64)` (CartPoleVectorEnv,"
+    " one call for all copies): tdscheme counts transitions only, the hand-written reset steps too. "
     "`pixels`: 16 envs per worker observing uint8 4x84x84 frames, 2048 frames per batch. "
     "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
     "the driver sampling nothing. See the docstring of `benchmarks/fast_paths.py`."
@@ -326,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     s = Settings.quick(args.frames) if args.quick else Settings(frames=args.frames or 20_000)
     sections = {"disabled": section_disabled, "same_step": section_same_step,
-                "next_step": section_next_step, "pixels": section_pixels,
+                "next_step": section_next_step, "next_step_native": section_next_step_native,
+                "pixels": section_pixels,
                 "background": section_background}  # fmt: skip
 
     def run(rec: Recorder) -> None:

@@ -129,8 +129,12 @@ def deadline(timeout_s: float) -> Iterator[None]:
 
 
 def frames_in(batch: Any) -> int:
-    """Frames in a batch: a TensorDict's elements, or a numpy dict's ``reward`` entries."""
-    return int(batch["reward"].size) if isinstance(batch, dict) else int(batch.numel())
+    """Frames in a batch: a numpy dict's ``reward`` entries, a TensorDict's elements (those its
+    ``("collector", "mask")`` marks valid, where it has one: padding is no frame)."""
+    if isinstance(batch, dict):
+        return int(batch["reward"].size)
+    mask = batch.get(("collector", "mask"), None)
+    return int(batch.numel()) if mask is None else int(mask.sum())
 
 
 def frames_per_s(it: Iterator[Any], *, frames: int, min_batches: int) -> float:

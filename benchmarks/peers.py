@@ -176,6 +176,9 @@ class MinimalCollectorWorker:
         pixels: a frame shape: each env observes uint8 frames of it instead
             (:func:`pixels_env`'s ``PixelsLikeObs``), and the policy is
             :class:`PixelPolicyNet`, as tdscheme's row's.
+        vectorization_mode: ``gym.make_vec``'s: ``"sync"`` (a ``SyncVectorEnv``), or
+            ``"vector_entry_point"`` (the env's own vector env, CartPole's
+            ``CartPoleVectorEnv``, NEXT_STEP only: ``autoreset_mode`` is not passed).
     """
 
     def __init__(
@@ -186,6 +189,7 @@ class MinimalCollectorWorker:
         seed: int = 0,
         autoreset_mode: str = "SAME_STEP",
         pixels: tuple[int, ...] | None = None,
+        vectorization_mode: str = "sync",
     ) -> None:
         if frames_per_batch % num_envs:
             raise ValueError(
@@ -204,11 +208,15 @@ class MinimalCollectorWorker:
             self.env: Any = gym.make(env_id)
             for wrap in wrappers:
                 self.env = wrap(self.env)
+        elif vectorization_mode == "vector_entry_point":
+            self.env = gym.make_vec(
+                env_id, num_envs=num_envs, vectorization_mode=vectorization_mode
+            )
         else:
             self.env = gym.make_vec(
                 env_id,
                 num_envs=num_envs,
-                vectorization_mode="sync",
+                vectorization_mode=vectorization_mode,
                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode[autoreset_mode]},
                 wrappers=wrappers,
             )
