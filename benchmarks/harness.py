@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 #: What the frames a collector collected went to; they add up to ``ledger["collected"]``.
-LEDGER_PARTS = ("yielded", "dropped", "preempted", "lost", "discarded")
+LEDGER_PARTS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps")
 
 
 def ledger_adds_up(ledger: Mapping[str, Any]) -> bool:

@@ -13,17 +13,24 @@ warm-up batch. Run from the repository root::
 
 ``--collector`` picks the worker's collector: ``default`` (tdscheme's default
 class) or ``torchrl`` (torchrl's ``Collector`` given as ``collector_class``).
+``--vector native``: the worker's factory returns ``gym.make_vec("CartPole-v1", n)``
+itself (CartPole's own ``CartPoleVectorEnv``: every copy in one numpy call, NEXT_STEP;
+tdscheme pads its reset steps) and the hand-written worker steps the same env (its
+reset steps counted as frames); the default, ``sync``, is ``make_env``'s DISABLED
+``SyncVectorEnv`` (one env when ``--envs 1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import sys
 import time
 
+import gymnasium as gym
 import peers  # benchmarks/peers.py
 import torch
 from harness import json_line
@@ -33,12 +40,19 @@ from tdscheme.envs import make_env
 from tdscheme.rollout.torchrl_names import Collector
 
 
-def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) -> dict:
+def worker_cost(
+    num_envs: int, collector: str, batches: int, top: int | None, vector: str = "sync"
+) -> dict:
     """Per-step cost of a CollectorWorker's ``collect`` and (``top``) the top of its profile."""
     torch.manual_seed(0)
     steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
+    env_fn = (
+        functools.partial(gym.make_vec, "CartPole-v1", num_envs=num_envs)
+        if vector == "native"
+        else functools.partial(make_env, "CartPole-v1", num_envs=num_envs)
+    )
     spec = WorkerSpec(
-        lambda: make_env("CartPole-v1", num_envs=num_envs),
+        env_fn,
         peers.mlp_policy(4, 2),
         frames_per_batch=steps * num_envs,
     )
@@ -67,10 +81,13 @@ def worker_cost(num_envs: int, collector: str, batches: int, top: int | None) ->
     }
 
 
-def floor_cost(num_envs: int, batches: int) -> dict:
+def floor_cost(num_envs: int, batches: int, vector: str = "sync") -> dict:
     """The same envs and MLP without torchrl (benchmarks/peers.py's hand-written worker)."""
     steps = max(1, 8192 // num_envs) if num_envs > 1 else 1000
-    worker = peers.MinimalCollectorWorker("CartPole-v1", num_envs, steps * num_envs)
+    native = {"autoreset_mode": "NEXT_STEP", "vectorization_mode": "vector_entry_point"}
+    worker = peers.MinimalCollectorWorker(
+        "CartPole-v1", num_envs, steps * num_envs, **(native if vector == "native" else {})
+    )
     worker.next()
     start = time.perf_counter()
     for _ in range(batches):
@@ -85,15 +102,17 @@ def floor_cost(num_envs: int, batches: int) -> dict:
     }
 
 
-def median_costs(num_envs: int, collectors: list[str], batches: int, repeats: int) -> list[dict]:
+def median_costs(
+    num_envs: int, collectors: list[str], batches: int, repeats: int, vector: str = "sync"
+) -> list[dict]:
     """Median per-step costs over ``repeats`` alternating rounds, without the profiler."""
     runs: dict[str, list[dict]] = {}
     for _ in range(repeats):
         for name in ["hand", *collectors]:
             row = (
-                floor_cost(num_envs, batches)
+                floor_cost(num_envs, batches, vector)
                 if name == "hand"
-                else worker_cost(num_envs, name, batches, None)
+                else worker_cost(num_envs, name, batches, None, vector)
             )
             runs.setdefault(name, []).append(row)
     out = []
@@ -109,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", default="1,8,64", help="comma-separated env counts")
     parser.add_argument("--collector", default="default,torchrl")
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--vector", default="sync", choices=["sync", "native"])
     parser.add_argument("--top", type=int, default=15, help="profile entries printed")
     parser.add_argument(
         "--repeats",
@@ -122,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for num_envs in (int(x) for x in args.envs.split(",")):
         if args.repeats:
-            rows += median_costs(num_envs, args.collector.split(","), args.batches, args.repeats)
+            rows += median_costs(
+                num_envs, args.collector.split(","), args.batches, args.repeats, args.vector
+            )
             continue
-        rows.append(floor_cost(num_envs, args.batches))
+        rows.append(floor_cost(num_envs, args.batches, args.vector))
         for collector in args.collector.split(","):
-            rows.append(worker_cost(num_envs, collector, args.batches, args.top))
+            rows.append(worker_cost(num_envs, collector, args.batches, args.top, args.vector))
     for row in rows:
         json_line({k: v for k, v in row.items() if k != "profile"})
     print("\n| envs | impl | us per env step | us per frame |\n|---|---|---|---|")
