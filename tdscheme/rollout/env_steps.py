@@ -81,6 +81,10 @@ class EnvSteps:
         batched: ``env`` is a vector env (reset with ``reset_mask``).
     """
 
+    #: the env resets an ended copy in its next step by itself: no :meth:`reset` call, and
+    #: the observations a step returned are those the next step starts from
+    resets_itself = False
+
     def __init__(self, env: Any, *, batched: bool, same_step: bool = False) -> None:
         self.env = env
         self.batched = batched
@@ -116,6 +120,8 @@ class SubEnvSteps:
     Args:
         env: a gymnasium ``SyncVectorEnv`` with ``AutoresetMode.DISABLED`` or ``SAME_STEP``.
     """
+
+    resets_itself = False
 
     def __init__(self, env: Any) -> None:
         from gymnasium.vector import AutoresetMode
@@ -174,19 +180,15 @@ class EnvPoolSteps:
         env: the EnvPool env under torchrl's ``MultiThreadedEnv``.
     """
 
+    resets_itself = True  # every env keeps the observation step returned (see the module)
+
     def __init__(self, env: Any) -> None:
         self.env = env
-        self._obs: Any = None
 
     def step(self, actions: np.ndarray) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """``(observation, reward, terminated, truncated)`` after ``actions``."""
         obs, reward, terminated, truncated, _ = self.env.step(actions)
-        self._obs = obs
         return obs, reward, np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
-
-    def reset(self, done: np.ndarray) -> Any:
-        """No call: every env keeps the observation :meth:`step` returned (see the module)."""
-        return self._obs
 
 
 class NextStepSteps:
@@ -196,21 +198,17 @@ class NextStepSteps:
         env: the :class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`.
     """
 
+    resets_itself = True  # a copy that ended resets in its next step (see the module)
+
     def __init__(self, env: Any) -> None:
         self.env = env
-        self._obs: Any = None
         #: the copies the last :meth:`step` reset (their outputs are no transition)
         self.reset_step = np.zeros(env.num_envs, dtype=bool)
 
     def step(self, actions: np.ndarray) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """``(observation, reward, terminated, truncated)`` after ``actions``."""
         obs, reward, terminated, truncated, self.reset_step = self.env.step_transitions(actions)
-        self._obs = obs
         return obs, reward, terminated, truncated
-
-    def reset(self, done: np.ndarray) -> Any:
-        """No call: a copy that ended resets in its next step (see the module)."""
-        return self._obs
 
 
 def pack_transitions(out: TensorDictBase, valid: torch.Tensor, time_dim: int) -> None:

@@ -264,11 +264,8 @@ class LeanCollector(Collector):
         before = self.before_step
         reward_dtype, reward_shape = env.reward_spec.dtype, env.reward_spec.shape
         # a one-call NEXT_STEP env: which (copy, step) frames are transitions (not reset steps)
-        valid = (
-            torch.ones(out.batch_size, dtype=torch.bool)
-            if isinstance(steps, NextStepSteps)
-            else None
-        )
+        pads = isinstance(steps, NextStepSteps)
+        valid = torch.ones(out.batch_size, dtype=torch.bool) if pads else None
         for t in range(self.frames_per_batch):
             if before is not None:
                 before()
@@ -375,25 +372,29 @@ class LeanCollector(Collector):
 
     def _reset_done(
         self,
-        steps: EnvSteps | SubEnvSteps | EnvPoolSteps,
+        steps: EnvSteps | SubEnvSteps | EnvPoolSteps | NextStepSteps,
         done: torch.Tensor,
         obs: dict[str, torch.Tensor],
         traj_ids: torch.Tensor,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Resets the copies whose episode ended, as torchrl's ``step_and_maybe_reset``.
 
+        An env that resets itself (EnvPool, ``NEXT_STEP``) gets no call: the step's
+        observations, read (stateless transforms only), are the next step's.
+
         Returns:
             The next step's observations and trajectory ids.
         """
         if not done.any():
             return obs, traj_ids
-        reset_obs = steps.reset(done.reshape(-1).numpy())
-        reset_obs = self._transforms.observe_reset(self._observations.read(reset_obs), done)
-        if self._transforms.stateful and not done.all():
-            # the other copies keep the step's observations, as torchrl's _update_during_reset
-            # (recomputed, a VecNorm's would see its updated statistics, a CatFrames' the same)
-            reset_obs = {key: _where(done, value, obs[key]) for key, value in reset_obs.items()}
-        obs = reset_obs
+        if not steps.resets_itself:
+            reset_obs = steps.reset(done.reshape(-1).numpy())
+            reset_obs = self._transforms.observe_reset(self._observations.read(reset_obs), done)
+            if self._transforms.stateful and not done.all():
+                # the other copies keep the step's observations, as torchrl's _update_during_reset
+                # (recomputed: a VecNorm's would see its updated statistics, a CatFrames' the same)
+                reset_obs = {k: _where(done, value, obs[k]) for k, value in reset_obs.items()}
+            obs = reset_obs
         new_ids = self._traj_pool.get_traj_and_increment(int(done.sum()), device=traj_ids.device)
         traj_ids = traj_ids.masked_scatter(done, new_ids).reshape(traj_ids.shape)
         return obs, traj_ids

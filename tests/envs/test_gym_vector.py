@@ -9,7 +9,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torchrl.envs import Compose, GymWrapper, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import (
+    Compose,
+    GymWrapper,
+    ObservationNorm,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
 
 from tdscheme import RayCollector
 from tdscheme.envs import wrap_gym_env
@@ -135,9 +142,17 @@ def valid_rows(batches, key):
     return rows
 
 
-@pytest.mark.parametrize("counted", [False, True], ids=["bare", "step-count-and-return"])
+TRANSFORMS = {
+    "bare": list,
+    "step-count-and-return": lambda: [StepCounter(), RewardSum()],
+    # the reset observations are the step's own, normalized once (no reset call)
+    "normalized": lambda: [ObservationNorm(loc=0.5, scale=2.0, in_keys=["observation"])],
+}
+
+
+@pytest.mark.parametrize("transforms", list(TRANSFORMS))
 def test_a_one_call_next_step_env_gives_a_disabled_envs_transitions_each_row_padded_at_its_end(
-    counted,
+    transforms,
 ):
     """AsyncVectorEnv, NEXT_STEP: per copy, the transitions of the same env built DISABLED
     (with StepCounter and RewardSum: a reset step neither counts nor adds)."""
@@ -145,7 +160,8 @@ def test_a_one_call_next_step_env_gives_a_disabled_envs_transitions_each_row_pad
     policy = mlp_policy(4, 2, discrete=True)
 
     def torchrl_env(env):
-        return TransformedEnv(env, Compose(StepCounter(), RewardSum())) if counted else env
+        made = TRANSFORMS[transforms]()
+        return TransformedEnv(env, Compose(*made)) if made else env
 
     want, _ = batches(Collector, lambda: torchrl_env(GymWrapper(one_call_env(3, MODES.DISABLED))),
                       policy, steps=30, num_batches=3)  # fmt: skip
