@@ -38,6 +38,8 @@ from the batches this rollout returns). Then each step:
 * writes every entry into torchrl's preallocated batch (``use_buffers``), so
   no per-step TensorDict is built, copied, stacked or ``step_mdp``-ed.
 
+An env that resets itself (EnvPool, ``NEXT_STEP``) runs :mod:`~tdscheme.rollout.staged`'s loop.
+
 Frames are those of torchrl's ``Collector`` on the same env, policy and seed,
 frame for frame: same keys, same ``"next"`` layout, same values
 (``tests/collectors/test_lean.py`` checks it). Any other env or option runs
@@ -87,6 +89,7 @@ from tdscheme.rollout.env_steps import (
     pack_transitions,
 )
 from tdscheme.rollout.observations import observations
+from tdscheme.rollout.staged import can_stage, staged_rollout
 from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.rollout.transforms import episode_transforms
 
@@ -232,7 +235,9 @@ class LeanCollector(Collector):
 
     def _lean_rollout(self) -> TensorDictBase:
         env, out, transforms = self._base_env, self._final_rollout, self._transforms
-        steps = env_steps(env)
+        steps, call_policy = env_steps(env), self._policy_call()
+        if can_stage(self, steps, call_policy):  # an env that resets itself: rollout/staged.py
+            return staged_rollout(self, steps, call_policy)
         batch_dims = env.batch_size
         time_dim = len(batch_dims)
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
@@ -254,7 +259,6 @@ class LeanCollector(Collector):
         falses = {
             key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
         }
-        call_policy = self._policy_call()
         # a policy that may read (or write) the done flags gets fresh ones each step, as
         # torchrl's carrier holds; the module of a plain policy that does not read them, none
         reads = getattr(call_policy, "reads", _DONE_KEYS)
@@ -298,11 +302,7 @@ class LeanCollector(Collector):
                 valid[(*at_step, t)] = ~reset_step
                 next_state = {k: _where(reset_step, state[k], v) for k, v in next_state.items()}
             ended = np.asarray(terminated | truncated)  # (| of two 0-d arrays is a scalar)
-            for key, value in (
-                ("done", ended),
-                ("terminated", terminated),
-                ("truncated", truncated),
-            ):
+            for key, value in zip(_DONE_KEYS, (ended, terminated, truncated), strict=True):
                 flags[key][(*at_step, t)] = value.reshape(flag_shape)
             values = {
                 **{("next", key): value for key, value in next_obs.items()},

@@ -95,6 +95,64 @@ class EpisodeTransforms:
         self.stateful = bool(own)
         self.max_steps = next((arg for kind, arg in steps if kind == "truncate"), None)
 
+    @property
+    def batchable(self) -> bool:
+        """Whether :meth:`run_batch` does what :meth:`step` and :meth:`reset` do step by step.
+
+        Not with a transform of its own state (``CatFrames``, ``VecNorm``), StepCounter's
+        truncation (it ends episodes), or a reward scale or bound of more than one value.
+        """
+        for kind, arg in self._steps:
+            if kind in ("own", "truncate"):
+                return False
+            if kind in ("scale", "clip") and any(torch.as_tensor(a).numel() != 1 for a in arg):
+                return False
+        return True
+
+    def normalize(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The observations ``ObservationNorm`` keeps (what :meth:`step` does to them, if batchable)."""
+        for kind, arg in self._steps:
+            if kind == "norm":
+                obs = _normalize(arg, obs)
+        return obs
+
+    def run_batch(
+        self,
+        state: dict[str, torch.Tensor],
+        reward: torch.Tensor,
+        done: np.ndarray,
+        held: np.ndarray | None,
+    ) -> tuple[dict[str, Any], dict[str, Any], torch.Tensor, dict[str, torch.Tensor]]:
+        """A batch of steps at once (time first: ``[steps, copies]``), as :meth:`step` / :meth:`reset`.
+
+        Args:
+            state: the state the batch starts from (:meth:`initial`).
+            reward: the env's rewards, in the reward spec's dtype.
+            done: the episodes that ended at each step (their state zeroed after it).
+            held: steps that are no transition (a ``NEXT_STEP`` reset step: the state stays).
+
+        Returns:
+            ``(roots, nexts, reward, final)``: each state key's value at each step and
+            after it (``[steps, copies]``), the transformed rewards, and the state the
+            next batch starts from (shaped as ``state``).
+        """
+        roots: dict[str, Any] = {}
+        nexts: dict[str, Any] = {}
+        final = dict(state)
+        for kind, arg in self._steps:
+            if kind in ("sum", "count"):
+                adds = reward.numpy() if kind == "sum" else None
+                roots[arg], nexts[arg], last = _accumulate(state[arg], adds, done, held)
+                final[arg] = torch.from_numpy(last).reshape(state[arg].shape)
+            elif kind == "scale":
+                scale, loc = arg
+                reward = reward * scale + loc
+            elif kind == "clip":
+                reward = reward.clamp(*arg)
+            elif kind == "cast" and arg:
+                reward = reward.to(torch.float32)
+        return roots, nexts, reward, final
+
     def initial(self, carrier: Any) -> dict[str, torch.Tensor]:
         """The state torchrl's reset left in ``carrier`` (a TensorDict)."""
         return {key: carrier.get(key) for key in self.keys}
@@ -161,6 +219,30 @@ class EpisodeTransforms:
         if not done.any():
             return nxt
         return {key: torch.where(~done.reshape(v.shape), v, 0) for key, v in nxt.items()}
+
+
+def _accumulate(
+    start: torch.Tensor, adds: np.ndarray | None, done: np.ndarray, held: np.ndarray | None
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """RewardSum's ``prev + reward`` (``adds``) or StepCounter's ``count + 1`` (``None``) over steps.
+
+    Numpy's arithmetic on the copies, step by step in torchrl's order and dtypes (IEEE
+    adds of the same operands: the same values as torch's).
+    """
+    acc = start.reshape(-1).numpy().copy()
+    one = np.ones((), dtype=acc.dtype)
+    dtype = np.result_type(acc, adds) if adds is not None else acc.dtype
+    roots = np.empty(done.shape, dtype=acc.dtype)
+    nexts = np.empty(done.shape, dtype=dtype)
+    for t in range(done.shape[0]):
+        roots[t] = acc
+        nxt = acc + (adds[t] if adds is not None else one)
+        if held is not None and held[t].any():
+            nxt = np.where(held[t], acc, nxt)
+        nexts[t] = nxt
+        acc = nxt.copy()
+        acc[done[t]] = 0
+    return torch.from_numpy(roots), torch.from_numpy(nexts), acc
 
 
 def _normalize(arg: tuple[Any, ...], obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,188 @@
+"""The lean rollout's staged loop: envs that reset themselves, their bookkeeping done once per batch.
+
+An env that resets an ended copy by itself (EnvPool; a one-call ``NEXT_STEP``
+vector env, :class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`) returns, at
+every step, the observations the next step starts from. So the only work that
+must happen step by step is the policy's call on them, the env's call, and
+what the next step reads. :func:`staged_rollout` does only that per step (the
+policy's outputs and the next observations written into torchrl's
+preallocated batch, the env's rewards and flags into numpy arrays) and does the
+rest once per batch, in whole-batch operations:
+
+* each step's observations: the previous step's next observations (one copy
+  per key), the first step's those the batch started from;
+* the ``done`` / ``terminated`` / ``truncated`` flags and the rewards, with the
+  env's reward transforms (``RewardScaling``, ``RewardClipping``, the cast of
+  ``DoubleToFloat``) applied to all of them at once;
+* ``RewardSum`` / ``StepCounter``: one pass over the batch's steps on numpy
+  arrays of the copies (``prev + reward``, ``count + 1``, zeroed after an
+  episode ends, held through a reset step: torchrl's arithmetic in torchrl's
+  order, so the values are the same bit for bit);
+* the trajectory ids: the pool's new ids handed out in (step, copy) order, as
+  one call per step hands them out;
+* a one-call ``NEXT_STEP`` env's reset steps packed out
+  (:func:`~tdscheme.rollout.env_steps.pack_transitions`).
+
+It runs where :func:`can_stage` says so: a policy that reads only
+observations (the module of a plain ``TensorDictModule``: the lean loop's
+direct call), no random frames in the batch, and transforms whose
+per-batch form is the per-step one (:meth:`EpisodeTransforms.batchable
+<tdscheme.rollout.transforms.EpisodeTransforms.batchable>`). Its batches are
+the per-step lean loop's frame for frame (``tests/rollout/test_staged.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
+
+__all__ = ["can_stage", "staged_rollout"]
+
+_TRAJ_IDS = ("collector", "traj_ids")
+_DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def can_stage(collector: Any, steps: Any, call_policy: Any) -> bool:
+    """Whether the staged loop runs this batch of a ``LeanCollector`` (see the module)."""
+    reads = getattr(call_policy, "reads", None)
+    return (
+        steps.resets_itself
+        and reads is not None
+        and set(reads) <= set(collector._observations.keys)
+        and collector._transforms.batchable
+        and not collector._should_use_random_frames()
+    )
+
+
+def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBase:
+    """One batch of ``collector`` (a ``LeanCollector``) through the staged loop (see the module).
+
+    Args:
+        collector: the collector; its carrier (what the batch starts from) is updated.
+        steps: its env's stepper (``resets_itself``).
+        call_policy: the direct call of its policy (``inputs -> outputs`` by key).
+    """
+    env, out, transforms = collector._base_env, collector._final_rollout, collector._transforms
+    n, steps_per_batch = max(1, int(env.batch_size.numel())), collector.frames_per_batch
+    time_dim = len(env.batch_size)
+    obs_keys = collector._observations.keys
+    policy_keys = [k for k in collector._policy_output_keys if k != _TRAJ_IDS]
+    first = {key: collector._carrier.get(key) for key in obs_keys}
+    state = {key: collector._carrier.get(key) for key in transforms.keys}
+    next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
+    next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
+    policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
+    terminated = np.zeros((steps_per_batch, n), dtype=bool)
+    truncated = np.zeros((steps_per_batch, n), dtype=bool)
+    pads = isinstance(steps, NextStepSteps)
+    held = np.zeros((steps_per_batch, n), dtype=bool) if pads else None
+    rewards: np.ndarray | None = None
+    to_gym, normalize = action_to_gym(env), transforms.normalize
+    read_obs = collector._observations.read
+    before, hook = collector.before_step, collector.step_hook
+    obs = first
+    for t in range(steps_per_batch):
+        if before is not None:
+            before()
+        outputs = call_policy(obs)
+        for key in policy_keys:
+            policy_rows[key][t].copy_(outputs[key])
+        raw_obs, reward, term, trunc = steps.step(to_gym(outputs["action"]))
+        if hook is not None:
+            hook(n)
+        if rewards is None:  # the env's own dtype: cast once per batch, as once per step
+            rewards = np.zeros((steps_per_batch, n), dtype=np.asarray(reward).dtype)
+        rewards[t] = np.reshape(reward, n)
+        terminated[t] = np.reshape(term, n)
+        truncated[t] = np.reshape(trunc, n)
+        if held is not None:
+            held[t] = steps.reset_step
+        obs = normalize(read_obs(raw_obs))
+        for key in obs_keys:
+            row = next_obs_rows[key][t]
+            row.copy_(obs[key].reshape(row.shape))
+    done = terminated | truncated
+    _write_observations(out, first, next_obs, time_dim)
+    for key, value in (("done", done), ("terminated", terminated), ("truncated", truncated)):
+        _time_last(out.get(("next", key)), n).copy_(torch.from_numpy(value).T)
+        out.get(key).zero_()  # a carrier's done keys are always False after step_and_maybe_reset
+    reward = torch.from_numpy(rewards).to(env.reward_spec.dtype)
+    roots, nexts, reward, state = transforms.run_batch(state, reward, done, held)
+    _time_last(out.get(("next", "reward")), n).copy_(reward.T)
+    for key in transforms.keys:
+        _time_last(out.get(key), n).copy_(roots[key].T)
+        _time_last(out.get(("next", key)), n).copy_(nexts[key].T)
+    ids = _traj_ids(collector, done, out, n)
+    collector._carrier = collector._as_carrier(
+        {
+            **obs,
+            _TRAJ_IDS: ids,
+            **{k: torch.zeros(env.full_done_spec[k].shape, dtype=torch.bool) for k in _DONE_KEYS},
+            **state,
+        }
+    )
+    if held is not None:
+        pack_transitions(out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim)
+    return out
+
+
+def _time_last(value: torch.Tensor, n: int) -> torch.Tensor:
+    """``[*env dims, time, ...]`` as ``[copies, time]`` (one value per frame), a view."""
+    return value.view(n, -1)
+
+
+def _next_obs(collector: Any, out: TensorDictBase, key: str) -> torch.Tensor:
+    """Where the steps' next observations go: the batch's, or (``compact_obs``) a kept buffer."""
+    if ("next", key) in out.keys(True, True):
+        return out.get(("next", key))
+    kept = collector.__dict__.setdefault("_staged_next_obs", {})
+    like = out.get(key)
+    if key not in kept or kept[key].shape != like.shape or kept[key].dtype != like.dtype:
+        kept[key] = torch.empty_like(like)
+    return kept[key]
+
+
+def _write_observations(
+    out: TensorDictBase,
+    first: dict[str, torch.Tensor],
+    next_obs: dict[str, torch.Tensor],
+    time_dim: int,
+) -> None:
+    """Each step's observations: the first step's ``first``, then the step before's next ones."""
+    for key, nxt in next_obs.items():
+        rows = out.get(key)
+        steps = rows.shape[time_dim]
+        head = rows.select(time_dim, 0)
+        head.copy_(first[key].reshape(head.shape))
+        if steps > 1:
+            rows.narrow(time_dim, 1, steps - 1).copy_(nxt.narrow(time_dim, 0, steps - 1))
+
+
+def _traj_ids(collector: Any, done: np.ndarray, out: TensorDictBase, n: int) -> torch.Tensor:
+    """Writes each frame's trajectory id; returns the ids the next batch starts from.
+
+    A copy's id changes at the step after its episode ended, to the pool's next
+    id; ids are handed out in (step, copy) order, as one pool call per step does.
+    """
+    carried = collector._carrier.get(_TRAJ_IDS)
+    start = carried.reshape(n)
+    ended = torch.from_numpy(done)
+    count = int(ended.sum())
+    rows = _time_last(out.get(_TRAJ_IDS), n)
+    if count == 0:
+        rows.copy_(start[:, None].expand_as(rows))
+        return carried
+    given = torch.full(ended.shape, -1, dtype=start.dtype)
+    given[ended] = collector._traj_pool.get_traj_and_increment(count).to(start.dtype)
+    at = torch.arange(ended.shape[0])[:, None].expand_as(ended)
+    last = torch.where(ended, at, -1).cummax(0).values  # the last step <= t that ended
+    before = torch.cat([torch.full((1, n), -1, dtype=last.dtype), last[:-1]])  # ... < t
+    ids = torch.where(before >= 0, given.gather(0, before.clamp(min=0)), start)
+    rows.copy_(ids.T)
+    final = torch.where(last[-1] >= 0, given.gather(0, last[-1:].clamp(min=0))[0], start)
+    return final.reshape(carried.shape)

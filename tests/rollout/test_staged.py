@@ -1,0 +1,158 @@
+"""The staged loop (envs that reset themselves) gives the per-step lean loop's batches, frame for frame."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from torchrl.envs import (
+    Compose,
+    DoubleToFloat,
+    ObservationNorm,
+    RewardClipping,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
+
+from tdscheme.envs import wrap_gym_env
+from tdscheme.keys import MASK_KEY
+from tdscheme.rollout import lean, staged
+from tdscheme.rollout.lean import LeanCollector
+from tdscheme.testing import mlp_policy, seed_collector
+
+
+def cartpole_vector(num_envs=6):
+    """CartPole's own one-call NEXT_STEP vector env, as ``gym.make_vec`` builds it."""
+    return wrap_gym_env(gym.make_vec("CartPole-v1", num_envs=num_envs))
+
+
+def pendulum_async(num_envs=3):
+    """Float rewards and truncations: an AsyncVectorEnv (NEXT_STEP) of 30-step Pendulums."""
+    return wrap_gym_env(
+        gym.make_vec(
+            "Pendulum-v1", num_envs=num_envs, vectorization_mode="async", max_episode_steps=30
+        )
+    )
+
+
+def bookkeeping(obs_dim):
+    """Episode sums and counts, reward maps around them, fixed observation statistics."""
+    norm = ObservationNorm(
+        loc=torch.full((obs_dim,), 0.1), scale=torch.full((obs_dim,), 2.0), in_keys=["observation"]
+    )
+    return [
+        RewardSum(), RewardScaling(loc=0.25, scale=0.5), StepCounter(), RewardClipping(-3.0, 0.4),
+        norm,
+    ]  # fmt: skip
+
+
+def collect(env_fn, policy, *, staged_on, steps=45, num_batches=3, seed=3, **kwargs):
+    """Batches of a LeanCollector with the staged loop on, or forced off (the per-step loop)."""
+    ran = []
+    real = staged.can_stage
+
+    def decide(collector, stepper, call):
+        ran.append(real(collector, stepper, call) and staged_on)
+        return ran[-1]
+
+    torch.manual_seed(seed)
+    env = env_fn()
+    collector = LeanCollector(
+        env, policy, frames_per_batch=steps * env.batch_size.numel(),
+        auto_register_policy_transforms=False, **kwargs,
+    )  # fmt: skip
+    lean.can_stage = decide
+    try:
+        seed_collector(collector, seed)
+        it = iter(collector)
+        out = [next(it).clone() for _ in range(num_batches)]
+        state = collector._carrier.clone()
+    finally:
+        lean.can_stage = real
+        collector.shutdown()
+    assert collector.lean_reason is None and all(r == staged_on for r in ran), ran
+    return out, state
+
+
+def assert_same(want, got):
+    for w, g in zip(want, got, strict=True):
+        assert sorted(g.keys(True, True), key=str) == sorted(w.keys(True, True), key=str)
+        for key in w.keys(True, True):
+            assert g[key].dtype == w[key].dtype, key
+            assert torch.equal(g[key], w[key]), key
+
+
+@pytest.mark.parametrize("transforms", [False, True])
+def test_cartpoles_vector_env_staged_equals_per_step(transforms):
+    """Reset steps padded out, traj ids, RewardSum / StepCounter held through them."""
+    torch.manual_seed(0)
+    policy = mlp_policy(4, 2)
+
+    def env_fn():
+        env = cartpole_vector()
+        return TransformedEnv(env, Compose(*bookkeeping(4))) if transforms else env
+
+    want, want_carrier = collect(env_fn, policy, staged_on=False)
+    got, got_carrier = collect(env_fn, policy, staged_on=True)
+    assert_same(want, got)
+    assert_same([want_carrier], [got_carrier])  # the next batch starts from the same state
+    mask = torch.cat([b[MASK_KEY] for b in got], 1)
+    assert not mask.all()  # reset steps happened (and were packed out)
+    ids = torch.cat([b["collector", "traj_ids"] for b in got], 1)
+    assert ids.max() > ids.min() + 6  # episodes ended, new ids handed out
+
+
+def test_float_rewards_and_truncations_staged_equals_per_step():
+    """Pendulum: float sums (bit for bit), DoubleToFloat, scaling, clipping, time-limit ends."""
+    torch.manual_seed(1)
+    policy = mlp_policy(3, 1, discrete=False)
+
+    def env_fn():
+        return TransformedEnv(pendulum_async(), Compose(DoubleToFloat(), *bookkeeping(3)))
+
+    want, _ = collect(env_fn, policy, staged_on=False, steps=40)
+    got, _ = collect(env_fn, policy, staged_on=True, steps=40)
+    assert_same(want, got)
+    assert bool(torch.cat([b["next", "truncated"] for b in got], 1).any())
+
+
+def test_compact_obs_staged_equals_per_step():
+    """torchrl's compact layout (no ("next", obs)): each step's observation still the right one."""
+    torch.manual_seed(2)
+    policy = mlp_policy(4, 2)
+    want, _ = collect(cartpole_vector, policy, staged_on=False, compact_obs=True)
+    got, _ = collect(cartpole_vector, policy, staged_on=True, compact_obs=True)
+    assert ("next", "observation") not in got[0].keys(True, True)
+    assert_same(want, got)
+
+
+def test_envpool_staged_equals_per_step():
+    pytest.importorskip("envpool")
+    from tdscheme.envs import make_env
+
+    torch.manual_seed(3)
+    net = torch.nn.Linear(4, 2)  # EnvPool's CartPole takes index actions
+    policy = TensorDictModule(lambda obs: net(obs).argmax(-1), ["observation"], ["action"])
+
+    def env_fn():
+        env = make_env("CartPole-v1", num_envs=4, backend="envpool")
+        return TransformedEnv(env, Compose(RewardSum(), StepCounter()))
+
+    want, _ = collect(env_fn, policy, staged_on=False)
+    got, _ = collect(env_fn, policy, staged_on=True)
+    assert_same(want, got)
+
+
+def test_a_policy_reading_more_than_observations_runs_per_step():
+    """Traj ids or done flags as policy inputs: the staged loop would not have them per step."""
+    torch.manual_seed(4)
+    net = mlp_policy(4, 2).module
+    policy = TensorDictModule(
+        lambda obs, ids: net(obs), in_keys=["observation", ("collector", "traj_ids")],
+        out_keys=["action"],
+    )  # fmt: skip
+    batches, _ = collect(cartpole_vector, policy, staged_on=False, num_batches=1)
+    assert batches[0]["action"].shape == (6, 45, 2)
