@@ -51,8 +51,7 @@ def can_stage(collector: Any, steps: Any, call_policy: Any) -> bool:
     """Whether the staged loop runs this batch of a ``LeanCollector`` (see the module)."""
     reads = getattr(call_policy, "reads", None)
     return (
-        steps.resets_itself
-        and reads is not None
+        reads is not None
         and set(reads) <= set(collector._observations.keys)
         and collector._transforms.batchable
         and not collector._should_use_random_frames()
@@ -64,7 +63,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
 
     Args:
         collector: the collector; its carrier (what the batch starts from) is updated.
-        steps: its env's stepper (``resets_itself``).
+        steps: its env's stepper (:func:`~tdscheme.rollout.env_steps.env_steps`).
         call_policy: the direct call of its policy (``inputs -> outputs`` by key).
     """
     env, out, transforms = collector._base_env, collector._final_rollout, collector._transforms
@@ -85,6 +84,8 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     to_gym, normalize = action_to_gym(env), transforms.normalize
     read_obs = collector._observations.read
     before, hook = collector.before_step, collector.step_hook
+    resets = not steps.resets_itself
+    starts: dict[int, dict[str, torch.Tensor]] = {}  # step -> the reset's observations
     obs = first
     for t in range(steps_per_batch):
         if before is not None:
@@ -106,17 +107,26 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         for key in obs_keys:
             row = next_obs_rows[key][t]
             row.copy_(obs[key].reshape(row.shape))
+        if resets and (terminated[t].any() or truncated[t].any()):
+            # reset as torchrl's step_and_maybe_reset: the next step starts from its observations
+            obs = normalize(read_obs(steps.reset(terminated[t] | truncated[t])))
+            if t + 1 < steps_per_batch:
+                starts[t + 1] = {key: value.clone() for key, value in obs.items()}
     done = terminated | truncated
     _write_observations(out, first, next_obs, time_dim)
+    for t, started in starts.items():  # the steps after a reset start from its observations
+        for key, value in started.items():
+            row = out.get(key).select(time_dim, t)
+            row.copy_(value.reshape(row.shape))
     for key, value in (("done", done), ("terminated", terminated), ("truncated", truncated)):
-        _time_last(out.get(("next", key)), n).copy_(torch.from_numpy(value).T)
+        _write(out, ("next", key), torch.from_numpy(value), n)
         out.get(key).zero_()  # a carrier's done keys are always False after step_and_maybe_reset
     reward = torch.from_numpy(rewards).to(env.reward_spec.dtype)
     roots, nexts, reward, state = transforms.run_batch(state, reward, done, held)
-    _time_last(out.get(("next", "reward")), n).copy_(reward.T)
+    _write(out, ("next", "reward"), reward, n)
     for key in transforms.keys:
-        _time_last(out.get(key), n).copy_(roots[key].T)
-        _time_last(out.get(("next", key)), n).copy_(nexts[key].T)
+        _write(out, key, roots[key], n)
+        _write(out, ("next", key), nexts[key], n)
     ids = _traj_ids(collector, done, out, n)
     collector._carrier = collector._as_carrier(
         {
@@ -134,6 +144,15 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
 def _time_last(value: torch.Tensor, n: int) -> torch.Tensor:
     """``[*env dims, time, ...]`` as ``[copies, time]`` (one value per frame), a view."""
     return value.view(n, -1)
+
+
+def _write(out: TensorDictBase, key: Any, value: torch.Tensor, n: int) -> None:
+    """``value`` (``[steps, copies]``) into the batch's ``key``, where the batch has it.
+
+    (torchrl's ``compact_obs`` batch leaves some ``"next"`` entries out.)
+    """
+    if key in out.keys(True, True):
+        _time_last(out.get(key), n).copy_(value.T)
 
 
 def _next_obs(collector: Any, out: TensorDictBase, key: str) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import pytest
 import torch
@@ -9,6 +11,7 @@ from tensordict.nn import TensorDictModule
 from torchrl.envs import (
     Compose,
     DoubleToFloat,
+    GymWrapper,
     ObservationNorm,
     RewardClipping,
     RewardScaling,
@@ -17,7 +20,7 @@ from torchrl.envs import (
     TransformedEnv,
 )
 
-from tdscheme.envs import wrap_gym_env
+from tdscheme.envs import make_env, wrap_gym_env
 from tdscheme.keys import MASK_KEY
 from tdscheme.rollout import lean, staged
 from tdscheme.rollout.lean import LeanCollector
@@ -85,6 +88,36 @@ def assert_same(want, got):
             assert torch.equal(g[key], w[key]), key
 
 
+def same_step_cartpoles(num_envs=6):
+    copies = [functools.partial(gym.make, "CartPole-v1")] * num_envs
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+
+
+@pytest.mark.parametrize(
+    "env_fn",
+    [
+        functools.partial(make_env, "CartPole-v1", num_envs=6),  # DISABLED: reset_mask
+        same_step_cartpoles,  # the final observations swapped with the resets'
+        functools.partial(make_env, "CartPole-v1"),  # one env: reset()
+    ],
+    ids=["disabled", "same_step", "one_env"],
+)
+def test_envs_reset_by_the_loop_staged_equals_per_step(env_fn):
+    """Each step after a reset starts from the reset's observations (normalized), not the step's."""
+    torch.manual_seed(5)
+    policy = mlp_policy(4, 2)
+
+    def transformed():
+        return env_fn().append_transform(Compose(*bookkeeping(4)))
+
+    want, want_carrier = collect(transformed, policy, staged_on=False)
+    got, got_carrier = collect(transformed, policy, staged_on=True)
+    assert_same(want, got)
+    assert_same([want_carrier], [got_carrier])
+    assert bool(torch.cat([b["next", "done"] for b in got], -2).sum() > 2)
+
+
 @pytest.mark.parametrize("transforms", [False, True])
 def test_cartpoles_vector_env_staged_equals_per_step(transforms):
     """Reset steps padded out, traj ids, RewardSum / StepCounter held through them."""
@@ -131,7 +164,6 @@ def test_compact_obs_staged_equals_per_step():
 
 def test_envpool_staged_equals_per_step():
     pytest.importorskip("envpool")
-    from tdscheme.envs import make_env
 
     torch.manual_seed(3)
     net = torch.nn.Linear(4, 2)  # EnvPool's CartPole takes index actions
