@@ -24,8 +24,9 @@ rest once per batch, in whole-batch operations:
   (:func:`~tdscheme.rollout.env_steps.pack_transitions`).
 
 It runs where :func:`can_stage` says so: a policy that reads only
-observations (the module of a plain ``TensorDictModule``: the lean loop's
-direct call), no random frames in the batch, and transforms whose
+observations (its ``in_keys``; a plain ``TensorDictModule``'s module is called
+directly, any other TensorDict module on the observations), no random frames
+in the batch, and transforms whose
 per-batch form is the per-step one (:meth:`EpisodeTransforms.batchable
 <tdscheme.rollout.transforms.EpisodeTransforms.batchable>`). Its batches are
 the per-step lean loop's frame for frame (``tests/rollout/test_staged.py``).
@@ -49,7 +50,10 @@ _DONE_KEYS = ("done", "terminated", "truncated")
 
 def can_stage(collector: Any, steps: Any, call_policy: Any) -> bool:
     """Whether the staged loop runs this batch of a ``LeanCollector`` (see the module)."""
-    reads = getattr(call_policy, "reads", None)
+    # a plain module's inputs (the direct call), else the policy's in_keys (a TensorDict call)
+    reads = getattr(call_policy, "reads", None) or getattr(
+        collector._wrapped_policy, "in_keys", None
+    )
     return (
         reads is not None
         and set(reads) <= set(collector._observations.keys)

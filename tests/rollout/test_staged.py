@@ -188,3 +188,25 @@ def test_a_policy_reading_more_than_observations_runs_per_step():
     )  # fmt: skip
     batches, _ = collect(cartpole_vector, policy, staged_on=False, num_batches=1)
     assert batches[0]["action"].shape == (6, 45, 2)
+
+
+def test_a_sampling_tensordict_policy_staged_equals_per_step():
+    """A ProbabilisticActor (not a plain module): called on the observations, same samples."""
+    from tensordict.nn import InteractionType, ProbabilisticTensorDictModule, TensorDictSequential
+    from torch.distributions import OneHotCategorical
+
+    torch.manual_seed(6)
+    net = TensorDictModule(mlp_policy(4, 2).module[:-1], ["observation"], ["logits"])
+    sample = ProbabilisticTensorDictModule(
+        in_keys=["logits"], out_keys=["action"], distribution_class=OneHotCategorical,
+        return_log_prob=True, default_interaction_type=InteractionType.RANDOM,
+    )  # fmt: skip
+    policy = TensorDictSequential(net, sample)
+    want, _ = collect(
+        cartpole_vector, policy, staged_on=False, exploration_type=InteractionType.RANDOM
+    )
+    got, _ = collect(
+        cartpole_vector, policy, staged_on=True, exploration_type=InteractionType.RANDOM
+    )
+    assert_same(want, got)
+    assert {"logits", "action_log_prob"} <= set(got[0].keys())
