@@ -38,7 +38,7 @@ from the batches this rollout returns). Then each step:
 * writes every entry into torchrl's preallocated batch (``use_buffers``), so
   no per-step TensorDict is built, copied, stacked or ``step_mdp``-ed.
 
-An env that resets itself (EnvPool, ``NEXT_STEP``) runs :mod:`~tdscheme.rollout.staged`'s loop.
+Where the policy reads only observations, :mod:`~tdscheme.rollout.staged`'s loop runs.
 
 Frames are those of torchrl's ``Collector`` on the same env, policy and seed,
 frame for frame: same keys, same ``"next"`` layout, same values
@@ -236,7 +236,7 @@ class LeanCollector(Collector):
     def _lean_rollout(self) -> TensorDictBase:
         env, out, transforms = self._base_env, self._final_rollout, self._transforms
         steps, call_policy = env_steps(env), self._policy_call()
-        if can_stage(self, steps, call_policy):  # an env that resets itself: rollout/staged.py
+        if can_stage(self, steps, call_policy):  # the bookkeeping once per batch: staged.py
             return staged_rollout(self, steps, call_policy)
         batch_dims = env.batch_size
         time_dim = len(batch_dims)

@@ -1,16 +1,16 @@
-"""The lean rollout's staged loop: envs that reset themselves, their bookkeeping done once per batch.
+"""The lean rollout's staged loop: per step only what must be per step, the bookkeeping once per batch.
 
-An env that resets an ended copy by itself (EnvPool; a one-call ``NEXT_STEP``
-vector env, :class:`~tdscheme.envs.gym_vector.NextStepVectorEnv`) returns, at
-every step, the observations the next step starts from. So the only work that
-must happen step by step is the policy's call on them, the env's call, and
-what the next step reads. :func:`staged_rollout` does only that per step (the
+Step by step, only the policy's call, the env's call and what the next step
+reads must happen in order. :func:`staged_rollout` does only that per step (the
 policy's outputs and the next observations written into torchrl's
-preallocated batch, the env's rewards and flags into numpy arrays) and does the
-rest once per batch, in whole-batch operations:
+preallocated batch, the env's rewards and flags into numpy arrays; the loop's
+reset of the copies that ended, where the env does not reset them itself) and
+does the rest once per batch, in whole-batch operations:
 
 * each step's observations: the previous step's next observations (one copy
-  per key), the first step's those the batch started from;
+  per key), the first step's those the batch started from, a step after a
+  reset the reset's (EnvPool and a one-call ``NEXT_STEP`` env reset by
+  themselves: their next observations are already the next step's);
 * the ``done`` / ``terminated`` / ``truncated`` flags and the rewards, with the
   env's reward transforms (``RewardScaling``, ``RewardClipping``, the cast of
   ``DoubleToFloat``) applied to all of them at once;

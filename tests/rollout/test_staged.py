@@ -1,4 +1,4 @@
-"""The staged loop (envs that reset themselves) gives the per-step lean loop's batches, frame for frame."""
+"""The staged loop gives the per-step lean loop's batches, frame for frame, for every env kind it steps."""
 
 from __future__ import annotations
 
