@@ -6,6 +6,8 @@
   (:func:`~tdscheme.replay.ray_held.ray_buffer_kwargs`), written by workers through
   tdscheme's codec with a time bound, a dead actor named.
 * :mod:`~tdscheme.replay.bounded`: the driver's calls on such a buffer, each bounded.
+* :mod:`~tdscheme.replay.compact`: a storage keeping each observation (each stacked
+  plane) once, torchrl's layout when read.
 
 Used by the collector workers (writes), the driver (a dead worker's last write) and the
 off-policy training loop (samples); none of them imports another for it.
@@ -17,16 +19,18 @@ import typing
 
 from tdscheme.facades import lazy_exports
 
-__all__ = ["BoundedRayBuffer", "is_ray_replay_buffer", "ray_buffer_kwargs"]
+__all__ = ["BoundedRayBuffer", "CompactFrameStorage", "is_ray_replay_buffer", "ray_buffer_kwargs"]
 
 if typing.TYPE_CHECKING:
     from tdscheme.replay.bounded import BoundedRayBuffer
+    from tdscheme.replay.compact import CompactFrameStorage
     from tdscheme.replay.ray_held import is_ray_replay_buffer, ray_buffer_kwargs
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "BoundedRayBuffer": "tdscheme.replay.bounded",
+        "CompactFrameStorage": "tdscheme.replay.compact",
         "is_ray_replay_buffer": "tdscheme.replay.ray_held",
         "ray_buffer_kwargs": "tdscheme.replay.ray_held",
     },

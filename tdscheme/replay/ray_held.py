@@ -55,6 +55,7 @@ from torchrl.data import ReplayBuffer
 
 from tdscheme.errors import ReplayBufferDied
 from tdscheme.log_levels import driver_log_level
+from tdscheme.replay.compact import CompactFrameStorage
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = [
@@ -328,8 +329,15 @@ def _plain_ray_actor(client: Any) -> Any:
 
 
 def _extend_decoded(buffer: Any, payload: Payload, record: Any) -> None:
-    """Runs inside the buffer's actor: decodes the payload, extends the buffer, keeps ``record``."""
-    buffer.extend(TensorDictCodec().decode(payload))
+    """Runs inside the buffer's actor: decodes the payload, extends the buffer, keeps ``record``.
+
+    A storage of one transition per slot (:class:`~tdscheme.replay.compact.CompactFrameStorage`)
+    gets a ``[num_envs, time]`` batch as its rows one after the other.
+    """
+    td = TensorDictCodec().decode(payload)
+    if td.ndim > 1 and isinstance(getattr(buffer, "_storage", None), CompactFrameStorage):
+        td = td.reshape(-1)
+    buffer.extend(td)
     if record is not None:
         buffer.__dict__.setdefault(_RECORDS, {})[record.worker_id] = record
 
