@@ -54,6 +54,12 @@ Sections (``--sections``, default all):
   written per second (the buffer's write count in frames, ``replay.py``'s
   ``frames_written``) over 30 s after the first batch and 10 s of warm-up (5 s and 3 s
   with ``--quick``); the driver samples nothing meanwhile.
+* ``background_pixels``: the same with the ``pixels`` section's envs, policy and batches
+  (no random frames), into a ``LazyTensorStorage`` of 32,768 frames in rows of 128; the
+  hand-written writer steps a SAME_STEP vector env of the same frames (as in
+  ``background``; the final observations from its info) and writes each frame as
+  ``observation`` and ``("next", "observation")``, as torchrl's layout holds them. One more row: tdscheme's workers writing into tdscheme's
+  ``CompactFrameStorage`` (each frame stored once; a different storage, for reference).
 
 Output: one JSON line per measurement on stdout, then one table per section; the
 ``vs hand-written`` column is the row's rate over the hand-written row's in the same
@@ -84,7 +90,10 @@ from report import Recorder, parse_section_args, run_sections
 
 from tdscheme.envs import make_env
 
-SECTIONS = ("disabled", "same_step", "next_step", "next_step_native", "pixels", "background")
+SECTIONS = (
+    "disabled", "same_step", "next_step", "next_step_native", "pixels", "background",
+    "background_pixels",
+)  # fmt: skip
 ENV_ID, NUM_ENVS, FRAMES_PER_BATCH = "CartPole-v1", 64, 4096  # collection.py's batched section
 RANDOM_FRAMES = 2 * FRAMES_PER_BATCH * 2  # 2 random batches per worker, then the policy
 BUFFER_FRAMES = 1_000_000
@@ -144,6 +153,7 @@ def section_next_step_native(rec: Recorder, s: Settings) -> None:
 
 
 PIXELS, PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH = (4, 84, 84), 16, 2048
+PIXEL_BUFFER_FRAMES = 32_768  # 1.8 GB in torchrl's layout
 
 
 def pixel_vector_env(num_envs: int) -> Any:
@@ -208,39 +218,65 @@ def bytes_per_frame(collector: Any, it: Any, fps: float) -> dict[str, float]:
     return {"bytes_per_frame_in_obs": nbytes / frames / obs_bytes}
 
 
-def background_collector(impl: str, buffer: Any) -> Any:
-    """``impl``'s collector writing into ``buffer``, built but not started."""
+def background_collector(impl: str, buffer: Any, pixels: bool = False) -> Any:
+    """``impl``'s collector writing into ``buffer``, built but not started.
+
+    ``pixels``: the ``pixels`` section's envs and policy, no random frames."""
+    envs, fpb = (PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH) if pixels else (NUM_ENVS, FRAMES_PER_BATCH)
+    random_frames = 0 if pixels else RANDOM_FRAMES
     if impl == HAND:
-        writer = {"buffer": buffer.client(), "random_frames": RANDOM_FRAMES // 2}  # per worker
+        writer = {"buffer": buffer.client(), "random_frames": random_frames // 2}  # per worker
+        if pixels:
+            writer["pixels"] = PIXELS
         return peers.MinimalRayCollector(
-            ENV_ID, num_envs=NUM_ENVS, frames_per_batch=FRAMES_PER_BATCH,
+            ENV_ID, num_envs=envs, frames_per_batch=fpb,
             worker_cls=peers.MinimalBufferWriter, worker_kwargs=writer,
         )  # fmt: skip
     torch.manual_seed(0)
     factory = (
-        collection_runs.tdscheme_collector
-        if impl == "tdscheme"
-        else collection_runs.torchrl_collector
+        collection_runs.torchrl_collector
+        if impl == "torchrl"
+        else collection_runs.tdscheme_collector
     )
+    if pixels:
+        env_fn, policy = functools.partial(pixel_vector_env, envs), peers.pixel_policy(PIXELS, 2)
+    else:
+        env_fn, policy = functools.partial(make_env, ENV_ID, num_envs=envs), mlp_policy(4, 2)
     return factory(
-        functools.partial(make_env, ENV_ID, num_envs=NUM_ENVS), mlp_policy(4, 2),
-        frames_per_batch=FRAMES_PER_BATCH, sync=False, replay_buffer=buffer,
-        init_random_frames=RANDOM_FRAMES,
+        env_fn, policy, frames_per_batch=fpb, sync=False, replay_buffer=buffer,
+        init_random_frames=random_frames,
     )  # fmt: skip
 
 
-def background_rate(impl: str, s: Settings) -> float:
+def pixel_buffer(impl: str) -> Any:
+    """A Ray-held buffer of ``PIXEL_BUFFER_FRAMES`` pixel frames: torchrl's ``LazyTensorStorage``
+    in rows of a batch's time steps, or, for the ``CompactFrameStorage`` row, tdscheme's."""
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    from tdscheme.replay import CompactFrameStorage
+
+    if "CompactFrameStorage" not in impl:
+        return ray_buffer(PIXEL_BUFFER_FRAMES, row=PIXEL_FRAMES_PER_BATCH // PIXEL_ENVS)
+    storage = functools.partial(CompactFrameStorage, PIXEL_BUFFER_FRAMES, keys=["observation"])
+    return RayReplayBuffer(storage=storage, batch_size=256, remote_config={"num_cpus": 0})
+
+
+def background_rate(impl: str, s: Settings, pixels: bool = False) -> float:
     """Frames written per second by ``impl`` into a fresh Ray-held buffer; all shut down after."""
-    buffer = ray_buffer(BUFFER_FRAMES, row=FRAMES_PER_BATCH // NUM_ENVS)
+    if pixels:
+        buffer = pixel_buffer(impl)
+    else:
+        buffer = ray_buffer(BUFFER_FRAMES, row=FRAMES_PER_BATCH // NUM_ENVS)
     collector = None
     try:
         with deadline(s.timeout_s + s.warmup_s + s.window_s):
             with warnings.catch_warnings():  # torchrl: init_random_frames with sync=False
                 warnings.filterwarnings("ignore", message=".*init_random_frames.*")
-                collector = background_collector(impl, buffer)
+                collector = background_collector(impl, buffer, pixels)
             collector.start()
+            first = PIXEL_FRAMES_PER_BATCH if pixels else FRAMES_PER_BATCH
             fps, _ = write_rate(
-                buffer, first_frames=FRAMES_PER_BATCH, warmup_s=s.warmup_s, window_s=s.window_s
+                buffer, first_frames=first, warmup_s=s.warmup_s, window_s=s.window_s
             )
             error = getattr(collector, "error", None)  # the hand-written thread's
             if error is not None:
@@ -271,6 +307,23 @@ def section_background(rec: Recorder, s: Settings) -> None:
         value, note = None, ""
         try:
             value = background_rate(impl, s)
+        except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
+            note = failure(err)
+        settle()
+        rec.add(Measurement(**row, metric="frames_written_per_s", value=value, unit="frames/s",
+                            note=note))  # fmt: skip
+
+
+def section_background_pixels(rec: Recorder, s: Settings) -> None:
+    """The ``pixels`` section's envs writing into a Ray-held buffer (see the module)."""
+    config = f"{PIXEL_ENVS} envs/worker, 2 workers, fpb={PIXEL_FRAMES_PER_BATCH}, 4x84x84 uint8"
+    for impl in ("tdscheme", "tdscheme into CompactFrameStorage", HAND, "torchrl"):
+        row = dict(section="background_pixels", impl=impl, env=f"{ENV_ID} pixels",
+                   order="first-ready", config=config)  # fmt: skip
+        log(" | ".join(row.values()))
+        value, note = None, ""
+        try:
+            value = background_rate(impl, s, pixels=True)
         except Exception as err:  # noqa: BLE001 - a failing implementation is reported, not fatal
             note = failure(err)
         settle()
@@ -327,7 +380,8 @@ INTRO = (
     " one call for all copies): tdscheme counts transitions only, the hand-written reset steps too. "
     "`pixels`: 16 envs per worker observing uint8 4x84x84 frames, 2048 frames per batch. "
     "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
-    "the driver sampling nothing. See the docstring of `benchmarks/fast_paths.py`."
+    "the driver sampling nothing; `background_pixels`: the same with the `pixels` envs. See the "
+    "docstring of `benchmarks/fast_paths.py`."
 )
 
 
@@ -345,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"disabled": section_disabled, "same_step": section_same_step,
                 "next_step": section_next_step, "next_step_native": section_next_step_native,
                 "pixels": section_pixels,
-                "background": section_background}  # fmt: skip
+                "background": section_background,
+                "background_pixels": section_background_pixels}  # fmt: skip
 
     def run(rec: Recorder) -> None:
         for section in SECTIONS:

@@ -279,6 +279,7 @@ class MinimalBufferWriter(MinimalCollectorWorker):
         seed: env, action-space and policy seed.
         buffer: a ``RayReplayBuffer.client()``.
         random_frames: frames of random actions before the policy acts.
+        pixels: as :class:`MinimalCollectorWorker` (uint8 frames of that shape).
     """
 
     def __init__(
@@ -290,10 +291,11 @@ class MinimalBufferWriter(MinimalCollectorWorker):
         *,
         buffer: Any,
         random_frames: int = 0,
+        pixels: tuple[int, ...] | None = None,
     ) -> None:
         if num_envs < 2:
             raise ValueError(f"num_envs={num_envs}: the writer steps a vector env (2 or more)")
-        super().__init__(env_id, num_envs, frames_per_batch, seed)
+        super().__init__(env_id, num_envs, frames_per_batch, seed, pixels=pixels)
         self.buffer = buffer
         self.random_frames = random_frames
         self.env.action_space.seed(seed)
@@ -303,7 +305,7 @@ class MinimalBufferWriter(MinimalCollectorWorker):
         from tensordict import TensorDict
 
         shape = (self.num_envs, self.steps)  # env-major, as torchrl's batch
-        obs = np.empty((*shape, *self.obs.shape[1:]), dtype=np.float32)
+        obs = np.empty((*shape, *self.obs.shape[1:]), dtype=self.obs_dtype)
         next_obs = np.empty_like(obs)
         action = np.empty(shape, dtype=np.int64)
         reward = np.empty(shape, dtype=np.float32)
