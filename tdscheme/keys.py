@@ -13,10 +13,12 @@ Example:
 from __future__ import annotations
 
 __all__ = [
+    "DONE_KEYS",
     "ENV_CONFIG_VERSION_KEY",
     "ENV_TASK_KEY",
     "MASK_KEY",
     "POLICY_VERSION_KEY",
+    "TRAJ_IDS_KEY",
     "WORKER_ID_KEY",
 ]
 
@@ -31,3 +33,7 @@ MASK_KEY = ("collector", "mask")
 ENV_CONFIG_VERSION_KEY = ("collector", "env_config_version")
 #: The index of the level (of a task distribution) the frame's env copy ran; -1 without one.
 ENV_TASK_KEY = ("collector", "env_task")
+#: torchrl's trajectory ids, per frame (its collectors' ``("collector", "traj_ids")``).
+TRAJ_IDS_KEY = ("collector", "traj_ids")
+#: The done keys of a torchrl env step (under ``"next"``), in torchrl's order.
+DONE_KEYS = ("done", "terminated", "truncated")

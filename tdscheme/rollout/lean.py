@@ -77,6 +77,7 @@ from torchrl.envs import TransformedEnv
 from torchrl.envs.utils import set_exploration_type
 
 from tdscheme.envs.gym_vector import is_next_step_env
+from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
 from tdscheme.rollout.env_checks import final_observation_roots, is_same_step, why_not_lean_env
 from tdscheme.rollout.env_steps import (
     EnvPoolSteps,
@@ -115,10 +116,6 @@ def _is_plain_module(policy: Any) -> bool:
 def _where(done: torch.Tensor, reset: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     """``reset`` where the copy's episode ended (``done``: the env's batch shape), else ``kept``."""
     return torch.where(done.reshape(done.shape + (1,) * (reset.ndim - done.ndim)), reset, kept)
-
-
-_TRAJ_IDS = ("collector", "traj_ids")
-_DONE_KEYS = ("done", "terminated", "truncated")
 
 
 class LeanCollector(Collector):
@@ -186,7 +183,7 @@ class LeanCollector(Collector):
         resets_itself = is_envpool_env(env) or is_same_step(env) or is_next_step_env(env)
         if transforms.max_steps is not None and resets_itself:
             return "the env's StepCounter truncates (max_steps) an env that resets by itself"
-        if sorted(env.done_keys) != sorted(_DONE_KEYS) or env.reward_keys != ["reward"]:
+        if sorted(env.done_keys) != sorted(DONE_KEYS) or env.reward_keys != ["reward"]:
             return "the env's done or reward keys are not torchrl's defaults"
         if env.action_keys != ["action"]:
             return "the env's action key is not 'action'"
@@ -211,9 +208,9 @@ class LeanCollector(Collector):
         if used:
             return f"the collector uses {', '.join(used)}"
         written = {
-            *reader.keys, *_DONE_KEYS, _TRAJ_IDS, *self._policy_output_keys,
+            *reader.keys, *DONE_KEYS, TRAJ_IDS_KEY, *self._policy_output_keys,
             *(("next", k) for k in reader.keys), ("next", "reward"),
-            *(("next", k) for k in _DONE_KEYS),
+            *(("next", k) for k in DONE_KEYS),
             *transforms.keys, *(("next", k) for k in transforms.keys),
         }  # fmt: skip
         missing = set(self._final_rollout.keys(True, True)) - written
@@ -243,26 +240,26 @@ class LeanCollector(Collector):
         # one view per (key, step) of torchrl's preallocated batch, made in one call per key
         rows = {key: out.get(key).unbind(time_dim) for key in out.keys(True, True)}
         # the env's flags go straight from numpy into numpy views of the batch's bool rows
-        flags = {key: out.get(("next", key)).numpy() for key in _DONE_KEYS}
+        flags = {key: out.get(("next", key)).numpy() for key in DONE_KEYS}
         at_step = (slice(None),) * time_dim  # + (t,): one step of every env copy
         flag_shape = (
             out.get(("next", "done")).shape[:time_dim]
             + out.get(("next", "done")).shape[time_dim + 1 :]
         )
-        policy_keys = [k for k in self._policy_output_keys if k != _TRAJ_IDS]
-        for key in _DONE_KEYS:  # a carrier's done keys are always False after step_and_maybe_reset
+        policy_keys = [k for k in self._policy_output_keys if k != TRAJ_IDS_KEY]
+        for key in DONE_KEYS:  # a carrier's done keys are always False after step_and_maybe_reset
             out.get(key).zero_()
         obs_keys = self._observations.keys
         obs = {key: self._carrier.get(key) for key in obs_keys}
-        traj_ids = self._carrier.get(_TRAJ_IDS)
+        traj_ids = self._carrier.get(TRAJ_IDS_KEY)
         state = transforms.initial(self._carrier)  # RewardSum / StepCounter entries
         falses = {
-            key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in _DONE_KEYS
+            key: torch.zeros(env.full_done_spec[key].shape, dtype=torch.bool) for key in DONE_KEYS
         }
         # a policy that may read (or write) the done flags gets fresh ones each step, as
         # torchrl's carrier holds; the module of a plain policy that does not read them, none
-        reads = getattr(call_policy, "reads", _DONE_KEYS)
-        step_falses = falses if set(_DONE_KEYS) & set(reads) else {}
+        reads = getattr(call_policy, "reads", DONE_KEYS)
+        step_falses = falses if set(DONE_KEYS) & set(reads) else {}
         to_gym, read_obs = action_to_gym(env), self._observations.read
         hook, env_frames = self.step_hook, max(1, int(batch_dims.numel()))
         before = self.before_step
@@ -275,7 +272,7 @@ class LeanCollector(Collector):
                 before()
             inputs = {
                 **obs,
-                _TRAJ_IDS: traj_ids,
+                TRAJ_IDS_KEY: traj_ids,
                 **{k: v.clone() for k, v in step_falses.items()},
                 **state,
             }
@@ -286,7 +283,7 @@ class LeanCollector(Collector):
                 outputs, written = call_policy(inputs), policy_keys
             for key in obs_keys:
                 rows[key][t].copy_(obs[key])
-            rows[_TRAJ_IDS][t].copy_(traj_ids)
+            rows[TRAJ_IDS_KEY][t].copy_(traj_ids)
             for key, value in state.items():
                 rows[key][t].copy_(value)
             for key in written:
@@ -302,7 +299,7 @@ class LeanCollector(Collector):
                 valid[(*at_step, t)] = ~reset_step
                 next_state = {k: _where(reset_step, state[k], v) for k, v in next_state.items()}
             ended = np.asarray(terminated | truncated)  # (| of two 0-d arrays is a scalar)
-            for key, value in zip(_DONE_KEYS, (ended, terminated, truncated), strict=True):
+            for key, value in zip(DONE_KEYS, (ended, terminated, truncated), strict=True):
                 flags[key][(*at_step, t)] = value.reshape(flag_shape)
             values = {
                 **{("next", key): value for key, value in next_obs.items()},
@@ -319,7 +316,7 @@ class LeanCollector(Collector):
         self._carrier = self._as_carrier(
             {
                 **obs,
-                _TRAJ_IDS: traj_ids,
+                TRAJ_IDS_KEY: traj_ids,
                 **{k: v.clone() for k, v in falses.items()},
                 **state,
             }
@@ -352,7 +349,7 @@ class LeanCollector(Collector):
         policy = self._wrapped_policy
         if _is_plain_module(policy):
             module, in_keys, out_keys = policy.module, policy.in_keys, policy.out_keys_source
-            if set(in_keys) <= {*self._observations.keys, _TRAJ_IDS, *_DONE_KEYS}:
+            if set(in_keys) <= {*self._observations.keys, TRAJ_IDS_KEY, *DONE_KEYS}:
 
                 def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
                     result = module(*(inputs[key] for key in in_keys))

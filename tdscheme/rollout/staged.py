@@ -40,12 +40,10 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
 from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
 
 __all__ = ["can_stage", "staged_rollout"]
-
-_TRAJ_IDS = ("collector", "traj_ids")
-_DONE_KEYS = ("done", "terminated", "truncated")
 
 
 def can_stage(collector: Any, steps: Any, call_policy: Any) -> bool:
@@ -74,7 +72,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     n, steps_per_batch = max(1, int(env.batch_size.numel())), collector.frames_per_batch
     time_dim = len(env.batch_size)
     obs_keys = collector._observations.keys
-    policy_keys = [k for k in collector._policy_output_keys if k != _TRAJ_IDS]
+    policy_keys = [k for k in collector._policy_output_keys if k != TRAJ_IDS_KEY]
     first = {key: collector._carrier.get(key) for key in obs_keys}
     state = {key: collector._carrier.get(key) for key in transforms.keys}
     next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
@@ -135,8 +133,8 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     collector._carrier = collector._as_carrier(
         {
             **obs,
-            _TRAJ_IDS: ids,
-            **{k: torch.zeros(env.full_done_spec[k].shape, dtype=torch.bool) for k in _DONE_KEYS},
+            TRAJ_IDS_KEY: ids,
+            **{k: torch.zeros(env.full_done_spec[k].shape, dtype=torch.bool) for k in DONE_KEYS},
             **state,
         }
     )
@@ -192,11 +190,11 @@ def _traj_ids(collector: Any, done: np.ndarray, out: TensorDictBase, n: int) -> 
     A copy's id changes at the step after its episode ended, to the pool's next
     id; ids are handed out in (step, copy) order, as one pool call per step does.
     """
-    carried = collector._carrier.get(_TRAJ_IDS)
+    carried = collector._carrier.get(TRAJ_IDS_KEY)
     start = carried.reshape(n)
     ended = torch.from_numpy(done)
     count = int(ended.sum())
-    rows = _time_last(out.get(_TRAJ_IDS), n)
+    rows = _time_last(out.get(TRAJ_IDS_KEY), n)
     if count == 0:
         rows.copy_(start[:, None].expand_as(rows))
         return carried

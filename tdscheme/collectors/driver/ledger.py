@@ -86,8 +86,7 @@ from typing import Any, NamedTuple
 import torch
 from tensordict import TensorDictBase
 
-#: torchrl's trajectory ids, per frame.
-TRAJ_IDS_KEY = ("collector", "traj_ids")
+from tdscheme.keys import TRAJ_IDS_KEY
 
 __all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds"]
 
