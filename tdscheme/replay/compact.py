@@ -106,7 +106,6 @@ class CompactFrameStorage(LazyTensorStorage):
             last (torchrl's ``CatFrames(dim=-3)`` for ``[4, 84, 84]``): each plane is
             then kept once. ``None``: no stacking, each observation kept once.
         min_bytes: the size from which ``keys=None`` picks a key.
-        device: where the data is kept (torchrl's ``device``).
 
     Example:
         >>> from tensordict import TensorDict
@@ -129,7 +128,6 @@ class CompactFrameStorage(LazyTensorStorage):
         keys: Sequence[NestedKey] | None = None,
         stack_dim: int | None = None,
         min_bytes: int = 1024,
-        device: Any = "cpu",
     ) -> None:
         if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 1:
             raise ValueError(f"max_size={max_size!r}: expected an int >= 1")
@@ -140,7 +138,7 @@ class CompactFrameStorage(LazyTensorStorage):
             )
         if keys is not None and (isinstance(keys, str) or not len(keys)):
             raise ValueError(f"keys={keys!r}: expected None or a non-empty list of keys")
-        super().__init__(max_size, device=device)
+        super().__init__(max_size)  # on CPU
         self._asked_keys = None if keys is None else [unravel_key(k) for k in keys]
         self.stack_dim = stack_dim
         self.min_bytes = min_bytes
