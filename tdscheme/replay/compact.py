@@ -204,10 +204,10 @@ class CompactFrameStorage(LazyTensorStorage):
         return self.frame_keys
 
     def _default_keys(self, data: TensorDictBase) -> list[Any]:
-        keys = []
-        for key in data.keys(True, True):
-            key = _tuple(key)
-            if key[0] in ("next", _INTERNAL) or ("next", *key) not in data.keys(True, True):
+        keys, listed = [], [_tuple(k) for k in data.keys(True, True)]
+        present = set(listed)
+        for key in listed:
+            if key[0] in ("next", _INTERNAL) or ("next", *key) not in present:
                 continue
             now, nxt = data.get(key), data.get(("next", *key))
             one = now[0] if now.shape[0] else now
@@ -261,10 +261,11 @@ class CompactFrameStorage(LazyTensorStorage):
                 updates.append((key, "head", lean, older))
         for key, kind, slots, values in updates:
             self._internal(key, kind)[slots] = self._pool(key, kind).put(values)
+        was_written = index[self._written[index]]
+        kinds = ("final", "head") if self.stack_dim is not None else ("final",)
         for key in self.frame_keys:
-            for kind in ("final", "head") if self.stack_dim is not None else ("final",):
-                slots = index[self._written[index]]
-                self._pool(key, kind).free(self._internal(key, kind)[slots])
+            for kind in kinds:
+                self._pool(key, kind).free(self._internal(key, kind)[was_written])
 
     # -- reading -------------------------------------------------------------------------
 
