@@ -28,6 +28,7 @@ and the ``mujoco`` extra for HalfCheetah, ``envpool,atari`` for Pong)::
 
     .venv/bin/python benchmarks/learning.py --sections cartpole,pendulum --skip-existing
     .venv/bin/python benchmarks/learning.py --sections halfcheetah --skip-existing
+    .venv/bin/python benchmarks/learning.py --sections halfcheetah-learners --peers tdscheme
     .venv/bin/python benchmarks/learning.py --sections pong,pong-async --cleanrl-dir ../cleanrl \\
         --skip-existing --work-dir ../learning-runs  # hours: stop it any time, rerun to go on
     .venv/bin/python benchmarks/learning.py --redraw
@@ -103,6 +104,9 @@ class Section:
         peers_from: a section whose peer runs are these (reused when kept).
         timeout_s: one run's limit at the full budget (scaled with it, plus 600 s).
         train_args: more ``tdscheme train`` arguments (e.g. worker shares that fit 2 cores).
+        variant: a label for tdscheme's runs with those arguments, after the preset's name
+            (``"2 learners"``: ``"tdscheme sac-halfcheetah (2 learners)"``); with
+            ``peers_from``, the other section's tdscheme runs are shown beside them.
         notes: how the settings differ, for the page.
     """
 
@@ -120,11 +124,16 @@ class Section:
     peers_from: str | None = None
     timeout_s: float = 3600.0
     train_args: tuple[str, ...] = ()
+    variant: str = ""
     notes: str = ""
+
+    def framework(self, preset: str) -> str:
+        """The name of tdscheme's runs of ``preset`` in this section (records and tables)."""
+        return f"tdscheme {preset}" + (f" ({self.variant})" if self.variant else "")
 
 
 def sections() -> dict[str, Section]:
-    """The five sections, by name."""
+    """The six sections, by name."""
     pong_peers = {"sb3": Sb3Peer("ppo", "PongNoFrameskip-v4", "atari"), "cleanrl_env_id": "Pong-v5"}
     # fmt: off
     return {s.name: s for s in (
@@ -155,6 +164,18 @@ def sections() -> dict[str, Section]:
             "(records in `learning_stop48/`). The zoo's entry is HalfCheetah-v4's "
             "(mujoco defaults), "
             "run on v5. Evaluations every 10k steps (the preset's 50k: 2 in this budget).")),
+        Section("halfcheetah-learners", "halfcheetah", "HalfCheetah-v5, 2 learner ranks",
+                ("sac-halfcheetah",), 100_000, seeds=1, target_return=None,
+                stop_at_target=False, eval_every_steps=10_000, timeout_s=14_400.0,
+                sb3=Sb3Peer("sac", "HalfCheetah-v5", "HalfCheetah-v4"),
+                peers_from="halfcheetah", variant="2 learners", train_args=(
+                    "--collector-resources", '{"num_cpus": 0.25}', "--num-learners", "2",
+                    "--buffer-location", "ray", "--learner-resources", '{"num_cpus": 0.5}'),
+                notes=(
+            "Issue 37: the halfcheetah section's sac-halfcheetah with a group of 2 learner "
+            "ranks (gloo), each sampling half of every 256-frame minibatch from the Ray-held "
+            "buffer, gradients averaged: the same updates as one learner on the whole "
+            "minibatch. Beside it the one-learner runs and SB3's (the same records).")),
         Section("pong", "pong", "Pong (ALE)", ("ppo-pong",), 2_000_000, seeds=1,
                 target_return=18.0, stop_at_target=False, timeout_s=12 * 3600.0, **pong_peers,
                 notes=(
@@ -254,7 +275,8 @@ def tdscheme_run(slot: RunSlot, section: Section, preset: str) -> RunRecord:
         "preset": preset,
         "config": json.loads(config.read_text()) if config.exists() else {},
     }
-    return slot.record(f"tdscheme {preset}", done, command, settings, *tdscheme_curves(metrics))
+    return slot.record(section.framework(preset), done, command, settings,
+                       *tdscheme_curves(metrics))  # fmt: skip
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -412,7 +434,10 @@ def _plot_curves(ax: Any, curves: list[list[Any]], x: int, *, color: str, label:
 
 def section_records(section: Section, data_dir: Path) -> dict[str, list[RunRecord]]:
     """The kept runs of a section, by framework (tdscheme's presets first), seeds in order."""
-    names = [f"tdscheme {p}" for p in section.presets]
+    names = [section.framework(p) for p in section.presets]
+    if section.peers_from:  # the other section's own runs beside these (1 learner, ppo-pong)
+        base = sections()[section.peers_from]
+        names += [n for n in (base.framework(p) for p in base.presets) if n not in names]
     names += [sb3_name(section.sb3.algo)] if section.sb3 else []
     names += [CLEANRL_NAME] if section.cleanrl_env_id else []
     records = [RunRecord.load(p) for p in sorted((data_dir / section.task).glob("*.json"))]
@@ -478,7 +503,7 @@ def build_page(data_dir: Path, out: Path) -> dict[str, list[list[str]]]:
     tables, everything = {}, []
     for section in sections().values():
         by_framework = section_records(section, data_dir)
-        own = any(name.startswith("tdscheme") for name in by_framework)
+        own = any(section.framework(p) in by_framework for p in section.presets)
         if not by_framework or (section.peers_from and not own):  # only another section's peers
             continue
         lines += [f"## {section.name}: {section.title}", "", *settings_lines(section, by_framework)]
@@ -540,7 +565,7 @@ def planned_runs(section: Section, args: argparse.Namespace) -> list[tuple[str, 
 def run_one(section: Section, kind: str, what: str, seed: int, args: argparse.Namespace) -> RunRecord | None:  # fmt: skip
     """One run, or the kept one it may reuse (``None``: CleanRL without a checkout)."""
     budget = max(1, round(section.budget_steps * args.budget_scale))
-    names = {"tdscheme": f"tdscheme {what}", "cleanrl": CLEANRL_NAME}
+    names = {"tdscheme": section.framework(what), "cleanrl": CLEANRL_NAME}
     framework = names.get(kind) or sb3_name(section.sb3.algo)
     kept = record_path(args.data_dir, section.task, framework, seed)
     # pong-async's peers are pong's runs: reused when kept, as --skip-existing reuses any

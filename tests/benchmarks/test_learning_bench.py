@@ -209,7 +209,9 @@ def test_redraw_rebuilds_the_page_and_figures_from_kept_runs(tmp_path, capsys):
     cleanrl = _record(peers.CLEANRL_NAME, 0, [], [(50_000, 30.0, -21.0, 1), (90_000, 60.0, -19.0, 1)],
                       task="pong", budget=100_000)  # fmt: skip
     ppo_pong = _record("tdscheme ppo-pong", 0, [(100_000, 70.0, -20.0)], task="pong")
-    for record in [*TDSCHEME, *SB3, cleanrl, ppo_pong]:
+    one, two = (_record(f"tdscheme sac-halfcheetah{v}", 0, [(100_000, 90.0, r)], task="halfcheetah")
+                for v, r in (("", 3000.0), (" (2 learners)", 2500.0)))  # fmt: skip
+    for record in [*TDSCHEME, *SB3, cleanrl, ppo_pong, one, two]:
         path = learning.record_path(data, record.task, record.framework, record.seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(record)))
@@ -222,6 +224,11 @@ def test_redraw_rebuilds_the_page_and_figures_from_kept_runs(tmp_path, capsys):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"![{section}](learning_{section}.png)" in page
     assert "## pong-async" not in page  # only pong's peers: not a section of its own
+    # a variant's section shows its runs beside the base section's own (1 learner vs 2)
+    variant = page.split("## halfcheetah-learners")[1]
+    assert "| tdscheme sac-halfcheetah (2 learners) | 1/1 ok | 2,500.0 |" in variant
+    assert "| tdscheme sac-halfcheetah | 1/1 ok | 3,000.0 |" in variant
+    assert "(2 learners)" not in page.split("## halfcheetah-learners")[0]
     assert "| tdscheme ppo-cartpole | 3/3 ok | 480.0 [476.0–490.0] |" in page
     assert "## CleanRL's script, adapted at run time" in page
     assert "== cartpole: evaluation return" in capsys.readouterr().out
