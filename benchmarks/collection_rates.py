@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import layout_worker  # benchmarks/layout_worker.py, likewise
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 import torch
 from collection_runs import (
@@ -73,7 +74,10 @@ def section_batched(
     CartPole envs, auto-reset disabled); ``benchmarks/fast_paths.py`` passes others,
     recorded under its own ``section`` names, and the hand-written workers' autoreset
     mode (``hand_mode``: ``peers.MinimalCollectorWorker``'s ``autoreset_mode``; ``hand_kwargs``:
-    its other arguments).
+    its other arguments). The row ``hand-written Ray, torchrl layout`` runs the same
+    actors writing torchrl's layout of each batch by hand
+    (``layout_worker.MinimalLayoutWorker``: next observations, one-hot actions, flags, no
+    transition at reset steps), what any torchrl-layout collector owes beyond the numpy floor.
     """
     env_id, num_envs, fpb = "CartPole-v1", 64, 4096
     config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
@@ -90,6 +94,14 @@ def section_batched(
             env_id,
             num_envs=num_envs,
             frames_per_batch=fpb,
+            worker_kwargs={"autoreset_mode": hand_mode, **(hand_kwargs or {})},
+        ),
+        "hand-written Ray, torchrl layout": functools.partial(
+            peers.MinimalRayCollector,
+            env_id,
+            num_envs=num_envs,
+            frames_per_batch=fpb,
+            worker_cls=layout_worker.MinimalLayoutWorker,
             worker_kwargs={"autoreset_mode": hand_mode, **(hand_kwargs or {})},
         ),
         "torchrl": functools.partial(

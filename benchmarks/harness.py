@@ -129,10 +129,11 @@ def deadline(timeout_s: float) -> Iterator[None]:
 
 
 def frames_in(batch: Any) -> int:
-    """Frames in a batch: a numpy dict's ``reward`` entries, a TensorDict's elements (those its
-    ``("collector", "mask")`` marks valid, where it has one: padding is no frame)."""
+    """Frames in a batch: a numpy dict's ``reward`` entries (or the ``True`` ones of its
+    ``mask``), a TensorDict's elements (those its ``("collector", "mask")`` marks valid, where
+    it has one: padding is no frame)."""
     if isinstance(batch, dict):
-        return int(batch["reward"].size)
+        return int(batch["mask"].sum()) if "mask" in batch else int(batch["reward"].size)
     mask = batch.get(("collector", "mask"), None)
     return int(batch.numel()) if mask is None else int(mask.sum())
 

@@ -1,0 +1,76 @@
+"""benchmarks/layout_worker.py's MinimalLayoutWorker: torchrl's layout by hand, the same transitions in every
+autoreset mode (a NEXT_STEP env's reset steps masked out, a SAME_STEP env's final observations put back)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up; layout_worker imports peers
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def layout():
+    _load("peers")
+    return _load("layout_worker")
+
+
+KEYS = ("observation", "action", "next/observation", "next/reward", "next/terminated",
+        "next/truncated")  # fmt: skip
+
+
+def transitions(layout, mode: str, num_envs: int = 4, steps: int = 150):
+    worker = layout.MinimalLayoutWorker(
+        "CartPole-v1", num_envs, num_envs * steps, autoreset_mode=mode
+    )
+    try:
+        batches = [worker.next() for _ in range(2)]  # a batch boundary inside episodes
+    finally:
+        worker.close()
+    rows = []
+    for env in range(num_envs):
+        keep = np.concatenate([b["mask"][env] for b in batches])
+        rows.append({k: np.concatenate([b[k][env] for b in batches])[keep] for k in KEYS})
+    return rows, batches
+
+
+def test_every_autoreset_mode_gives_the_disabled_envs_transitions(layout):
+    disabled, batches = transitions(layout, "DISABLED")
+    assert batches[0]["observation"].shape == (4, 150, 4) and batches[0]["mask"].all()
+    assert batches[0]["action"].shape == (4, 150, 2) and batches[0]["next/reward"].shape == (
+        4,
+        150,
+        1,
+    )
+    assert 10 < sum(r["next/terminated"].sum() for r in disabled)  # many episodes ended
+    same_step, _ = transitions(layout, "SAME_STEP")
+    next_step, next_batches = transitions(layout, "NEXT_STEP")
+    assert not next_batches[0]["mask"].all()  # reset steps, masked
+    for d, s, n in zip(disabled, same_step, next_step, strict=True):
+        for key in KEYS:
+            np.testing.assert_array_equal(s[key], d[key], err_msg=f"SAME_STEP {key}")
+            length = len(n[key])  # NEXT_STEP's reset steps took some of the batch's steps
+            np.testing.assert_array_equal(n[key], d[key][:length], err_msg=f"NEXT_STEP {key}")
+        # each transition's next observation is the next one's observation, but at an episode end
+        cont = ~(d["next/terminated"] | d["next/truncated"])[:-1, 0]
+        np.testing.assert_array_equal(d["next/observation"][:-1][cont], d["observation"][1:][cont])
+        assert not np.array_equal(d["next/observation"][:-1][~cont], d["observation"][1:][~cont])
+
+
+def test_frames_in_counts_a_numpy_batch_by_its_mask(layout):
+    harness = _load("harness")
+    _, batches = transitions(layout, "NEXT_STEP", steps=50)
+    assert harness.frames_in(batches[0]) == int(batches[0]["mask"].sum()) < 4 * 50
+    assert harness.frames_in({"reward": np.zeros((3, 5))}) == 15
