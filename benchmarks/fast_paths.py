@@ -7,7 +7,12 @@ in one process on one Ray (``num_cpus=2``, no dashboard); every collector, actor
 is shut down after its measurement, and the next one starts once Ray has its CPUs back.
 The hand-written Ray collector is ``peers.MinimalRayCollector``: plain Ray actors stepping
 a gymnasium ``SyncVectorEnv`` of 64 envs in the section's autoreset mode with the torch MLP
-and returning numpy batches. torchrl's ``RayCollector`` is the third row, for reference.
+and returning numpy batches. In the CartPole sections a second hand-written row,
+``hand-written Ray, torchrl layout``, runs the same actors writing torchrl's layout of each
+batch by hand (``layout_worker.MinimalLayoutWorker``: next observations beside the
+observations, one-hot actions, the flags, no transition at a reset step; numpy arrays):
+what any collector that hands a torchrl user their layout must do beyond the numpy floor.
+torchrl's ``RayCollector`` is the last row, for reference.
 Run from the repository root::
 
     .venv/bin/python benchmarks/fast_paths.py --out section.md   # full run, a few minutes
