@@ -303,8 +303,18 @@ def smooth_train(rows: Sequence[Sequence[Any]], window: int = TRAIN_WINDOW) -> l
     return out
 
 
-def value_at(curve: Sequence[Sequence[Any]], steps: float) -> float | None:
-    """The last value at or before ``steps`` agent steps (``None`` before the first point)."""
+def value_at(curve: Sequence[Sequence[Any]], steps: float, *, held: bool = True) -> float | None:
+    """The last value at or before ``steps`` agent steps (``None`` before the first point).
+
+    ``held=False`` (a run stopped before its budget): ``None`` past the curve's last point
+    too, rather than the last value held to the end as for a run that ended at its target.
+
+    Example:
+        >>> value_at([[10, 1.0, 5.0], [20, 2.0, 7.0]], 50), value_at([[10, 1.0, 5.0]], 50, held=False)
+        (7.0, None)
+    """
+    if not held and (not curve or steps > curve[-1][0]):
+        return None
     values = [row[2] for row in curve if row[0] <= steps]
     return values[-1] if values else None
 
@@ -357,12 +367,17 @@ def section_table(section: Section, by_framework: dict[str, list[RunRecord]], st
             rows.append([name, ok, "no points", *["–"] * 6])
             continue
         budget = runs[0].budget_steps
+        # a stopped run (failed, timed out) has no value past its last point, nor a final one
+        whole = [r.outcome == "ok" for r in runs if curve_of(r, statistic)]
+        ends = [f"{c[-1][0]:,}" for c, ok_ in zip(curves, whole, strict=True) if not ok_]
+        ok += f", stopped at {', '.join(ends)} steps" if ends else ""
         hits = [first_reaching(c, target) for c in curves] if target is not None else []
         reached = [h for h in hits if h is not None]
         walls[name] = [h[1] for h in reached if h[1] is not None]
         rows.append([
-            name, ok, median_range([c[-1][2] for c in curves]),
-            *(median_range([value_at(c, f * budget) for c in curves]) for f in FRACTIONS),
+            name, ok, median_range([c[-1][2] for c, ok_ in zip(curves, whole, strict=True) if ok_]),
+            *(median_range([value_at(c, f * budget, held=ok_) for c, ok_ in zip(curves, whole, strict=True)])
+              for f in FRACTIONS),
             f"{median_range([h[0] for h in reached], 0)} ({len(reached)}/{len(curves)})",
             median_range([h[1] for h in reached]), "",
         ])  # fmt: skip

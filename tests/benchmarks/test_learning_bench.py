@@ -191,6 +191,14 @@ def test_table_medians_over_seeds_and_time_to_target():
     assert tdscheme[6:] == ["20,000 [10,000–30,000] (3/3)", "20.0 [8.0–36.0]", "0.20x SB3"]
     assert sb3[2] == "462.5 [450.0–475.0]" and sb3[6:] == ["50,000 (1/2)", "100.0", "–"]
 
+    # a stopped run: no final value and nothing past its last point (a run ended at its
+    # target holds its last value to the end, as tdscheme's seed 0 above)
+    stopped = dataclasses.replace(
+        _record("x", 0, [(10_000, 10.0, 100.0), (40_000, 40.0, 300.0)]), outcome="failed"
+    )
+    row = learning.section_table(section, {"x": [stopped]}, "eval")[1]
+    assert row[1:6] == ["0/1 ok (failed), stopped at 40,000 steps", "–", "100.0", "–", "–"]
+
     halfcheetah = learning.sections()["halfcheetah"]  # no target: the SB3 runs' median final
     assert learning.resolve_target(halfcheetah, {"SB3 SAC (RL Zoo)": SB3}, "eval") == 462.5
 
