@@ -3,28 +3,16 @@ autoreset mode (a NEXT_STEP env's reset steps masked out, a SAME_STEP env's fina
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up; layout_worker imports peers
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def layout():
-    _load("peers")
-    return _load("layout_worker")
+    load_script("peers")
+    return load_script("layout_worker")
 
 
 KEYS = ("observation", "action", "next/observation", "next/reward", "next/terminated",
@@ -70,7 +58,7 @@ def test_every_autoreset_mode_gives_the_disabled_envs_transitions(layout):
 
 
 def test_frames_in_counts_a_numpy_batch_by_its_mask(layout):
-    harness = _load("harness")
+    harness = load_script("harness")
     _, batches = transitions(layout, "NEXT_STEP", steps=50)
     assert harness.frames_in(batches[0]) == int(batches[0]["mask"].sum()) < 4 * 50
     assert harness.frames_in({"reward": np.zeros((3, 5))}) == 15

@@ -12,24 +12,14 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.scripts import BENCHMARKS, load_script
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up; learning imports these
-    spec.loader.exec_module(module)
-    return module
-
-
-_load("harness")
-peers = _load("learning_peers")
-learning = _load("learning")
+load_script("harness")
+peers = load_script("learning_peers")
+learning = load_script("learning")
 
 
 #: Run in a child process: importing rl_zoo3 patches gymnasium's TimeLimit for the whole
@@ -224,7 +214,7 @@ def test_redraw_rebuilds_the_page_and_figures_from_kept_runs(tmp_path, capsys):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(record)))
     out = tmp_path / "learning.md"
-    _load("report")  # what learning.py's main imports from benchmarks/ (its script folder)
+    load_script("report")  # what learning.py's main imports from benchmarks/ (its script folder)
     assert learning.main(["--redraw", "--out", str(out)]) == 0
     page = out.read_text()
     for section in ("cartpole", "pong"):
