@@ -41,10 +41,9 @@ class MinimalLayoutWorker(MinimalCollectorWorker):
         if num_envs < 2:
             raise ValueError(f"num_envs={num_envs}: the layout worker steps vector envs (> 1)")
         super().__init__(env_id, num_envs, frames_per_batch, **kwargs)
-        mode = kwargs.get("autoreset_mode", "SAME_STEP")
+        # the parent's reset_mask says DISABLED; CartPole's own vector env is NEXT_STEP
         native = kwargs.get("vectorization_mode") == "vector_entry_point"
-        self.next_step = native or mode == "NEXT_STEP"
-        self.same_step = not native and mode == "SAME_STEP"
+        self.next_step = native or kwargs.get("autoreset_mode") == "NEXT_STEP"
         self.ended = np.zeros(num_envs, dtype=bool)  # envs whose next step is a reset step
 
     def next(self) -> dict[str, np.ndarray]:
@@ -69,10 +68,12 @@ class MinimalLayoutWorker(MinimalCollectorWorker):
                     valid[t] = ~self.ended
                     self.ended = done
                 elif done.any():
-                    if self.same_step:  # the step returned the reset observation
-                        next_obs[t][done] = np.stack(info["final_obs"][done])
-                    else:  # DISABLED: the ended copies reset now, the others keep theirs
+                    if (
+                        self.reset_mask
+                    ):  # DISABLED: the ended copies reset now, the others keep theirs
                         self.obs, _ = self.env.reset(options={"reset_mask": done.copy()})
+                    else:  # SAME_STEP: the step returned the reset observation
+                        next_obs[t][done] = np.stack(info["final_obs"][done])
 
         def rows(x: np.ndarray) -> np.ndarray:  # [steps, envs, ...] -> [envs, steps, ...]
             return np.ascontiguousarray(np.swapaxes(x, 0, 1))

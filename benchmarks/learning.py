@@ -360,23 +360,24 @@ def section_table(section: Section, by_framework: dict[str, list[RunRecord]], st
               f"agent steps to {tname}", f"wall s to {tname}", "wall to target, tdscheme / peer"]  # fmt: skip
     rows, walls = [header], {}
     for name, runs in by_framework.items():
-        curves = [c for c in (curve_of(r, statistic) for r in runs) if c]
+        # (curve, whole): a stopped run (failed, timed out) has no final value and no value
+        # past its last point; a whole one holds its last value (e.g. stopped at its target)
+        kept = [(c, r.outcome == "ok") for r in runs if (c := curve_of(r, statistic))]
+        curves = [c for c, _ in kept]
         bad = [r.outcome for r in runs if r.outcome != "ok"]
         ok = f"{len(runs) - len(bad)}/{len(runs)} ok" + (f" ({', '.join(bad)})" if bad else "")
         if not curves:  # CleanRL does not evaluate; a failed run may have no point
             rows.append([name, ok, "no points", *["–"] * 6])
             continue
         budget = runs[0].budget_steps
-        # a stopped run (failed, timed out) has no value past its last point, nor a final one
-        whole = [r.outcome == "ok" for r in runs if curve_of(r, statistic)]
-        ends = [f"{c[-1][0]:,}" for c, ok_ in zip(curves, whole, strict=True) if not ok_]
+        ends = [f"{c[-1][0]:,}" for c, whole in kept if not whole]
         ok += f", stopped at {', '.join(ends)} steps" if ends else ""
         hits = [first_reaching(c, target) for c in curves] if target is not None else []
         reached = [h for h in hits if h is not None]
         walls[name] = [h[1] for h in reached if h[1] is not None]
         rows.append([
-            name, ok, median_range([c[-1][2] for c, ok_ in zip(curves, whole, strict=True) if ok_]),
-            *(median_range([value_at(c, f * budget, held=ok_) for c, ok_ in zip(curves, whole, strict=True)])
+            name, ok, median_range([c[-1][2] for c, whole in kept if whole]),
+            *(median_range([value_at(c, f * budget, held=whole) for c, whole in kept])
               for f in FRACTIONS),
             f"{median_range([h[0] for h in reached], 0)} ({len(reached)}/{len(curves)})",
             median_range([h[1] for h in reached]), "",

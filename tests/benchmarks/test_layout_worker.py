@@ -37,11 +37,8 @@ def transitions(layout, mode: str, num_envs: int = 4, steps: int = 150):
 def test_every_autoreset_mode_gives_the_disabled_envs_transitions(layout):
     disabled, batches = transitions(layout, "DISABLED")
     assert batches[0]["observation"].shape == (4, 150, 4) and batches[0]["mask"].all()
-    assert batches[0]["action"].shape == (4, 150, 2) and batches[0]["next/reward"].shape == (
-        4,
-        150,
-        1,
-    )
+    assert batches[0]["action"].shape == (4, 150, 2)
+    assert batches[0]["next/reward"].shape == (4, 150, 1)
     assert 10 < sum(r["next/terminated"].sum() for r in disabled)  # many episodes ended
     same_step, _ = transitions(layout, "SAME_STEP")
     next_step, next_batches = transitions(layout, "NEXT_STEP")
