@@ -51,7 +51,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -211,22 +211,33 @@ class NextStepSteps:
         return obs, reward, terminated, truncated
 
 
-def pack_transitions(out: TensorDictBase, valid: torch.Tensor, time_dim: int) -> None:
+def pack_transitions(
+    out: TensorDictBase, valid: torch.Tensor, time_dim: int, zeros: Iterable[Any] = ()
+) -> None:
     """Moves each row's transitions (``valid``) to its front, in order; zeroes the rest.
 
     ``out[MASK_KEY]`` marks the transitions, as torchrl marks padded trajectories.
+    One flat row index serves every key: each key costs one ``index_select`` and one
+    ``index_fill_`` (of the padding), written back in place; ``zeros``: keys the
+    caller wrote as zeros throughout (the root done flags), left as they are.
     """
+    steps = valid.shape[time_dim]
     count = valid.sum(time_dim, keepdim=True)
-    mask = torch.arange(valid.shape[time_dim]) < count
+    mask = torch.arange(steps) < count
     if not bool(valid.all()):
         order = torch.sort((~valid).to(torch.uint8), dim=time_dim, stable=True).indices
+        rows = valid.numel() // steps
+        source = order.reshape(rows, steps) + torch.arange(0, rows * steps, steps)[:, None]
+        source = source.reshape(-1)
+        padding = (~mask).reshape(-1).nonzero().squeeze(-1)
+        skipped = {MASK_KEY, *zeros}
         for key in out.keys(True, True):
-            if key == MASK_KEY:
+            if key in skipped:
                 continue
             value = out.get(key)
-            trailing = (1,) * (value.ndim - order.ndim)
-            packed = value.gather(time_dim, order.reshape(order.shape + trailing).expand_as(value))
-            value.copy_(packed.masked_fill_(~mask.reshape(mask.shape + trailing), 0))
+            flat = value.reshape(rows * steps, -1)  # a view where the batch is contiguous
+            packed = flat.index_select(0, source).index_fill_(0, padding, 0)
+            value.copy_(packed.view(value.shape))
     out.set(MASK_KEY, mask)
 
 
@@ -269,8 +280,8 @@ def action_to_gym(env: Any) -> Callable[[torch.Tensor], Any]:
     """
     spec, batched = env.action_spec, bool(env.batch_size)
     if isinstance(spec, OneHot):
-        if batched:
-            return lambda action: action.long().argmax(-1).numpy()
+        if batched:  # numpy's argmax: a third of torch's call on a small batch
+            return lambda action: action.numpy().argmax(-1)
         return lambda action: int(action.long().argmax(-1))
     if isinstance(spec, Categorical) and not batched:
         return lambda action: int(action)

@@ -322,7 +322,7 @@ class LeanCollector(Collector):
             }
         )
         if valid is not None:
-            pack_transitions(out, valid, time_dim)
+            pack_transitions(out, valid, time_dim, zeros=DONE_KEYS)
         return out
 
     def _random_action(self) -> torch.Tensor:

@@ -47,6 +47,11 @@ class Observations:
         self._specs = specs  # key -> (shape, dtype)
         self._gym_keys = gym_keys  # torchrl key -> the Dict space's key ({} for an array)
 
+    @property
+    def gym_keys(self) -> dict[str, str]:
+        """torchrl key -> the gymnasium ``Dict`` space's key (empty for one array)."""
+        return self._gym_keys
+
     def read(self, raw: Any) -> dict[str, torch.Tensor]:
         """``{key: tensor}`` of one observation, as the wrapper's ``read_obs`` and spec ``encode``."""
         if not self._gym_keys:

@@ -77,6 +77,9 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     state = {key: collector._carrier.get(key) for key in transforms.keys}
     next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
     next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
+    # a plain array observation goes from the env's numpy array straight into its next-step
+    # row (numpy's cast); the next policy call reads that row (see _array_rows)
+    arrays = _array_rows(collector, next_obs_rows, obs_keys, transforms)
     policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
     terminated = np.zeros((steps_per_batch, n), dtype=bool)
     truncated = np.zeros((steps_per_batch, n), dtype=bool)
@@ -93,22 +96,29 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         if before is not None:
             before()
         outputs = call_policy(obs)
-        for key in policy_keys:
+        for key in policy_keys:  # copied now: a policy may write its next outputs in place
             policy_rows[key][t].copy_(outputs[key])
         raw_obs, reward, term, trunc = steps.step(to_gym(outputs["action"]))
         if hook is not None:
             hook(n)
         if rewards is None:  # the env's own dtype: cast once per batch, as once per step
             rewards = np.zeros((steps_per_batch, n), dtype=np.asarray(reward).dtype)
-        rewards[t] = np.reshape(reward, n)
-        terminated[t] = np.reshape(term, n)
-        truncated[t] = np.reshape(trunc, n)
+        if np.shape(reward) == (n,) and np.shape(term) == (n,) and np.shape(trunc) == (n,):
+            rewards[t], terminated[t], truncated[t] = reward, term, trunc
+        else:
+            rewards[t] = np.reshape(reward, n)
+            terminated[t] = np.reshape(term, n)
+            truncated[t] = np.reshape(trunc, n)
         if held is not None:
             held[t] = steps.reset_step
-        obs = normalize(read_obs(raw_obs))
-        for key in obs_keys:
-            row = next_obs_rows[key][t]
-            row.copy_(obs[key].reshape(row.shape))
+        if arrays is not None and type(raw_obs) is np.ndarray and raw_obs.shape == arrays.shape:
+            arrays.views[t][...] = raw_obs
+            obs = {arrays.key: arrays.rows[t]}
+        else:
+            obs = normalize(read_obs(raw_obs))
+            for key in obs_keys:
+                row = next_obs_rows[key][t]
+                row.copy_(obs[key].reshape(row.shape))
         if resets and (terminated[t].any() or truncated[t].any()):
             # reset as torchrl's step_and_maybe_reset: the next step starts from its observations
             obs = normalize(read_obs(steps.reset(terminated[t] | truncated[t])))
@@ -132,15 +142,48 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     ids = _traj_ids(collector, done, out, n)
     collector._carrier = collector._as_carrier(
         {
-            **obs,
+            **{key: value.clone() for key, value in obs.items()},  # a view of the batch
             TRAJ_IDS_KEY: ids,
             **{k: torch.zeros(env.full_done_spec[k].shape, dtype=torch.bool) for k in DONE_KEYS},
             **state,
         }
     )
     if held is not None:
-        pack_transitions(out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim)
+        pack_transitions(
+            out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim, zeros=DONE_KEYS
+        )
     return out
+
+
+class _ArrayRows:
+    """Where a plain array observation's steps go: numpy views of its rows (see :func:`_array_rows`)."""
+
+    def __init__(self, key: str, rows: tuple[torch.Tensor, ...]) -> None:
+        self.key, self.rows = key, rows
+        self.views = [row.numpy() for row in rows]
+        self.shape = tuple(rows[0].shape)
+
+
+def _array_rows(
+    collector: Any, rows: dict[str, tuple[torch.Tensor, ...]], obs_keys: list[str], transforms: Any
+) -> _ArrayRows | None:
+    """The rows one plain array observation is written into by numpy, or ``None``.
+
+    Where the env observes one array (no gymnasium ``Dict``) that no transform
+    rewrites, numpy's assignment does the reader's cast (``torch.as_tensor(value,
+    dtype)``: the same values) into the batch's next-step row, and the next
+    policy call reads that row, not a copy of it: one write per step instead of
+    a cast, a reshape and a copy. A step whose array has another shape or type
+    goes through the reader, as before.
+    """
+    reader = collector._observations
+    if len(obs_keys) != 1 or reader.gym_keys or transforms.normalized_keys:
+        return None
+    key = obs_keys[0]
+    try:
+        return _ArrayRows(key, rows[key])
+    except (TypeError, RuntimeError):  # a dtype numpy has no view of (bfloat16, ...)
+        return None
 
 
 def _time_last(value: torch.Tensor, n: int) -> torch.Tensor:

@@ -210,3 +210,47 @@ def test_a_sampling_tensordict_policy_staged_equals_per_step():
     )
     assert_same(want, got)
     assert {"logits", "action_log_prob"} <= set(got[0].keys())
+
+
+class OneOutputBuffer(torch.nn.Module):
+    """Writes each step's one-hot action into the same tensor (a policy keeping its output).
+
+    It pushes the cart towards the pole's lean, so that its actions change from step to step.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.out = torch.zeros(6, 2, dtype=torch.int64)
+
+    def forward(self, obs):
+        lean = (obs[..., 2] > 0).long()
+        return self.out.copy_(torch.nn.functional.one_hot(lean, 2))
+
+
+def test_a_policy_writing_into_one_output_tensor_staged_equals_per_step():
+    """The staged loop keeps each step's outputs for one write per batch: a reused one is copied."""
+    torch.manual_seed(7)
+    policy = TensorDictModule(OneOutputBuffer(), ["observation"], ["action"])
+    want, want_carrier = collect(cartpole_vector, policy, staged_on=False)
+    got, got_carrier = collect(cartpole_vector, policy, staged_on=True)
+    assert_same(want, got)
+    assert_same([want_carrier], [got_carrier])
+    actions = torch.cat([b["action"][b[MASK_KEY]] for b in got])
+    assert 0 < int(actions[:, 0].sum()) < len(actions)  # both actions taken: not one step's
+
+
+def test_index_actions_on_cartpoles_vector_env_staged_equals_per_step():
+    """categorical_action_encoding: the policy's index goes to the env as it is."""
+    torch.manual_seed(8)
+    net = mlp_policy(4, 2).module[:-1]  # the logits: mlp_policy's one-hot head dropped
+    policy = TensorDictModule(lambda obs: net(obs).argmax(-1), ["observation"], ["action"])
+
+    def env_fn():
+        return wrap_gym_env(
+            gym.make_vec("CartPole-v1", num_envs=6), categorical_action_encoding=True
+        )
+
+    want, _ = collect(env_fn, policy, staged_on=False)
+    got, _ = collect(env_fn, policy, staged_on=True)
+    assert_same(want, got)
+    assert got[0]["action"].shape == (6, 45)
