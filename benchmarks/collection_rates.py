@@ -67,6 +67,7 @@ def section_batched(
     env_fn: Callable | None = None,
     hand_mode: str = "SAME_STEP",
     hand_kwargs: dict[str, Any] | None = None,
+    extra: dict[str, Callable] | None = None,
 ) -> None:
     """64 envs per worker, 2 workers: tdscheme, torchrl and the hand-written Ray collector.
 
@@ -78,6 +79,8 @@ def section_batched(
     actors writing torchrl's layout of each batch by hand
     (``layout_worker.MinimalLayoutWorker``: next observations, one-hot actions, flags, no
     transition at reset steps), what any torchrl-layout collector owes beyond the numpy floor.
+    ``extra``: more rows (impl -> a maker of a collector of ``fpb`` frames per batch),
+    measured after tdscheme's.
     """
     env_id, num_envs, fpb = "CartPole-v1", 64, 4096
     config = f"{num_envs} envs/worker, 2 workers, fpb={fpb}"
@@ -89,6 +92,7 @@ def section_batched(
         "tdscheme": functools.partial(
             tdscheme_collector, env_fn, policy, frames_per_batch=fpb, sync=False
         ),
+        **{impl: functools.partial(make, fpb) for impl, make in (extra or {}).items()},
         "hand-written Ray": functools.partial(
             peers.MinimalRayCollector,
             env_id,

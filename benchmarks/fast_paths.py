@@ -40,6 +40,9 @@ Sections (``--sections``, default all):
   steps (``("collector", "mask")``); its rate counts transitions only (the mask), the
   hand-written actors' counts the reset steps too (the same env, stepped as it is): the
   row is the less favourable ratio for tdscheme. torchrl's ``GymWrapper`` fails on it.
+  The row ``tdscheme, index actions`` steps the same env in torchrl's wrapper with
+  ``categorical_action_encoding=True`` and the same MLP ending in an argmax (no one-hot
+  head): the policy work of the hand-written actors, per step.
 * ``pixels``: uint8 4x84x84 frames (``tdscheme.envs.faulty.PixelsLikeObs`` over
   CartPole-v1: the env costs next to nothing, the frames' bytes decide), 16 envs per
   worker in a DISABLED ``SyncVectorEnv``, 2048 frames per worker batch, the linear pixel
@@ -151,10 +154,30 @@ def section_next_step(rec: Recorder, s: Settings) -> None:
 def section_next_step_native(rec: Recorder, s: Settings) -> None:
     """The env factory returns ``gym.make_vec(ENV_ID, NUM_ENVS)``: CartPoleVectorEnv (see the module)."""
     env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS)
+    index_env = functools.partial(index_action_vec_env, ENV_ID, NUM_ENVS)
+    index_policy = peers.mlp_policy(4, 2, index_actions=True)
+
+    def index_actions(fpb: int) -> Any:
+        return collection_runs.tdscheme_collector(
+            index_env, index_policy, frames_per_batch=fpb, sync=False
+        )
+
     section_batched(
         rec, s, section="next_step_native", env_fn=env_fn, hand_mode="NEXT_STEP",
         hand_kwargs={"vectorization_mode": "vector_entry_point"},
+        extra={"tdscheme, index actions": index_actions},
     )  # fmt: skip
+
+
+def index_action_vec_env(env_id: str, num_envs: int) -> Any:
+    """``gym.make_vec(env_id, num_envs)`` in torchrl's wrapper with index (categorical) actions.
+
+    The policy then ends in the argmax the hand-written actors call (no one-hot head,
+    no argmax back to an index before the env's step): the same policy work per step.
+    """
+    from tdscheme.envs import wrap_gym_env
+
+    return wrap_gym_env(gym.make_vec(env_id, num_envs=num_envs), categorical_action_encoding=True)
 
 
 PIXELS, PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH = (4, 84, 84), 16, 2048

@@ -63,8 +63,21 @@ class OneHotArgmax(nn.Module):
         return nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(torch.int64)
 
 
+class Argmax(nn.Module):
+    """Turns logits into the action index a categorical action spec expects."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1)
+
+
 def mlp_policy(
-    obs_dim: int, action_dim: int, *, hidden: int = 64, depth: int = 2, discrete: bool = True
+    obs_dim: int,
+    action_dim: int,
+    *,
+    hidden: int = 64,
+    depth: int = 2,
+    discrete: bool = True,
+    index_actions: bool = False,
 ) -> Any:
     """A deterministic MLP policy: ``depth`` tanh layers of ``hidden`` units, greedy actions.
 
@@ -74,13 +87,15 @@ def mlp_policy(
         hidden: hidden units per layer.
         depth: number of hidden layers.
         discrete: one-hot argmax actions (CartPole) or tanh-bounded continuous ones.
+        index_actions: discrete actions as indices (an env with
+            ``categorical_action_encoding=True``), the hand-written collector's argmax.
 
     Returns:
         A ``TensorDictModule`` reading ``"observation"`` and writing ``"action"``.
     """
     from tensordict.nn import TensorDictModule
 
-    head = OneHotArgmax() if discrete else nn.Tanh()
+    head = (Argmax() if index_actions else OneHotArgmax()) if discrete else nn.Tanh()
     net = nn.Sequential(torch_mlp(obs_dim, action_dim, hidden=hidden, depth=depth), head)
     return TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
 
