@@ -228,7 +228,7 @@ class OneOutputBuffer(torch.nn.Module):
 
 
 def test_a_policy_writing_into_one_output_tensor_staged_equals_per_step():
-    """The staged loop keeps each step's outputs for one write per batch: a reused one is copied."""
+    """Each step's outputs are copied into the batch before the next call writes over them."""
     torch.manual_seed(7)
     policy = TensorDictModule(OneOutputBuffer(), ["observation"], ["action"])
     want, want_carrier = collect(cartpole_vector, policy, staged_on=False)
