@@ -78,7 +78,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
     next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
     # a plain array observation goes from the env's numpy array straight into its next-step
-    # row (numpy's cast); the next policy call reads that row (see _array_rows)
+    # row (numpy's cast); the next policy call reads the reader's tensor of it (see _array_rows)
     arrays = _array_rows(collector, next_obs_rows, obs_keys, transforms)
     policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
     terminated = np.zeros((steps_per_batch, n), dtype=bool)
@@ -90,7 +90,9 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     read_obs = collector._observations.read
     before, hook = collector.before_step, collector.step_hook
     resets = not steps.resets_itself
-    starts: dict[int, dict[str, torch.Tensor]] = {}  # step -> the reset's observations
+    # step -> the copies reset before it and their reset observations (the others start
+    # from their step's next observations, as torchrl's _update_during_reset keeps them)
+    starts: dict[int, tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}
     obs = first
     for t in range(steps_per_batch):
         if before is not None:
@@ -113,7 +115,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
             held[t] = steps.reset_step
         if arrays is not None and type(raw_obs) is np.ndarray and raw_obs.shape == arrays.shape:
             arrays.views[t][...] = raw_obs
-            obs = {arrays.key: arrays.rows[t]}
+            obs = read_obs(raw_obs)  # the policy reads the reader's tensor, as torchrl's
         else:
             obs = normalize(read_obs(raw_obs))
             for key in obs_keys:
@@ -121,15 +123,17 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
                 row.copy_(obs[key].reshape(row.shape))
         if resets and (terminated[t].any() or truncated[t].any()):
             # reset as torchrl's step_and_maybe_reset: the next step starts from its observations
-            obs = normalize(read_obs(steps.reset(terminated[t] | truncated[t])))
-            if t + 1 < steps_per_batch:
-                starts[t + 1] = {key: value.clone() for key, value in obs.items()}
+            ended = terminated[t] | truncated[t]
+            obs = normalize(read_obs(steps.reset(ended)))
+            if t + 1 < steps_per_batch:  # the reset copies' rows (a mask's index: a copy)
+                reset = torch.from_numpy(ended).reshape(env.batch_size)
+                shapes = {key: next_obs_rows[key][t].shape for key in obs_keys}
+                starts[t + 1] = (reset, {k: obs[k].reshape(shapes[k])[reset] for k in obs_keys})
     done = terminated | truncated
     _write_observations(out, first, next_obs, time_dim)
-    for t, started in starts.items():  # the steps after a reset start from its observations
+    for t, (reset, started) in starts.items():  # the reset copies start from their reset
         for key, value in started.items():
-            row = out.get(key).select(time_dim, t)
-            row.copy_(value.reshape(row.shape))
+            out.get(key).select(time_dim, t)[reset] = value
     for key, value in (("done", done), ("terminated", terminated), ("truncated", truncated)):
         _write(out, ("next", key), torch.from_numpy(value), n)
         out.get(key).zero_()  # a carrier's done keys are always False after step_and_maybe_reset
@@ -158,8 +162,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
 class _ArrayRows:
     """Where a plain array observation's steps go: numpy views of its rows (see :func:`_array_rows`)."""
 
-    def __init__(self, key: str, rows: tuple[torch.Tensor, ...]) -> None:
-        self.key, self.rows = key, rows
+    def __init__(self, rows: tuple[torch.Tensor, ...]) -> None:
         self.views = [row.numpy() for row in rows]
         self.shape = tuple(rows[0].shape)
 
@@ -171,17 +174,18 @@ def _array_rows(
 
     Where the env observes one array (no gymnasium ``Dict``) that no transform
     rewrites, numpy's assignment does the reader's cast (``torch.as_tensor(value,
-    dtype)``: the same values) into the batch's next-step row, and the next
-    policy call reads that row, not a copy of it: one write per step instead of
-    a cast, a reshape and a copy. A step whose array has another shape or type
-    goes through the reader, as before.
+    dtype)``: the same values) into the batch's next-step row. The next policy
+    call reads the reader's tensor of the same array, not that row: its layout
+    is the env's (CartPole's vector env returns a column-major array), and a
+    matrix product may round another layout differently, so that only the
+    reader's gives torchrl's actions bit for bit. A step whose array has
+    another shape or type goes through the reader and a copy, as before.
     """
     reader = collector._observations
     if len(obs_keys) != 1 or reader.gym_keys or transforms.normalized_keys:
         return None
-    key = obs_keys[0]
     try:
-        return _ArrayRows(key, rows[key])
+        return _ArrayRows(rows[obs_keys[0]])
     except (TypeError, RuntimeError):  # a dtype numpy has no view of (bfloat16, ...)
         return None
 

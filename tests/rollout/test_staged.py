@@ -254,3 +254,29 @@ def test_index_actions_on_cartpoles_vector_env_staged_equals_per_step():
     got, _ = collect(env_fn, policy, staged_on=True)
     assert_same(want, got)
     assert got[0]["action"].shape == (6, 45)
+
+
+class InputLayouts(torch.nn.Module):
+    """Records the strides of each observation it reads (a matrix product's rounding may
+    depend on them), acting on the pole's lean."""
+
+    def __init__(self):
+        super().__init__()
+        self.strides = []
+
+    def forward(self, obs):
+        self.strides.append(obs.stride())
+        return torch.nn.functional.one_hot((obs[..., 2] > 0).long(), 2)
+
+
+def test_the_policy_reads_the_envs_layout_staged_as_per_step():
+    """CartPole's vector env returns column-major arrays: the staged policy reads them so,
+    as the per-step loop and torchrl do, not the batch's row of the same values."""
+    runs = []
+    for staged_on in (False, True):
+        module = InputLayouts()
+        policy = TensorDictModule(module, ["observation"], ["action"])
+        collect(cartpole_vector, policy, staged_on=staged_on, num_batches=1)
+        runs.append(module.strides)
+    assert runs[0] == runs[1]
+    assert (1, 6) in runs[1]  # the env's layout, not the [envs, time] batch's row (4, 1)
