@@ -65,6 +65,28 @@ def test_async_yields_exact_frames_from_every_worker(ray_clean):
     collector.shutdown()  # already shut down at the end of the budget: idempotent
 
 
+def test_workers_freeze_what_they_built_and_in_process_workers_do_not(ray_clean):
+    """A worker actor owns its process: its objects leave the collector's generations."""
+    import gc
+
+    from tdscheme.collectors import CollectorWorker, WorkerSpec
+
+    collector = RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=200, total_frames=400,
+        num_collectors=1, remote_configs=SMALL,
+    )  # fmt: skip
+    try:
+        next(iter(collector))
+        frozen = collector.workers[0].__ray_call__.remote(lambda self: gc.get_freeze_count())
+        assert ray.get(frozen, timeout=60) > 10_000  # torch, torchrl, the env, the policy
+    finally:
+        collector.shutdown()
+    before = gc.get_freeze_count()
+    worker = CollectorWorker(0, WorkerSpec(cartpole, mlp_policy(4, 2), frames_per_batch=20))
+    worker.shutdown()
+    assert gc.get_freeze_count() == before
+
+
 def test_sync_stacks_one_rollout_per_worker(ray_clean):
     with RayCollector(
         cartpole, mlp_policy(4, 2), frames_per_batch=400, total_frames=1200,
