@@ -143,8 +143,7 @@ class WorkerPool(ActorPool):
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
 
     def _current(self, worker_id: int) -> dict[str, Any]:  # a (re)built worker's start
-        start = self.env_configs.start_kwargs(worker_id)
-        kwargs = {**start, "reuse_batch_buffer": True, "own_process": True}
+        kwargs = {**self.env_configs.start_kwargs(worker_id), "own_process": True}
         return {"weights": self._weights_ref, "policy_version": self._version, **kwargs}
 
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]

@@ -63,18 +63,13 @@ class BaseCollectorWorker(EnvConfigCalls):
         frames_done: frames its earlier actors collected (``init_random_frames`` left).
         env_config: the env config its envs run from the start (a rebuilt worker's: the
             newest pushed to it), received as :meth:`set_env_config` receives one.
-        reuse_batch_buffer: the caller copies each reply before the next :meth:`collect`
-            (a Ray actor: Ray serializes the return value first), so the encoded batch may
-            view the collector's own batch buffer instead of torchrl's copy of it
-            (:meth:`~tdscheme.rollout.worker_collector.WorkerCollector.reuse_batch_buffer`;
-            a write into a Ray-held buffer is answered before :meth:`collect` returns);
-            ``False`` (in-process use): each batch is its own.
-        own_process: the worker is its process's only tenant (a Ray actor): once built,
-            every object so far (torch, torchrl, the env, the policy) is moved out of
-            Python's garbage collector's generations (``gc.freeze``), so that the full
-            collections that each batch's short-lived objects trigger do not walk them
-            again (on pixels, a few per cent of a worker's time). ``False``
-            (in-process use) leaves the caller's collector alone.
+        reuse_batch_buffer: each reply is copied before the next :meth:`collect` (a Ray
+            actor's: Ray serializes it first; a buffer write is answered before), so the
+            encoded batch may view the collector's own batch buffer, not torchrl's copy
+            (:meth:`~tdscheme.rollout.worker_collector.WorkerCollector.reuse_batch_buffer`).
+        own_process: a Ray actor, its process's only tenant: ``reuse_batch_buffer`` too, and
+            once built its objects (torch, torchrl, the env, the policy) leave the garbage
+            collector's generations (``gc.freeze``: full collections stop walking them).
 
     Example:
         >>> from tdscheme.envs import make_env
@@ -110,11 +105,8 @@ class BaseCollectorWorker(EnvConfigCalls):
         self.policy_version = policy_version
         fold = spec.fold_next_bytes()
         self._codec = TensorDictCodec(spec.compress, fold_next_bytes=fold)
-        self._writer = (
-            None
-            if spec.replay_buffer is None
-            else BufferWriter(spec.replay_buffer, fold_next_bytes=fold)
-        )
+        writes = spec.replay_buffer is not None
+        self._writer = BufferWriter(spec.replay_buffer, fold_next_bytes=fold) if writes else None
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         # held across a write's staleness check and the write, and by set_weights: once a
@@ -131,10 +123,9 @@ class BaseCollectorWorker(EnvConfigCalls):
         )  # fmt: skip
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
         # a one-call NEXT_STEP env pads its reset steps (refused with a replay buffer)
-        self._pads_reset_steps = self._rollout.pads_reset_steps(
-            writes=spec.replay_buffer is not None
-        )
-        if reuse_batch_buffer and not spec.preemptible:  # a buffer's write ends before the reply
+        self._pads_reset_steps = self._rollout.pads_reset_steps(writes=writes)
+        # a buffer's write ends before the reply
+        if (reuse_batch_buffer or own_process) and not spec.preemptible:
             self._rollout.reuse_batch_buffer()
         if seed is not None:
             self.set_seed(seed)
