@@ -80,6 +80,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     # a plain array observation goes from the env's numpy array straight into its next-step
     # row (numpy's cast); the next policy call reads the reader's tensor of it (see _array_rows)
     arrays = _array_rows(collector, next_obs_rows, obs_keys, transforms)
+    row_shapes = {key: rows[0].shape for key, rows in next_obs_rows.items()}
     policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
     terminated = np.zeros((steps_per_batch, n), dtype=bool)
     truncated = np.zeros((steps_per_batch, n), dtype=bool)
@@ -119,16 +120,14 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         else:
             obs = normalize(read_obs(raw_obs))
             for key in obs_keys:
-                row = next_obs_rows[key][t]
-                row.copy_(obs[key].reshape(row.shape))
+                next_obs_rows[key][t].copy_(obs[key].reshape(row_shapes[key]))
         if resets and (terminated[t].any() or truncated[t].any()):
             # reset as torchrl's step_and_maybe_reset: the next step starts from its observations
             ended = terminated[t] | truncated[t]
             obs = normalize(read_obs(steps.reset(ended)))
             if t + 1 < steps_per_batch:  # the reset copies' rows (a mask's index: a copy)
                 reset = torch.from_numpy(ended).reshape(env.batch_size)
-                shapes = {key: next_obs_rows[key][t].shape for key in obs_keys}
-                starts[t + 1] = (reset, {k: obs[k].reshape(shapes[k])[reset] for k in obs_keys})
+                starts[t + 1] = (reset, {k: obs[k].reshape(row_shapes[k])[reset] for k in obs_keys})
     done = terminated | truncated
     _write_observations(out, first, next_obs, time_dim)
     for t, (reset, started) in starts.items():  # the reset copies start from their reset
