@@ -33,13 +33,15 @@ Sections (``--sections``, default all):
   (``NEXT_STEP``), a plain gymnasium env. tdscheme's workers wrap it
   (``tdscheme.envs.wrap_gym_env``: no reset steps); torchrl's refuse it (its
   ``GymWrapper`` is not called on it: the row fails); the hand-written actors step the
-  same NEXT_STEP vector env, reset steps counted as frames.
+  same NEXT_STEP vector env and count its transitions (a reset step is none).
 * ``next_step_native``: the factory returns ``gym.make_vec("CartPole-v1", num_envs=64)``
   (gymnasium's default for CartPole: its own ``CartPoleVectorEnv``, all copies in one numpy
   call, NEXT_STEP). tdscheme's lean rollout steps it as it is and pads each copy's reset
-  steps (``("collector", "mask")``); its rate counts transitions only (the mask), the
-  hand-written actors' counts the reset steps too (the same env, stepped as it is): the
-  row is the less favourable ratio for tdscheme. torchrl's ``GymWrapper`` fails on it.
+  steps (``("collector", "mask")``); its rate counts transitions only (the mask), and so
+  do the hand-written actors' (the same env, stepped as it is; their batches' ``mask``
+  marks the reset steps, ~10 % of CartPole's steps under the untrained greedy MLP: until
+  stop 56 they counted them as frames, a ratio ~0.9x of this one). torchrl's
+  ``GymWrapper`` fails on it.
   The row ``tdscheme, index actions`` steps the same env in torchrl's wrapper with
   ``categorical_action_encoding=True`` and the same MLP ending in an argmax (no one-hot
   head): the policy work of the hand-written actors, per step.
@@ -403,9 +405,9 @@ INTRO = (
     "`disabled`: `make_env`'s SyncVectorEnv, auto-reset disabled (the hand-written actors reset "
     "with `reset_mask`); `same_step`: GymWrapper over a SAME_STEP SyncVectorEnv (so do the "
     "hand-written); `next_step`: the factory returns `gym.make_vec(..., vectorization_mode="
-    "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, reset steps counted); "
+    "'sync')` as gymnasium builds it, NEXT_STEP (the hand-written step it, transitions counted); "
     "`next_step_native`: the factory returns `gym.make_vec('CartPole-v1', 64)` (CartPoleVectorEnv,"
-    " one call for all copies): tdscheme counts transitions only, the hand-written reset steps too. "
+    " one call for all copies): both count transitions only (a reset step is none). "
     "`pixels`: 16 envs per worker observing uint8 4x84x84 frames, 2048 frames per batch. "
     "`background`: frames written into a Ray-held RayReplayBuffer per second after a warm-up, "
     "the driver sampling nothing; `background_pixels`: the same with the `pixels` envs. See the "

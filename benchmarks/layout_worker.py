@@ -40,11 +40,7 @@ class MinimalLayoutWorker(MinimalCollectorWorker):
     def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, **kwargs: Any) -> None:
         if num_envs < 2:
             raise ValueError(f"num_envs={num_envs}: the layout worker steps vector envs (> 1)")
-        super().__init__(env_id, num_envs, frames_per_batch, **kwargs)
-        # the parent's reset_mask says DISABLED; CartPole's own vector env is NEXT_STEP
-        native = kwargs.get("vectorization_mode") == "vector_entry_point"
-        self.next_step = native or kwargs.get("autoreset_mode") == "NEXT_STEP"
-        self.ended = np.zeros(num_envs, dtype=bool)  # envs whose next step is a reset step
+        super().__init__(env_id, num_envs, frames_per_batch, **kwargs)  # its next_step, ended
 
     def next(self) -> dict[str, np.ndarray]:
         """Collects one batch and lays it out as torchrl's collectors do (see the class)."""

@@ -187,7 +187,9 @@ class MinimalCollectorWorker:
             ``SAME_STEP`` (the default, the cheapest without torchrl), ``DISABLED``
             (the ended envs reset with ``reset_mask`` after the step, as any collector
             of such an env must) or ``NEXT_STEP`` (gymnasium's default: the env resets
-            an ended env at its next step; those reset steps count as frames here).
+            an ended env at its next step, ignoring its action: such a reset step is no
+            transition, and the batch's ``mask`` marks it ``False``, so that
+            ``harness.frames_in`` counts transitions, as it counts tdscheme's).
         pixels: a frame shape: each env observes uint8 frames of it instead
             (:func:`pixels_env`'s ``PixelsLikeObs``), and the policy is
             :class:`PixelPolicyNet`, as tdscheme's row's.
@@ -236,6 +238,9 @@ class MinimalCollectorWorker:
                 wrappers=wrappers,
             )
         self.reset_mask = num_envs > 1 and autoreset_mode == "DISABLED"
+        native = vectorization_mode == "vector_entry_point"
+        self.next_step = num_envs > 1 and (native or autoreset_mode == "NEXT_STEP")
+        self.ended = np.zeros(num_envs, dtype=bool)  # envs whose next step is a reset step
         vector = num_envs > 1
         obs_space = self.env.single_observation_space if vector else self.env.observation_space
         action_space = self.env.single_action_space if vector else self.env.action_space
@@ -253,6 +258,7 @@ class MinimalCollectorWorker:
         action = np.empty(shape, dtype=np.int64)
         reward = np.empty(shape, dtype=np.float32)
         done = np.empty(shape, dtype=bool)
+        valid = np.empty(shape, dtype=bool) if self.next_step else None
         with torch.no_grad():
             for t in range(self.steps):
                 obs[t] = self.obs
@@ -264,12 +270,16 @@ class MinimalCollectorWorker:
                 action[t] = act
                 self.obs, reward[t], terminated, truncated, _ = self.env.step(act)
                 done[t] = np.logical_or(terminated, truncated)
+                if valid is not None:  # NEXT_STEP: a step after an episode ended resets
+                    valid[t] = ~self.ended
+                    self.ended = done[t]
                 if self.num_envs == 1 and done[t]:
                     self.obs, _ = self.env.reset()
                 elif self.reset_mask and done[t].any():
                     # the other copies' rows: the observations of the step
                     self.obs, _ = self.env.reset(options={"reset_mask": done[t].copy()})
-        return {"observation": obs, "action": action, "reward": reward, "done": done}
+        batch = {"observation": obs, "action": action, "reward": reward, "done": done}
+        return batch if valid is None else {**batch, "mask": valid}
 
     def close(self) -> None:
         """Closes the env."""
@@ -395,13 +405,15 @@ class MinimalEnvPoolWorker:
         action = np.empty(shape, dtype=np.int64)
         reward = np.empty(shape, dtype=np.float32)
         done = np.empty(shape, dtype=bool)
+        valid = np.empty(shape, dtype=bool) if self.next_step else None
         with torch.no_grad():
             for t in range(self.steps):
                 obs[t] = self.obs
                 action[t] = self.net(torch.as_tensor(obs[t])).numpy()
                 self.obs, reward[t], terminated, truncated, _ = self.env.step(action[t])
                 done[t] = np.logical_or(terminated, truncated)
-        return {"observation": obs, "action": action, "reward": reward, "done": done}
+        batch = {"observation": obs, "action": action, "reward": reward, "done": done}
+        return batch if valid is None else {**batch, "mask": valid}
 
     def close(self) -> None:
         """Closes the envs."""

@@ -59,3 +59,21 @@ def test_frames_in_counts_a_numpy_batch_by_its_mask(layout):
     _, batches = transitions(layout, "NEXT_STEP", steps=50)
     assert harness.frames_in(batches[0]) == int(batches[0]["mask"].sum()) < 4 * 50
     assert harness.frames_in({"reward": np.zeros((3, 5))}) == 15
+
+
+def test_the_plain_worker_masks_the_same_reset_steps(layout):
+    peers = load_script("peers")
+    _, batches = transitions(layout, "NEXT_STEP", steps=50)
+    plain = peers.MinimalCollectorWorker("CartPole-v1", 4, 4 * 50, autoreset_mode="NEXT_STEP")
+    try:
+        masks = [plain.next()["mask"] for _ in range(2)]  # time-major: [steps, envs]
+    finally:
+        plain.close()
+    for mask, batch in zip(masks, batches, strict=True):
+        np.testing.assert_array_equal(mask.T, batch["mask"])
+    assert not masks[0].all()
+    disabled = peers.MinimalCollectorWorker("CartPole-v1", 4, 4 * 50, autoreset_mode="DISABLED")
+    try:
+        assert "mask" not in disabled.next()  # every step a transition
+    finally:
+        disabled.close()
