@@ -46,6 +46,9 @@ class Observations:
         self.keys = keys
         self._specs = specs  # key -> (shape, dtype)
         self._gym_keys = gym_keys  # torchrl key -> the Dict space's key ({} for an array)
+        # key -> the numpy dtype whose arrays are read as they are (torch.from_numpy: the
+        # array's memory, as torch.as_tensor gives it, for half its cost)
+        self._same = {key: _numpy_dtype(dtype) for key, (_, dtype) in specs.items()}
 
     @property
     def gym_keys(self) -> dict[str, str]:
@@ -60,6 +63,14 @@ class Observations:
 
     def _encode(self, key: str, value: Any) -> torch.Tensor:
         shape, dtype = self._specs[key]
+        if (
+            type(value) is np.ndarray
+            and value.dtype == self._same[key]
+            and value.shape == shape
+            and value.ndim
+            and min(value.strides) > 0
+        ):
+            return torch.from_numpy(value)
         if isinstance(value, np.ndarray) and not all(stride > 0 for stride in value.strides):
             value = value.copy()
         value = torch.as_tensor(value, dtype=dtype)
@@ -95,6 +106,14 @@ def observations(
         key: (base_env.observation_spec[key].shape, env.observation_spec[key].dtype) for key in keys
     }
     return Observations(keys, specs, gym_keys)
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """numpy's dtype of torch's ``dtype``, or ``None`` (bfloat16, ...: none)."""
+    try:
+        return torch.empty((), dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return None
 
 
 def _root(key: Any) -> str:

@@ -75,13 +75,8 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     policy_keys = [k for k in collector._policy_output_keys if k != TRAJ_IDS_KEY]
     first = {key: collector._carrier.get(key) for key in obs_keys}
     state = {key: collector._carrier.get(key) for key in transforms.keys}
-    next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
-    next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
-    # a plain array observation goes from the env's numpy array straight into its next-step
-    # row (numpy's cast); the next policy call reads the reader's tensor of it (see _array_rows)
-    arrays = _array_rows(collector, next_obs_rows, obs_keys, transforms)
+    next_obs, next_obs_rows, arrays, policy_rows = _rows(collector, out, obs_keys, policy_keys)
     row_shapes = {key: rows[0].shape for key, rows in next_obs_rows.items()}
-    policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
     terminated = np.zeros((steps_per_batch, n), dtype=bool)
     truncated = np.zeros((steps_per_batch, n), dtype=bool)
     pads = isinstance(steps, NextStepSteps)
@@ -158,6 +153,32 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     return out
 
 
+def _rows(collector: Any, out: TensorDictBase, obs_keys: list[str], policy_keys: list[Any]) -> tuple:
+    """``(next_obs, their rows, _ArrayRows or None, the policy outputs' rows)`` of ``out``.
+
+    Views of the batch buffer, made once per buffer: torchrl's collector reuses
+    its batch buffer, and the views stay valid while its tensors are the same
+    objects (checked every batch; a replaced tensor gets new views).
+    """
+    time_dim = len(collector._base_env.batch_size)
+    tensors = [out.get(key) for key in policy_keys] + [out.get(key) for key in obs_keys]
+    tensors += [out.get(("next", key), None) for key in obs_keys]
+    kept = collector.__dict__.get("_staged_rows")
+    if kept is not None and kept[0] is out and all(
+        a is b for a, b in zip(kept[1], tensors, strict=True)
+    ):
+        return kept[2]
+    next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
+    next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
+    # a plain array observation goes from the env's numpy array straight into its next-step
+    # row (numpy's cast); the next policy call reads the reader's tensor of it (see _array_rows)
+    arrays = _array_rows(collector, next_obs_rows, obs_keys, collector._transforms)
+    policy_rows = {key: out.get(key).unbind(time_dim) for key in policy_keys}
+    views = (next_obs, next_obs_rows, arrays, policy_rows)
+    collector._staged_rows = (out, tensors, views)
+    return views
+
+
 class _ArrayRows:
     """Where a plain array observation's steps go: numpy views of its rows (see :func:`_array_rows`)."""
 
@@ -199,14 +220,16 @@ def _write(out: TensorDictBase, key: Any, value: torch.Tensor, n: int) -> None:
 
     (torchrl's ``compact_obs`` batch leaves some ``"next"`` entries out.)
     """
-    if key in out.keys(True, True):
-        _time_last(out.get(key), n).copy_(value.T)
+    leaf = out.get(key, None)
+    if leaf is not None:
+        _time_last(leaf, n).copy_(value.T)
 
 
 def _next_obs(collector: Any, out: TensorDictBase, key: str) -> torch.Tensor:
     """Where the steps' next observations go: the batch's, or (``compact_obs``) a kept buffer."""
-    if ("next", key) in out.keys(True, True):
-        return out.get(("next", key))
+    leaf = out.get(("next", key), None)
+    if leaf is not None:
+        return leaf
     kept = collector.__dict__.setdefault("_staged_next_obs", {})
     like = out.get(key)
     if key not in kept or kept[key].shape != like.shape or kept[key].dtype != like.dtype:
@@ -235,21 +258,22 @@ def _traj_ids(collector: Any, done: np.ndarray, out: TensorDictBase, n: int) -> 
 
     A copy's id changes at the step after its episode ended, to the pool's next
     id; ids are handed out in (step, copy) order, as one pool call per step does.
+    (numpy: a tenth of the torch calls' cost on a batch's few thousand flags.)
     """
     carried = collector._carrier.get(TRAJ_IDS_KEY)
-    start = carried.reshape(n)
-    ended = torch.from_numpy(done)
-    count = int(ended.sum())
+    start = carried.reshape(n).numpy()
+    count = int(done.sum())
     rows = _time_last(out.get(TRAJ_IDS_KEY), n)
     if count == 0:
-        rows.copy_(start[:, None].expand_as(rows))
+        rows.copy_(torch.from_numpy(start)[:, None].expand_as(rows))
         return carried
-    given = torch.full(ended.shape, -1, dtype=start.dtype)
-    given[ended] = collector._traj_pool.get_traj_and_increment(count).to(start.dtype)
-    at = torch.arange(ended.shape[0])[:, None].expand_as(ended)
-    last = torch.where(ended, at, -1).cummax(0).values  # the last step <= t that ended
-    before = torch.cat([torch.full((1, n), -1, dtype=last.dtype), last[:-1]])  # ... < t
-    ids = torch.where(before >= 0, given.gather(0, before.clamp(min=0)), start)
-    rows.copy_(ids.T)
-    final = torch.where(last[-1] >= 0, given.gather(0, last[-1:].clamp(min=0))[0], start)
-    return final.reshape(carried.shape)
+    given = np.full(done.shape, -1, dtype=start.dtype)
+    given[done] = collector._traj_pool.get_traj_and_increment(count).numpy()
+    steps = np.arange(done.shape[0])[:, None]
+    last = np.maximum.accumulate(np.where(done, steps, -1), axis=0)  # the last step <= t that ended
+    before = np.concatenate([np.full((1, n), -1, dtype=last.dtype), last[:-1]])  # ... < t
+    copies = np.arange(n)
+    ids = np.where(before >= 0, given[before.clip(min=0), copies], start)
+    rows.copy_(torch.from_numpy(ids).T)
+    final = np.where(last[-1] >= 0, given[last[-1].clip(min=0), copies], start)
+    return torch.from_numpy(final).reshape(carried.shape)
