@@ -405,15 +405,13 @@ class MinimalEnvPoolWorker:
         action = np.empty(shape, dtype=np.int64)
         reward = np.empty(shape, dtype=np.float32)
         done = np.empty(shape, dtype=bool)
-        valid = np.empty(shape, dtype=bool) if self.next_step else None
         with torch.no_grad():
             for t in range(self.steps):
                 obs[t] = self.obs
                 action[t] = self.net(torch.as_tensor(obs[t])).numpy()
                 self.obs, reward[t], terminated, truncated, _ = self.env.step(action[t])
                 done[t] = np.logical_or(terminated, truncated)
-        batch = {"observation": obs, "action": action, "reward": reward, "done": done}
-        return batch if valid is None else {**batch, "mask": valid}
+        return {"observation": obs, "action": action, "reward": reward, "done": done}
 
     def close(self) -> None:
         """Closes the envs."""
