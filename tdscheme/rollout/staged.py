@@ -42,6 +42,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
 from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
+from tdscheme.transport.next_fold import note_differences
 
 __all__ = ["can_stage", "staged_rollout"]
 
@@ -150,10 +151,31 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         pack_transitions(
             out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim, zeros=DONE_KEYS
         )
+    else:
+        _note_differences(out, next_obs, starts, n, steps_per_batch)
     return out
 
 
-def _rows(collector: Any, out: TensorDictBase, obs_keys: list[str], policy_keys: list[Any]) -> tuple:
+def _note_differences(
+    out: TensorDictBase, next_obs: dict[str, torch.Tensor], starts: dict, n: int, steps: int
+) -> None:
+    """Tells the wire where each ``("next", key)`` leaf differs from ``key`` one step on.
+
+    By construction: step ``t + 1``'s observations are a copy of step ``t``'s next
+    ones, except for the copies reset before ``t + 1`` (``starts``). A folding codec
+    (:mod:`tdscheme.transport.next_fold`) then skips its bitwise comparison.
+    """
+    differ = torch.zeros(n, max(steps - 1, 0), dtype=torch.bool)
+    for t, (reset, _) in starts.items():
+        differ[:, t - 1] = reset.reshape(n)
+    for key, nxt in next_obs.items():
+        if out.get(("next", key), None) is nxt:  # not compact_obs's kept buffer
+            note_differences(out.get(key), nxt, differ)
+
+
+def _rows(
+    collector: Any, out: TensorDictBase, obs_keys: list[str], policy_keys: list[Any]
+) -> tuple:
     """``(next_obs, their rows, _ArrayRows or None, the policy outputs' rows)`` of ``out``.
 
     Views of the batch buffer, made once per buffer: torchrl's collector reuses
@@ -164,8 +186,10 @@ def _rows(collector: Any, out: TensorDictBase, obs_keys: list[str], policy_keys:
     tensors = [out.get(key) for key in policy_keys] + [out.get(key) for key in obs_keys]
     tensors += [out.get(("next", key), None) for key in obs_keys]
     kept = collector.__dict__.get("_staged_rows")
-    if kept is not None and kept[0] is out and all(
-        a is b for a, b in zip(kept[1], tensors, strict=True)
+    if (
+        kept is not None
+        and kept[0] is out
+        and all(a is b for a, b in zip(kept[1], tensors, strict=True))
     ):
         return kept[2]
     next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}

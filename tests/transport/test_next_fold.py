@@ -206,3 +206,52 @@ def test_other_layouts_come_back_the_same(ray_clean, variant):
     assert folded_stats["dedup_keys"] == ["next.observation"]
     for got, want in zip(folded, whole, strict=True):
         assert_bitwise_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [
+        lambda t: t,
+        lambda t: t[1:],  # a view
+        lambda t: t.numpy(),
+        lambda t: memoryview(t.numpy()),
+        lambda t: t.untyped_storage(),
+        lambda t: TensorDict({"x": t}, []),
+        lambda t: t.view(-1).share_memory_(),  # moved to shared memory: another process may map it
+    ],
+    ids=["tensor", "view", "numpy", "memoryview", "storage", "tensordict", "shared"],
+)
+def test_a_rebuilt_leafs_memory_is_reused_only_once_nothing_holds_it(hold):
+    from tdscheme.transport.next_fold import _Rebuilt
+
+    rebuilt, shape = _Rebuilt(), (2, 1 << 20)  # over MIN_BYTES
+    first = rebuilt.take(shape, torch.uint8)
+    address, shared = first.data_ptr(), None
+    held = hold(first)
+    if isinstance(held, torch.Tensor) and held.is_shared():
+        shared = held.untyped_storage().data_ptr()
+    del first
+    second = rebuilt.take(shape, torch.uint8)  # kept: only the first's memory may come back
+    assert rebuilt.reused == 0 and (shared is not None or second.data_ptr() != address)
+    del held
+    third = rebuilt.take(shape, torch.uint8)
+    if shared is not None:  # its memory stays shared: never handed out again
+        assert rebuilt.reused == 0 and third.data_ptr() != shared
+    else:
+        assert rebuilt.reused == 1 and third.data_ptr() == address
+
+
+def test_a_folded_pixel_batch_rebuilds_into_the_memory_of_the_last_one():
+    """The driver's loop: the batch it dropped lends its memory to the next, values exact."""
+    from tdscheme.transport.next_fold import _REBUILT
+
+    codec = TensorDictCodec(fold_next_bytes=1024)
+    addresses = []
+    for seed in range(4):
+        td = rollout_like((8, 32), (4, 64, 64), torch.uint8, ends=[(1, 5)], seed=seed)  # 4 MiB
+        batch = codec.decode(codec.encode(td))
+        assert_bitwise_equal(batch, td)
+        addresses.append(batch["next", "pixels"].data_ptr())
+        del batch
+    assert addresses[1:] == addresses[:-1]
+    assert _REBUILT.reused >= 3
