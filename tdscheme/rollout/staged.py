@@ -169,7 +169,7 @@ def _note_differences(
     for t, (reset, _) in starts.items():
         differ[:, t - 1] = reset.reshape(n)
     for key, nxt in next_obs.items():
-        if out.get(("next", key), None) is nxt:  # not compact_obs's kept buffer
+        if nxt is not None:  # compact_obs: no ("next", key) leaf
             note_differences(out.get(key), nxt, differ)
 
 
@@ -192,8 +192,8 @@ def _rows(
         and all(a is b for a, b in zip(kept[1], tensors, strict=True))
     ):
         return kept[2]
-    next_obs = {key: _next_obs(collector, out, key) for key in obs_keys}
-    next_obs_rows = {key: value.unbind(time_dim) for key, value in next_obs.items()}
+    next_obs = {key: out.get(("next", key), None) for key in obs_keys}
+    next_obs_rows = {key: _next_rows(collector, out, key, time_dim) for key in obs_keys}
     # a plain array observation goes from the env's numpy array straight into its next-step
     # row (numpy's cast); the next policy call reads the reader's tensor of it (see _array_rows)
     arrays = _array_rows(collector, next_obs_rows, obs_keys, collector._transforms)
@@ -249,16 +249,23 @@ def _write(out: TensorDictBase, key: Any, value: torch.Tensor, n: int) -> None:
         _time_last(leaf, n).copy_(value.T)
 
 
-def _next_obs(collector: Any, out: TensorDictBase, key: str) -> torch.Tensor:
-    """Where the steps' next observations go: the batch's, or (``compact_obs``) a kept buffer."""
+def _next_rows(collector: Any, out: TensorDictBase, key: str, time_dim: int) -> tuple:
+    """Where each step's next observations go: the rows of the batch's ``("next", key)``.
+
+    Under ``compact_obs`` torchrl's batch has no such leaf: a step's next
+    observations go straight into the next step's row of ``key`` (what
+    :func:`_write_observations` would copy there), the last step's into a kept row
+    (the carrier's).
+    """
     leaf = out.get(("next", key), None)
     if leaf is not None:
-        return leaf
-    kept = collector.__dict__.setdefault("_staged_next_obs", {})
-    like = out.get(key)
+        return leaf.unbind(time_dim)
+    rows = out.get(key).unbind(time_dim)
+    kept = collector.__dict__.setdefault("_staged_last_obs", {})
+    like = rows[-1]
     if key not in kept or kept[key].shape != like.shape or kept[key].dtype != like.dtype:
         kept[key] = torch.empty_like(like)
-    return kept[key]
+    return (*rows[1:], kept[key])
 
 
 def _write_observations(
@@ -267,13 +274,16 @@ def _write_observations(
     next_obs: dict[str, torch.Tensor],
     time_dim: int,
 ) -> None:
-    """Each step's observations: the first step's ``first``, then the step before's next ones."""
+    """Each step's observations: the first step's ``first``, then the step before's next ones.
+
+    (A ``None`` in ``next_obs``, ``compact_obs``: the steps wrote their rows already.)
+    """
     for key, nxt in next_obs.items():
         rows = out.get(key)
         steps = rows.shape[time_dim]
         head = rows.select(time_dim, 0)
         head.copy_(first[key].reshape(head.shape))
-        if steps > 1:
+        if steps > 1 and nxt is not None:
             rows.narrow(time_dim, 1, steps - 1).copy_(nxt.narrow(time_dim, 0, steps - 1))
 
 
