@@ -42,7 +42,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
 from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
-from tdscheme.transport.next_fold import note_differences
+from tdscheme.transport.next_fold import MIN_FRAME_BYTES, note_differences
 
 __all__ = ["can_stage", "staged_rollout"]
 
@@ -152,12 +152,17 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
             out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim, zeros=DONE_KEYS
         )
     else:
-        _note_differences(out, next_obs, starts, n, steps_per_batch)
+        _note_differences(out, next_obs, starts, n, steps_per_batch, time_dim)
     return out
 
 
 def _note_differences(
-    out: TensorDictBase, next_obs: dict[str, torch.Tensor], starts: dict, n: int, steps: int
+    out: TensorDictBase,
+    next_obs: dict[str, torch.Tensor | None],
+    starts: dict,
+    n: int,
+    steps: int,
+    time_dim: int,
 ) -> None:
     """Tells the wire where each ``("next", key)`` leaf differs from ``key`` one step on.
 
@@ -165,12 +170,19 @@ def _note_differences(
     ones, except for the copies reset before ``t + 1`` (``starts``). A folding codec
     (:mod:`tdscheme.transport.next_fold`) then skips its bitwise comparison.
     """
+    # compact_obs has no ("next", key) leaf; a leaf of small frames is never folded
+    noted = {
+        key: nxt
+        for key, nxt in next_obs.items()
+        if nxt is not None and nxt[(0,) * (time_dim + 1)].nbytes >= MIN_FRAME_BYTES
+    }
+    if not noted:
+        return
     differ = torch.zeros(n, max(steps - 1, 0), dtype=torch.bool)
     for t, (reset, _) in starts.items():
         differ[:, t - 1] = reset.reshape(n)
-    for key, nxt in next_obs.items():
-        if nxt is not None:  # compact_obs: no ("next", key) leaf
-            note_differences(out.get(key), nxt, differ)
+    for key, nxt in noted.items():
+        note_differences(out.get(key), nxt, differ)
 
 
 def _rows(
