@@ -15,7 +15,12 @@ from tdscheme.envs.faulty import PixelsLikeObs
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.testing import OneHotArgmax, mlp_policy, seed_collector
 from tdscheme.transport import TensorDictCodec
-from tdscheme.transport.next_fold import _noted_differences, fold_leaf, folded_keys
+from tdscheme.transport.next_fold import (
+    MIN_FRAME_BYTES,
+    _noted_differences,
+    fold_leaf,
+    folded_keys,
+)
 
 
 def bitwise_differences(td, key):
@@ -49,16 +54,24 @@ def pixel_cartpoles(mode, num_envs=4):
     return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=autoreset))
 
 
+def collector_of(env, policy):
+    """A seeded LeanCollector returning its batch buffer, as a worker actor runs it."""
+    collector = LeanCollector(
+        env, policy, frames_per_batch=4 * 40, auto_register_policy_transforms=False
+    )
+    collector.return_same_td = True  # reuse_batch_buffer
+    seed_collector(collector, 1)
+    return collector
+
+
+def frame_policy():
+    return TensorDictModule(FramePolicyNet(), ["observation"], ["action"])
+
+
 @pytest.mark.parametrize("mode", ["DISABLED", "SAME_STEP"])
 def test_the_noted_differences_are_the_bitwise_ones_and_lapse_on_a_write(mode):
     torch.manual_seed(0)
-    policy = TensorDictModule(FramePolicyNet(), ["observation"], ["action"])
-    collector = LeanCollector(
-        pixel_cartpoles(mode), policy, frames_per_batch=4 * 40,
-        auto_register_policy_transforms=False,
-    )  # fmt: skip
-    collector.return_same_td = True  # as a worker actor runs it (reuse_batch_buffer)
-    seed_collector(collector, 1)
+    collector = collector_of(pixel_cartpoles(mode), frame_policy())
     try:
         ended = 0
         for _, batch in zip(range(3), collector, strict=False):
@@ -81,16 +94,12 @@ def test_the_noted_differences_are_the_bitwise_ones_and_lapse_on_a_write(mode):
 
 def test_a_replaced_leaf_is_compared_bit_for_bit():
     torch.manual_seed(0)
-    collector = LeanCollector(
-        make_env("CartPole-v1", num_envs=4), mlp_policy(4, 2), frames_per_batch=4 * 40,
-        auto_register_policy_transforms=False,
-    )  # fmt: skip
-    seed_collector(collector, 1)
+    collector = collector_of(pixel_cartpoles("DISABLED"), frame_policy())
     try:
         batch = next(iter(collector)).clone()  # new tensors: nothing noted of them
         assert _noted_differences(batch["observation"], batch["next", "observation"]) is None
-        batch["next", "observation"][1, 5] = 7.0  # a difference no note knows of
-        codec = TensorDictCodec(fold_next_bytes=0)
+        batch["next", "observation"][1, 5] = 7  # a difference no note knows of
+        codec = TensorDictCodec(fold_next_bytes=MIN_FRAME_BYTES)
         payload = codec.encode(batch)
         assert "next.observation" in folded_keys(payload)
         back = codec.decode(payload)
@@ -102,12 +111,7 @@ def test_a_replaced_leaf_is_compared_bit_for_bit():
 def test_small_frames_are_not_noted():
     """CartPole's 16-byte frames are never folded: the staged loop spends nothing on a note."""
     torch.manual_seed(0)
-    collector = LeanCollector(
-        make_env("CartPole-v1", num_envs=4), mlp_policy(4, 2), frames_per_batch=4 * 40,
-        auto_register_policy_transforms=False,
-    )  # fmt: skip
-    collector.return_same_td = True
-    seed_collector(collector, 1)
+    collector = collector_of(make_env("CartPole-v1", num_envs=4), mlp_policy(4, 2))
     try:
         batch = next(iter(collector))
         assert _noted_differences(batch["observation"], batch["next", "observation"]) is None
