@@ -42,7 +42,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
 from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
-from tdscheme.transport.next_fold import MIN_FRAME_BYTES, note_differences
+from tdscheme.transport.next_fold import MIN_FRAME_BYTES, frame_bytes, note_differences
 
 __all__ = ["can_stage", "staged_rollout"]
 
@@ -174,7 +174,7 @@ def _note_differences(
     noted = {
         key: nxt
         for key, nxt in next_obs.items()
-        if nxt is not None and nxt[(0,) * (time_dim + 1)].nbytes >= MIN_FRAME_BYTES
+        if nxt is not None and frame_bytes(nxt, time_dim + 1) >= MIN_FRAME_BYTES
     }
     if not noted:
         return

@@ -42,6 +42,7 @@ __all__ = [
     "fold_leaf",
     "foldable_keys",
     "folded_keys",
+    "frame_bytes",
     "note_differences",
     "unfold_leaf",
 ]
@@ -119,7 +120,7 @@ def foldable_keys(td: TensorDictBase, min_frame_bytes: int | None) -> set[tuple[
             and here.shape == there.shape
             and here.element_size() in CARRIERS
             and here.dtype not in (torch.complex32, torch.complex64, torch.complex128)
-            and _frame_bytes(there, td.batch_dims) >= min_frame_bytes
+            and frame_bytes(there, td.batch_dims) >= min_frame_bytes
         ):
             out.add(("next", *key))
     return out
@@ -207,7 +208,7 @@ class _Rebuilt:
         self.reused = 0
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if math.prod(shape) * torch.empty((), dtype=dtype).element_size() < self.MIN_BYTES:
+        if math.prod(shape) * dtype.itemsize < self.MIN_BYTES:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
             kept = self._kept.setdefault((shape, dtype), [])
@@ -247,7 +248,8 @@ def _shape3(leaf: torch.Tensor, batch_dims: int) -> tuple[int, int, tuple[int, .
     return math.prod(shape[: batch_dims - 1]), shape[batch_dims - 1], shape[batch_dims:]
 
 
-def _frame_bytes(leaf: torch.Tensor, batch_dims: int) -> int:
+def frame_bytes(leaf: torch.Tensor, batch_dims: int) -> int:
+    """Bytes of one frame of ``leaf`` (one element of its ``batch_dims`` batch dims)."""
     return math.prod(leaf.shape[batch_dims:]) * leaf.element_size()
 
 
