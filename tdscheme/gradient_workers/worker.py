@@ -21,6 +21,7 @@ from tdscheme.learner.factories import build_learner
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.runtime import allreduce
+from tdscheme.runtime.threads import match_ray_cpus
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = ["GradientResult", "GradientWorker"]
@@ -109,8 +110,9 @@ class GradientWorker:
         log_level: int | None = None,
         env_config: EnvConfigPush | None = None,
     ) -> None:
-        if log_level is not None:
+        if log_level is not None:  # the actor's own process
             configure_worker_logging(log_level)
+            match_ray_cpus()  # its preloaded torch has a thread per core
         self.worker_id = worker_id
         self.spec = spec
         self._codec = TensorDictCodec(spec.compress)

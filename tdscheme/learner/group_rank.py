@@ -32,6 +32,7 @@ from tdscheme.learner.offpolicy import lag_metrics, sample_frames, write_priorit
 from tdscheme.learner.steps import metrics_td
 from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
+from tdscheme.runtime.threads import match_ray_cpus
 from tdscheme.transport import Payload, decode_tensordict, encode_tensordict
 
 __all__ = ["LearnerRank", "LearnerRankSpec", "RankResult"]
@@ -89,8 +90,9 @@ class LearnerRank:
         log_level: int | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> None:
-        if log_level is not None:
+        if log_level is not None:  # the actor's own process
             configure_worker_logging(log_level)
+            match_ray_cpus()  # its preloaded torch has a thread per core
         if seed is not None:
             torch.manual_seed(seed)
         if spec.num_threads is not None:  # Ray's workers import torch before any OMP setting

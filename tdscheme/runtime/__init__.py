@@ -8,6 +8,8 @@
 * :mod:`~tdscheme.runtime.interrupts`: Ctrl-C and SIGTERM as a stop request.
 * :mod:`~tdscheme.runtime.allreduce`: the gloo group and the weighted gradient
   all-reduce shared by decentralized gradient workers and learner groups.
+* :mod:`~tdscheme.runtime.threads`: torch's threads in an actor's process set to the
+  CPUs Ray gave the actor (its worker process imported torch before Ray said).
 
 The Ray lease's names are exported lazily (:mod:`tdscheme.facades`): importing this
 package imports no Ray, so the command installs its signal handlers

@@ -29,6 +29,7 @@ from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinite
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
+from tdscheme.runtime.threads import match_ray_cpus
 from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
@@ -98,8 +99,9 @@ class BaseCollectorWorker(EnvConfigCalls):
         reuse_batch_buffer: bool = False,
         own_process: bool = False,
     ) -> None:
-        if log_level is not None:
+        if log_level is not None:  # the actor's own process
             configure_worker_logging(log_level)
+            match_ray_cpus()  # its preloaded torch has a thread per core
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version

@@ -1,0 +1,71 @@
+"""torch's threads in an actor's process: as many as Ray gave the actor.
+
+Ray tells an actor how many CPUs it holds through ``OMP_NUM_THREADS``: when the actor
+is placed, unless the variable is set already, Ray sets it to the floor of the actor's
+``num_cpus`` (at least 1). torch reads it once, when it starts its thread pool. A worker
+process of the local Ray tdscheme starts imports torch as soon as it is spawned (the
+preload of :mod:`~tdscheme.runtime.ray_lease`), before Ray sets the variable, so its
+pool had a thread per core of the machine whatever the actor held: two 1-CPU collector
+actors on two cores ran four threads, and each small policy call paid for the thread it
+did not own (CartPole's 2x64 MLP cost twice as much per step as in a 1-thread process).
+:func:`match_ray_cpus`, called by each tdscheme actor as it starts in its own process,
+sets torch's pool to what the variable says, as torch would have read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["match_ray_cpus"]
+
+logger = logging.getLogger(__name__)
+
+
+def match_ray_cpus() -> int | None:
+    """Sets torch's intra-op threads to ``OMP_NUM_THREADS``; returns the count, or ``None``.
+
+    ``None`` (nothing changed) where the variable is unset or not a positive integer.
+    Meant for an actor's own process (its constructor, in a Ray worker); an explicit
+    setting made afterwards (a learner's ``num_threads``) still wins.
+
+    Example:
+        >>> import torch
+        >>> threads = torch.get_num_threads()
+        >>> with _omp_num_threads("1"):
+        ...     match_ray_cpus(), torch.get_num_threads()
+        (1, 1)
+        >>> with _omp_num_threads("all"):
+        ...     match_ray_cpus() is None
+        True
+        >>> torch.set_num_threads(threads)
+    """
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    try:
+        threads = int(value)
+    except ValueError:
+        return None
+    if threads < 1:
+        return None
+    if torch.get_num_threads() != threads:
+        logger.debug("torch threads %d -> %d (OMP_NUM_THREADS)", torch.get_num_threads(), threads)
+        torch.set_num_threads(threads)
+    return threads
+
+
+@contextlib.contextmanager
+def _omp_num_threads(value: str) -> Iterator[None]:
+    """``OMP_NUM_THREADS`` set to ``value`` for the block, restored after (the examples')."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved

@@ -1,0 +1,78 @@
+"""torch's threads in an actor: what Ray gave it, though the worker process imported torch first."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import pytest
+import ray
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from tdscheme import RayCollector
+from tdscheme.runtime.threads import match_ray_cpus
+from tdscheme.testing import make_env
+
+
+@pytest.fixture
+def by_value():
+    """Ray's workers get this module's policy by value (the module is not importable there)."""
+    module = sys.modules[__name__]
+    ray.cloudpickle.register_pickle_by_value(module)
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture
+def torch_threads():
+    """Restores this process's torch threads after the test."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("value", ["1", "3"])
+def test_match_ray_cpus_sets_what_the_variable_says(monkeypatch, torch_threads, value):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert match_ray_cpus() == int(value)
+    assert torch.get_num_threads() == int(value)
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "-2", "four"])
+def test_match_ray_cpus_leaves_torch_alone_without_a_count(monkeypatch, torch_threads, value):
+    torch.set_num_threads(2)
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert match_ray_cpus() is None
+    assert torch.get_num_threads() == 2
+
+
+class ThreadsPolicy(nn.Module):
+    """Always action 0 (one-hot of 2), and the process's torch threads beside it."""
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = observation.shape[:-1]
+        action = torch.zeros(*batch, 2)
+        action[..., 0] = 1
+        return action, torch.full(batch, torch.get_num_threads())
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_a_collector_actor_runs_torch_on_the_cpus_it_holds(ray_clean, by_value, num_cpus):
+    # the session's Ray is tdscheme's local one: its worker processes import torch when
+    # spawned, with a thread per core (2 here), before Ray says what an actor holds
+    policy = TensorDictModule(ThreadsPolicy(), ["observation"], ["action", "threads"])
+    collector = RayCollector(
+        functools.partial(make_env, "CartPole-v1", num_envs=2), policy,
+        frames_per_batch=8, total_frames=16, num_collectors=1,
+        remote_configs={"num_cpus": num_cpus},
+    )  # fmt: skip
+    try:
+        threads = {int(t) for batch in collector for t in batch["threads"].flatten()}
+    finally:
+        collector.shutdown()
+    assert threads == {num_cpus}
