@@ -56,6 +56,7 @@ from torchrl.data import ReplayBuffer
 from tdscheme.errors import ReplayBufferDied
 from tdscheme.log_levels import driver_log_level
 from tdscheme.replay.compact import CompactFrameStorage
+from tdscheme.runtime.threads import match_ray_cpus
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = [
@@ -332,8 +333,11 @@ def _extend_decoded(buffer: Any, payload: Payload, record: Any) -> None:
     """Runs inside the buffer's actor: decodes the payload, extends the buffer, keeps ``record``.
 
     A storage of one transition per slot (:class:`~tdscheme.replay.compact.CompactFrameStorage`)
-    gets a ``[num_envs, time]`` batch as its rows one after the other.
+    gets a ``[num_envs, time]`` batch as its rows one after the other. torchrl's actor
+    in a worker process of tdscheme's local Ray gets torch's threads set as tdscheme's
+    own actors do (:func:`~tdscheme.runtime.threads.match_ray_cpus`).
     """
+    match_ray_cpus()
     td = TensorDictCodec().decode(payload)
     if td.ndim > 1 and isinstance(getattr(buffer, "_storage", None), CompactFrameStorage):
         td = td.reshape(-1)

@@ -8,6 +8,7 @@ import sys
 import pytest
 import ray
 import torch
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
@@ -76,3 +77,23 @@ def test_a_collector_actor_runs_torch_on_the_cpus_it_holds(ray_clean, by_value, 
     finally:
         collector.shutdown()
     assert threads == {num_cpus}
+
+
+def test_a_written_ray_buffer_runs_torch_on_the_cpus_its_actor_holds(ray_clean):
+    # torchrl's buffer actor in a preloaded worker process: tdscheme's first write sets it
+    from torchrl.data import LazyTensorStorage
+    from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
+
+    from tdscheme.replay.ray_held import BufferWriter
+
+    buffer = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 100), batch_size=4,
+        remote_config={"num_cpus": 1},
+    )  # fmt: skip
+    try:
+        actor = buffer._rb
+        threads = lambda: ray.get(actor.__ray_call__.remote(lambda _: torch.get_num_threads()))  # noqa: E731
+        BufferWriter(buffer.client()).extend(TensorDict({"x": torch.zeros(8, 3)}, [8]))
+        assert threads() == 1
+    finally:
+        buffer.shutdown()
