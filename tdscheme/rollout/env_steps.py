@@ -172,6 +172,40 @@ class SubEnvSteps:
                 _put(self._obs, i, self.envs[i].reset(seed=None, options={})[0])
         return _copy(self._obs)
 
+    def can_step_in_place(self, row: np.ndarray) -> bool:
+        """Whether :meth:`step_in_place` serves a batch ``row``: one array, its dtype and shape."""
+        obs = self._obs
+        return isinstance(obs, np.ndarray) and row.dtype == obs.dtype and row.shape == obs.shape
+
+    def step_in_place(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step` returning this stepper's own observation array, not a copy of it.
+
+        The array is valid until the next call (the caller copies what it keeps);
+        :meth:`reset_in_place`, not :meth:`reset`, then writes the ended copies'
+        reset observations into it.
+        """
+        obs, reward, terminated, truncated = (
+            self._obs, self._reward, self._terminated, self._truncated
+        )  # fmt: skip
+        for i, env in enumerate(self.envs):
+            obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+        if self.same_step:  # as step: reset() at once; the array keeps the final obs for now
+            self._reset_obs = {
+                i: self.envs[i].reset()[0] for i in np.flatnonzero(terminated | truncated)
+            }
+        return obs, reward.copy(), terminated.copy(), truncated.copy()
+
+    def reset_in_place(self, done: np.ndarray) -> None:
+        """:meth:`reset` after :meth:`step_in_place`: the reset observations into its array."""
+        if not self.same_step or done.all():  # SAME_STEP, every copy ended: reset again
+            for i in np.flatnonzero(done):
+                self._obs[i] = self.envs[i].reset(seed=None, options={})[0]
+        else:
+            for i in np.flatnonzero(done):
+                self._obs[i] = self._reset_obs[i]
+
 
 class EnvPoolSteps:
     """Steps EnvPool's envs (gym API); an ended episode is reset by EnvPool at its next step.

@@ -41,7 +41,12 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.keys import DONE_KEYS, TRAJ_IDS_KEY
-from tdscheme.rollout.env_steps import NextStepSteps, action_to_gym, pack_transitions
+from tdscheme.rollout.env_steps import (
+    NextStepSteps,
+    SubEnvSteps,
+    action_to_gym,
+    pack_transitions,
+)
 from tdscheme.transport.next_fold import MIN_FRAME_BYTES, frame_bytes, note_differences
 
 __all__ = ["can_stage", "staged_rollout"]
@@ -78,6 +83,7 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
     state = {key: collector._carrier.get(key) for key in transforms.keys}
     next_obs, next_obs_rows, arrays, policy_rows = _rows(collector, out, obs_keys, policy_keys)
     row_shapes = {key: rows[0].shape for key, rows in next_obs_rows.items()}
+    direct = _direct_rows(out, steps, arrays, obs_keys, time_dim)
     terminated = np.zeros((steps_per_batch, n), dtype=bool)
     truncated = np.zeros((steps_per_batch, n), dtype=bool)
     pads = isinstance(steps, NextStepSteps)
@@ -97,7 +103,10 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         outputs = call_policy(obs)
         for key in policy_keys:  # copied now: a policy may write its next outputs in place
             policy_rows[key][t].copy_(outputs[key])
-        raw_obs, reward, term, trunc = steps.step(to_gym(outputs["action"]))
+        if direct is not None:  # the stepper's own array (see _direct_rows)
+            raw_obs, reward, term, trunc = steps.step_in_place(to_gym(outputs["action"]))
+        else:
+            raw_obs, reward, term, trunc = steps.step(to_gym(outputs["action"]))
         if hook is not None:
             hook(n)
         if rewards is None:  # the env's own dtype: cast once per batch, as once per step
@@ -110,6 +119,13 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
             truncated[t] = np.reshape(trunc, n)
         if held is not None:
             held[t] = steps.reset_step
+        if direct is not None:  # step t + 1's row now: no shifted copy, no reset copy
+            ended = terminated[t] | truncated[t]
+            _next_inputs(steps, raw_obs, arrays.views[t], direct, t, ended)
+            obs = read_obs(raw_obs)  # the policy reads the stepper's array, as per step
+            if t + 1 < steps_per_batch and ended.any():
+                starts[t + 1] = (torch.from_numpy(ended).reshape(env.batch_size), None)
+            continue
         if arrays is not None and type(raw_obs) is np.ndarray and raw_obs.shape == arrays.shape:
             arrays.views[t][...] = raw_obs
             obs = read_obs(raw_obs)  # the policy reads the reader's tensor, as torchrl's
@@ -125,9 +141,9 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
                 reset = torch.from_numpy(ended).reshape(env.batch_size)
                 starts[t + 1] = (reset, {k: obs[k].reshape(row_shapes[k])[reset] for k in obs_keys})
     done = terminated | truncated
-    _write_observations(out, first, next_obs, time_dim)
+    _write_observations(out, first, next_obs, time_dim, shifted=direct is None)
     for t, (reset, started) in starts.items():  # the reset copies start from their reset
-        for key, value in started.items():
+        for key, value in (started or {}).items():
             out.get(key).select(time_dim, t)[reset] = value
     for key, value in (("done", done), ("terminated", terminated), ("truncated", truncated)):
         _write(out, ("next", key), torch.from_numpy(value), n)
@@ -246,6 +262,45 @@ def _array_rows(
         return None
 
 
+def _direct_rows(
+    out: TensorDictBase, steps: Any, arrays: _ArrayRows | None, obs_keys: list[str],
+    time_dim: int,
+) -> list[np.ndarray] | None:  # fmt: skip
+    """The rows of ``key`` from step 1 on, where the steps copy their next inputs, or ``None``.
+
+    For a ``SyncVectorEnv``'s copies stepped one by one (:class:`SubEnvSteps`) observing
+    one plain array of the batch's dtype: the copies write into the stepper's own array;
+    it is copied into the batch's ``("next", key)`` row (the final observations), the
+    ended copies' reset observations are written into it, and it is copied into the next
+    step's ``key`` row, which the next policy call reads it as. Three writes of a frame
+    (the layout holds it twice), none of them a fresh allocation, instead of the
+    stepper's copy, the row, the shifted copy and a reset step's copy. Under
+    ``compact_obs`` (no ``("next", key)``) only the second copy.
+    """
+    if arrays is None or not isinstance(steps, SubEnvSteps):
+        return None
+    if not steps.can_step_in_place(arrays.views[0]):
+        return None
+    if out.get(("next", obs_keys[0]), None) is None:  # compact_obs: arrays are key's rows
+        return arrays.views[:-1]
+    return [row.numpy() for row in out.get(obs_keys[0]).unbind(time_dim)[1:]]
+
+
+def _next_inputs(
+    steps: Any, stepped: np.ndarray, next_row: np.ndarray, rows: list[np.ndarray], t: int,
+    ended: np.ndarray,
+) -> None:  # fmt: skip
+    """Step ``t``'s final observations into ``next_row`` (if a leaf's: not ``rows[t]``), the
+    resets into the stepper's array ``stepped``, and that into step ``t + 1``'s row."""
+    last = t == len(rows)  # the last step's next inputs: the carrier's (cloned from stepped)
+    if last or next_row is not rows[t]:
+        np.copyto(next_row, stepped)
+    if ended.any():
+        steps.reset_in_place(ended)
+    if not last:
+        np.copyto(rows[t], stepped)
+
+
 def _time_last(value: torch.Tensor, n: int) -> torch.Tensor:
     """``[*env dims, time, ...]`` as ``[copies, time]`` (one value per frame), a view."""
     return value.view(n, -1)
@@ -285,17 +340,19 @@ def _write_observations(
     first: dict[str, torch.Tensor],
     next_obs: dict[str, torch.Tensor],
     time_dim: int,
+    shifted: bool = True,
 ) -> None:
     """Each step's observations: the first step's ``first``, then the step before's next ones.
 
-    (A ``None`` in ``next_obs``, ``compact_obs``: the steps wrote their rows already.)
+    (A ``None`` in ``next_obs``, ``compact_obs``, or ``shifted=False``: the steps wrote
+    their rows already.)
     """
     for key, nxt in next_obs.items():
         rows = out.get(key)
         steps = rows.shape[time_dim]
         head = rows.select(time_dim, 0)
         head.copy_(first[key].reshape(head.shape))
-        if steps > 1 and nxt is not None:
+        if steps > 1 and nxt is not None and shifted:
             rows.narrow(time_dim, 1, steps - 1).copy_(nxt.narrow(time_dim, 0, steps - 1))
 
 

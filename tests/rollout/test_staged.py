@@ -289,3 +289,56 @@ def test_the_policy_reads_the_envs_layout_staged_as_per_step():
         runs.append(module.strides)
     assert runs[0] == runs[1]
     assert (1, 6) in runs[1]  # the env's layout, not the [envs, time] batch's row (4, 1)
+
+
+def pixel_cartpoles(mode, num_envs=4):
+    """CartPoles observing uint8 4x16x16 frames (each the step count) in a SyncVectorEnv."""
+    from tdscheme.envs.faulty import PixelsLikeObs
+
+    copies = [lambda: PixelsLikeObs(gym.make("CartPole-v1"), (4, 16, 16))] * num_envs
+    autoreset = gym.vector.AutoresetMode[mode]
+    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=autoreset))
+
+
+class FramePolicyNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4 * 16 * 16, 2)
+
+    def forward(self, frames):
+        logits = self.linear(frames.flatten(-3).float() / 255)
+        return torch.nn.functional.one_hot(logits.argmax(-1), 2)
+
+
+@pytest.mark.parametrize("compact_obs", [False, True], ids=["full", "compact"])
+@pytest.mark.parametrize(
+    "env_fn, policy",
+    [
+        (functools.partial(make_env, "CartPole-v1", num_envs=6), lambda: mlp_policy(4, 2)),
+        (same_step_cartpoles, lambda: mlp_policy(4, 2)),
+        (functools.partial(pixel_cartpoles, "DISABLED"),
+         lambda: TensorDictModule(FramePolicyNet(), ["observation"], ["action"])),
+        (functools.partial(pixel_cartpoles, "SAME_STEP"),
+         lambda: TensorDictModule(FramePolicyNet(), ["observation"], ["action"])),
+    ],
+    ids=["disabled", "same_step", "pixels_disabled", "pixels_same_step"],
+)  # fmt: skip
+def test_copies_stepped_in_place_staged_equals_per_step(monkeypatch, env_fn, policy, compact_obs):
+    """The copies' observations go through the stepper's own array into the batch's rows
+    (no copy per step): the same frames, episode sums and counts beside them."""
+    used = []
+    real = staged._direct_rows
+    monkeypatch.setattr(staged, "_direct_rows", lambda *a: used.append(real(*a)) or used[-1])
+    torch.manual_seed(5)
+    net = policy()
+
+    def transformed():
+        return env_fn().append_transform(Compose(RewardSum(), StepCounter()))
+
+    kwargs = {"compact_obs": True} if compact_obs else {}
+    want, want_carrier = collect(transformed, net, staged_on=False, **kwargs)
+    got, got_carrier = collect(transformed, net, staged_on=True, **kwargs)
+    assert used and all(rows is not None for rows in used)
+    assert_same(want, got)
+    assert_same([want_carrier], [got_carrier])
+    assert bool(torch.cat([b["next", "done"] for b in got], -2).sum() > 2)
