@@ -10,7 +10,10 @@ does the rest once per batch, in whole-batch operations:
 * each step's observations: the previous step's next observations (one copy
   per key), the first step's those the batch started from, a step after a
   reset the reset's (EnvPool and a one-call ``NEXT_STEP`` env reset by
-  themselves: their next observations are already the next step's);
+  themselves: their next observations are already the next step's); a
+  ``SyncVectorEnv``'s copies stepped one by one observing one array have those
+  rows written step by step from the stepper's own array instead
+  (:func:`_direct_rows`), the pixel case's cheapest;
 * the ``done`` / ``terminated`` / ``truncated`` flags and the rewards, with the
   env's reward transforms (``RewardScaling``, ``RewardClipping``, the cast of
   ``DoubleToFloat``) applied to all of them at once;
@@ -272,10 +275,11 @@ def _direct_rows(
     one plain array of the batch's dtype: the copies write into the stepper's own array;
     it is copied into the batch's ``("next", key)`` row (the final observations), the
     ended copies' reset observations are written into it, and it is copied into the next
-    step's ``key`` row, which the next policy call reads it as. Three writes of a frame
-    (the layout holds it twice), none of them a fresh allocation, instead of the
-    stepper's copy, the row, the shifted copy and a reset step's copy. Under
-    ``compact_obs`` (no ``("next", key)``) only the second copy.
+    step's ``key`` row; the next policy call reads the array itself, as it read the
+    stepper's copy before. Three writes of a frame (the layout holds it twice), none into
+    fresh memory, instead of five: the stepper's array, its copy, the row, the shifted
+    copy and, at a reset, the reset's copy. Under ``compact_obs`` (no ``("next", key)``)
+    only the second copy.
     """
     if arrays is None or not isinstance(steps, SubEnvSteps):
         return None
