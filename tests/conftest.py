@@ -49,6 +49,14 @@ def ray_replay_buffer(ray_clean):
     rb.shutdown()
 
 
+@pytest.fixture
+def by_value(request):
+    """Ray's workers get the test module's classes and functions by value (it is not importable there)."""
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(request.module)
+
+
 @pytest.fixture(scope="module")
 def ray_module_clean(ray_session):
     """Like ``ray_clean`` for a module's shared actors: fails the module if they outlive it."""

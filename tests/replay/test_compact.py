@@ -7,7 +7,6 @@ gymnasium's NEXT_STEP vector envs), real torchrl buffers, samplers and checkpoin
 from __future__ import annotations
 
 import functools
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -267,15 +266,6 @@ def test_a_write_past_the_capacity_keeps_its_last_transitions():
     data = next(batches(stacked_env, frames_per_batch=75, total=75))
     cmp.extend(data)
     assert_same(torch.cat([data[60:], data[45:60]]).exclude("index"), cmp[:].exclude("index"))
-
-
-@pytest.fixture
-def by_value():
-    """Ray's workers get this module's classes and functions by value (it is not importable there)."""
-    module = sys.modules[__name__]
-    ray.cloudpickle.register_pickle_by_value(module)
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(module)
 
 
 class MirroredCompactStorage(CompactFrameStorage):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 
 import pytest
 import ray
@@ -15,15 +14,6 @@ from torch import nn
 from tdscheme import RayCollector
 from tdscheme.runtime.threads import match_ray_cpus
 from tdscheme.testing import make_env
-
-
-@pytest.fixture
-def by_value():
-    """Ray's workers get this module's policy by value (the module is not importable there)."""
-    module = sys.modules[__name__]
-    ray.cloudpickle.register_pickle_by_value(module)
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(module)
 
 
 @pytest.fixture
