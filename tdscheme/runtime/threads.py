@@ -9,7 +9,10 @@ pool had a thread per core of the machine whatever the actor held: two 1-CPU col
 actors on two cores ran four threads, and each small policy call paid for the thread it
 did not own (CartPole's 2x64 MLP cost twice as much per step as in a 1-thread process).
 :func:`match_ray_cpus`, called by each tdscheme actor as it starts in its own process,
-sets torch's pool to what the variable says, as torch would have read it.
+sets torch's pool to what the variable says, as torch would have read it. Actors of
+other libraries on that Ray keep torch's default (no Ray hook runs at an actor's placement;
+a process's set-up hook runs at its spawn, before the variable), except torchrl's
+Ray-held buffer, set at tdscheme's first write into it (:mod:`tdscheme.replay.ray_held`).
 """
 
 from __future__ import annotations
