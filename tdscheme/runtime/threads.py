@@ -17,10 +17,8 @@ Ray-held buffer, set at tdscheme's first write into it (:mod:`tdscheme.replay.ra
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Iterator
 
 import torch
 
@@ -37,12 +35,13 @@ def match_ray_cpus() -> int | None:
     setting made afterwards (a learner's ``num_threads``) still wins.
 
     Example:
-        >>> import torch
+        >>> import os, torch
+        >>> from unittest import mock
         >>> threads = torch.get_num_threads()
-        >>> with _omp_num_threads("1"):
+        >>> with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "1"}):
         ...     match_ray_cpus(), torch.get_num_threads()
         (1, 1)
-        >>> with _omp_num_threads("all"):
+        >>> with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "all"}):
         ...     match_ray_cpus() is None
         True
         >>> torch.set_num_threads(threads)
@@ -58,17 +57,3 @@ def match_ray_cpus() -> int | None:
         logger.debug("torch threads %d -> %d (OMP_NUM_THREADS)", torch.get_num_threads(), threads)
         torch.set_num_threads(threads)
     return threads
-
-
-@contextlib.contextmanager
-def _omp_num_threads(value: str) -> Iterator[None]:
-    """``OMP_NUM_THREADS`` set to ``value`` for the block, restored after (the examples')."""
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
