@@ -36,6 +36,7 @@ import fast_paths  # benchmarks/fast_paths.py
 import peers  # benchmarks/peers.py
 import ray
 import torch
+from harness import settle
 from report import write_text_section
 
 from tdscheme import RayCollector
@@ -86,6 +87,7 @@ def policy_rows(repeats: int, calls: int) -> list[dict]:
     finally:
         for a in actors:
             ray.kill(a)
+        settle()
     return rows
 
 
@@ -120,7 +122,7 @@ def collector_rate(workload: str, matched: bool, seconds: float) -> float:
         return frames / (time.perf_counter() - start)
     finally:
         collector.shutdown()
-        time.sleep(2)  # Ray has its CPUs back
+        settle()  # Ray has its CPUs back
 
 
 def collector_rows(repeats: int, seconds: float) -> list[dict]:
