@@ -15,6 +15,7 @@ from tdscheme.collectors import PreemptionConfig, RayCollector, RayCollectorConf
 from tdscheme.collectors.driver.flow import pad_time, stack_rollouts
 from tdscheme.collectors.settings.config import settings_signature
 from tdscheme.collectors.settings.specs import (
+    WorkerSpec,
     default_remote_config,
     for_added_workers,
     remote_configs,
@@ -22,6 +23,7 @@ from tdscheme.collectors.settings.specs import (
 )
 from tdscheme.rollout.torchrl_names import Collector, MultiSyncCollector, resolve_collector_class
 from tdscheme.testing import make_env
+from tdscheme.transport.next_fold import MIN_FRAME_BYTES
 
 env = functools.partial(make_env, "CartPole-v1")
 
@@ -106,6 +108,30 @@ def test_sync_splits_the_batch_over_workers_and_async_does_not():
     first_ready = RayCollectorConfig(env, frames_per_batch=300, num_collectors=3)
     assert [s.frames_per_batch for s in worker_specs(first_ready)] == [300, 300, 300]
     assert remote_configs(first_ready) == [{"num_cpus": 1}] * 3
+
+
+def test_dedup_auto_folds_across_nodes_only_and_starts_no_ray(monkeypatch):
+    import ray
+
+    def no_context():
+        raise AssertionError("ray.get_runtime_context() would start a Ray")
+
+    # a worker built outside Ray (in the user's process): nothing crosses a node
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "get_runtime_context", no_context)
+    assert WorkerSpec(env).fold_next_bytes() is None
+    assert WorkerSpec(env, dedup_obs=True).fold_next_bytes() == MIN_FRAME_BYTES
+    assert WorkerSpec(env, dedup_obs=False).fold_next_bytes() is None
+
+    class Context:
+        def get_node_id(self):
+            return "node-b"
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_runtime_context", Context)
+    assert WorkerSpec(env, driver_node="node-b").fold_next_bytes() is None
+    assert WorkerSpec(env, driver_node="node-a").fold_next_bytes() == MIN_FRAME_BYTES
+    assert WorkerSpec(env, driver_node="node-a", dedup_obs=False).fold_next_bytes() is None
 
 
 def test_on_policy_settings_turn_prefetch_off():

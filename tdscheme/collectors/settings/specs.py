@@ -92,9 +92,12 @@ class WorkerSpec:
         of its own sends ``("next", obs)`` folded under ``dedup_obs="auto"``, because bytes
         cross the network there; on the driver's node they cross shared memory, where
         folding gains no rate (``benchmarks/results/fast_paths.md``, stop 58) and moves the
-        rebuild onto the driver's core, the learner's."""
+        rebuild onto the driver's core, the learner's. A worker built outside Ray (in the
+        user's process) sends nothing across a node, and starts no Ray to find that out."""
         fold = self.dedup_obs is True or (
-            self.dedup_obs == "auto" and ray.get_runtime_context().get_node_id() != self.driver_node
+            self.dedup_obs == "auto"
+            and ray.is_initialized()
+            and ray.get_runtime_context().get_node_id() != self.driver_node
         )
         return MIN_FRAME_BYTES if fold else None
 
