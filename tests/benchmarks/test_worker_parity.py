@@ -1,0 +1,31 @@
+"""benchmarks/worker_parity.py: both workers collect in turn in this process; bad workload names are named."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.benchmarks.scripts import BENCHMARKS, load_script
+
+
+@pytest.fixture(scope="module")
+def parity():
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other (fast_paths its own)
+    try:
+        yield load_script("worker_parity")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_one_batch_each_in_turn(parity, tmp_path, capsys):
+    out = tmp_path / "section.md"
+    assert parity.main(["--workloads", "native_index", "--batches", "2", "--out", str(out)]) == 0
+    row = parity.measure("native_index", 1)
+    assert row["tdscheme_ms"] > 0 and row["hand_ms"] > 0 and row["ratio_of_medians"] > 0
+    assert "| native_index | 4,096 | 2 |" in out.read_text()
+
+
+def test_an_unknown_workload_is_named(parity):
+    with pytest.raises(SystemExit):
+        parity.main(["--workloads", "natve"])
