@@ -116,7 +116,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(workloads()))
     parser.add_argument("--batches", type=int, default=30, help="batches of each worker")
-    parser.add_argument("--out", default=None, help="append the table to this markdown file")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="write the table (under the command and the machine) to this markdown file",
+    )
     args = parser.parse_args(argv)
     names = [name for name in args.workloads.split(",") if name]
     unknown = sorted(set(names) - set(workloads()))
