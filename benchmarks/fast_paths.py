@@ -91,6 +91,7 @@ import collection_runs
 import gymnasium as gym
 import peers
 import torch
+import vector_envs
 from collection_rates import section_batched
 from collection_runs import Measurement, failure, log
 from harness import deadline, settle
@@ -156,7 +157,7 @@ def section_next_step(rec: Recorder, s: Settings) -> None:
 def section_next_step_native(rec: Recorder, s: Settings) -> None:
     """The env factory returns ``gym.make_vec(ENV_ID, NUM_ENVS)``: CartPoleVectorEnv (see the module)."""
     env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS)
-    index_env = functools.partial(index_action_vec_env, ENV_ID, NUM_ENVS)
+    index_env = functools.partial(vector_envs.index_action_vec_env, ENV_ID, NUM_ENVS)
     index_policy = peers.mlp_policy(4, 2, index_actions=True)
 
     def index_actions(fpb: int) -> Any:
@@ -171,30 +172,13 @@ def section_next_step_native(rec: Recorder, s: Settings) -> None:
     )  # fmt: skip
 
 
-def index_action_vec_env(env_id: str, num_envs: int) -> Any:
-    """``gym.make_vec(env_id, num_envs)`` in torchrl's wrapper with index (categorical) actions.
-
-    The policy then ends in the argmax the hand-written actors call (no one-hot head,
-    no argmax back to an index before the env's step): the same policy work per step.
-    """
-    from tdscheme.envs import wrap_gym_env
-
-    return wrap_gym_env(gym.make_vec(env_id, num_envs=num_envs), categorical_action_encoding=True)
-
-
 PIXELS, PIXEL_ENVS, PIXEL_FRAMES_PER_BATCH = (4, 84, 84), 16, 2048
 PIXEL_BUFFER_FRAMES = 32_768  # 1.8 GB in torchrl's layout
 
 
 def pixel_vector_env(num_envs: int) -> Any:
-    """``num_envs`` CartPole envs observing uint8 frames (``PixelsLikeObs``), autoreset DISABLED."""
-    from torchrl.envs import GymWrapper
-
-    from tdscheme.envs.faulty import PixelsLikeObs
-
-    copies = [lambda: PixelsLikeObs(gym.make(ENV_ID), PIXELS)] * num_envs
-    mode = gym.vector.AutoresetMode.DISABLED
-    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+    """``num_envs`` CartPole envs observing uint8 frames of ``PIXELS`` (``vector_envs.py``)."""
+    return vector_envs.pixel_vector_env(ENV_ID, num_envs, PIXELS)
 
 
 def section_pixels(rec: Recorder, s: Settings) -> None:

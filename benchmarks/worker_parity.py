@@ -36,24 +36,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import fast_paths  # benchmarks/fast_paths.py
 import gymnasium as gym
 import peers  # benchmarks/peers.py
 import torch
+import vector_envs  # benchmarks/vector_envs.py
 from report import write_text_section
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.envs import make_env
 
 NATIVE = {"autoreset_mode": "NEXT_STEP", "vectorization_mode": "vector_entry_point"}
+PIXELS, PIXEL_ENVS = (4, 84, 84), 16  # fast_paths.py's pixel workload
 
 
 def workloads() -> dict[str, tuple[Any, Callable[[], Any], Callable[[], Any], int]]:
     """name -> (tdscheme's env factory, its policy, the hand-written worker, frames per batch)."""
     native = functools.partial(gym.make_vec, "CartPole-v1", num_envs=64)
-    index = functools.partial(fast_paths.index_action_vec_env, "CartPole-v1", 64)
-    pixels = functools.partial(fast_paths.pixel_vector_env, fast_paths.PIXEL_ENVS)
-    pixel_hand = {"autoreset_mode": "DISABLED", "pixels": fast_paths.PIXELS}
+    index = functools.partial(vector_envs.index_action_vec_env, "CartPole-v1", 64)
+    pixels = functools.partial(vector_envs.pixel_vector_env, "CartPole-v1", PIXEL_ENVS, PIXELS)
+    pixel_hand = {"autoreset_mode": "DISABLED", "pixels": PIXELS}
     hand = peers.MinimalCollectorWorker
     return {
         "native": (native, lambda: peers.mlp_policy(4, 2), lambda: hand("CartPole-v1", 64, 4096, **NATIVE), 4096),
@@ -62,7 +63,7 @@ def workloads() -> dict[str, tuple[Any, Callable[[], Any], Callable[[], Any], in
         "disabled": (functools.partial(make_env, "CartPole-v1", num_envs=64),
                      lambda: peers.mlp_policy(4, 2),
                      lambda: hand("CartPole-v1", 64, 4096, autoreset_mode="DISABLED"), 4096),
-        "pixels": (pixels, lambda: peers.pixel_policy(fast_paths.PIXELS, 2),
+        "pixels": (pixels, lambda: peers.pixel_policy(PIXELS, 2),
                    lambda: hand("CartPole-v1", 16, 2048, **pixel_hand), 2048),
         "pong": (functools.partial(make_env, "Pong-v5", num_envs=16, backend="envpool"),
                  lambda: peers.pixel_index_policy((4, 84, 84), 6),

@@ -11,7 +11,7 @@ from tests.benchmarks.scripts import BENCHMARKS, load_script
 
 @pytest.fixture(scope="module")
 def parity():
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other (fast_paths its own)
+    sys.path.insert(0, str(BENCHMARKS))  # the script imports peers, report, vector_envs by these names
     try:
         yield load_script("worker_parity")
     finally:
