@@ -27,7 +27,7 @@ Sections (``--sections``, default all):
   2 batches) after one warm-up batch, and construction to first batch.
 * ``same_step``: the same, tdscheme and torchrl stepping torchrl's ``GymWrapper`` around
   a ``SyncVectorEnv`` of 64 CartPole-v1 with ``AutoresetMode.SAME_STEP``
-  (:func:`same_step_env`).
+  (``vector_envs.same_step_env``).
 * ``next_step``: the workers' env factory returns ``gym.make_vec("CartPole-v1",
   num_envs=64, vectorization_mode="sync")`` itself: gymnasium's default autoreset
   (``NEXT_STEP``), a plain gymnasium env. tdscheme's workers wrap it
@@ -127,24 +127,12 @@ class Settings(collection_runs.Settings):
         return dataclasses.replace(super().quick(frames), warmup_s=3.0, window_s=5.0)
 
 
-def same_step_env(env_id: str, num_envs: int) -> Any:
-    """``num_envs`` copies of ``env_id`` in a same-step auto-reset ``SyncVectorEnv``, for torchrl.
-
-    Module-level, so that Ray pickles it for the workers.
-    """
-    from torchrl.envs import GymWrapper
-
-    copies = [functools.partial(gym.make, env_id)] * num_envs
-    mode = gym.vector.AutoresetMode.SAME_STEP
-    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
-
-
 def section_disabled(rec: Recorder, s: Settings) -> None:
     section_batched(rec, s, section="disabled", hand_mode="DISABLED")
 
 
 def section_same_step(rec: Recorder, s: Settings) -> None:
-    env_fn = functools.partial(same_step_env, ENV_ID, NUM_ENVS)
+    env_fn = functools.partial(vector_envs.same_step_env, ENV_ID, NUM_ENVS)
     section_batched(rec, s, section="same_step", env_fn=env_fn)
 
 

@@ -1,11 +1,13 @@
-"""Vector envs the benchmark scripts share: index actions, synthetic pixel frames.
+"""Vector envs the benchmark scripts share: index actions, synthetic pixel frames, SAME_STEP.
 
-Importable by these names from ``benchmarks/`` (``fast_paths.py``, ``worker_parity.py``);
-their factories are pickled to Ray workers by reference, as the scripts' others.
+Importable by these names from ``benchmarks/`` (``fast_paths.py``, ``worker_parity.py``,
+``paired_rounds.py``); their factories are pickled to Ray workers by reference, as the
+scripts' others.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -31,4 +33,13 @@ def pixel_vector_env(env_id: str, num_envs: int, obs_shape: tuple[int, ...]) -> 
 
     copies = [lambda: PixelsLikeObs(gym.make(env_id), obs_shape)] * num_envs
     mode = gym.vector.AutoresetMode.DISABLED
+    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+
+
+def same_step_env(env_id: str, num_envs: int) -> Any:
+    """``num_envs`` copies of ``env_id`` in a SAME_STEP auto-reset ``SyncVectorEnv``, for torchrl."""
+    from torchrl.envs import GymWrapper
+
+    copies = [functools.partial(gym.make, env_id)] * num_envs
+    mode = gym.vector.AutoresetMode.SAME_STEP
     return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))

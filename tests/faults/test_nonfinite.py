@@ -230,3 +230,20 @@ def test_a_worker_whose_frames_are_all_nonfinite_stops_instead_of_writing_nothin
         assert len(rb) == 0
     finally:
         rb.shutdown()
+
+
+def test_nonfinite_entries_names_exactly_the_tensors_holding_nan_or_inf():
+    from tdscheme.finite import nonfinite_entries
+
+    entries = [
+        ("finite", torch.ones(4)),
+        ("overflows", torch.full((4,), 3e38)),  # finite values whose float32 sum is inf
+        ("nan", torch.tensor([1.0, float("nan")])),
+        ("both_infs", torch.tensor([float("inf"), float("-inf")])),  # a NaN sum
+        ("inf_half", torch.tensor([float("inf")], dtype=torch.float16)),
+        ("complex", torch.tensor([1 + 1j, complex(1, float("inf"))])),
+        ("empty", torch.ones(0)),
+        ("ints", torch.arange(3)),  # not floating point: never checked
+    ]
+    assert nonfinite_entries(entries) == ["nan", "both_infs", "inf_half", "complex"]
+    assert nonfinite_entries(entries[:2]) == []

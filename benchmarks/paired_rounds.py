@@ -1,0 +1,197 @@
+"""tdscheme's RayCollector against the hand-written Ray collector in rounds, in turn, in one run.
+
+Issue 34's rates, each a ratio to a hand-written Ray collector
+(``peers.MinimalRayCollector``), moved up to 60 % between runs on this 2-core
+machine, so that a ratio of two rows measured once each, minutes apart, carries
+±20 %. Here each workload is measured in ``--rounds`` rounds; a round runs tdscheme's
+collector and the hand-written one, one after the other (tdscheme first in even
+rounds, the hand-written first in odd ones, so that neither always follows the
+other), each built fresh on the run's one Ray (``num_cpus=2``), 2 workers of
+``{"num_cpus": 1}``, first-ready order, frames/s over ``--frames`` frames after one
+warm-up batch (``harness.frames_per_s``; transitions only where a batch has a mask).
+Per workload: each side's median rate and range, the round's ratios (tdscheme over
+hand-written: >1 is tdscheme faster), their median and their minimum, and the ratio
+of the medians.
+
+Workloads (``--workloads``, default all; ``fast_paths.py``'s and ``collection.py``'s
+configurations):
+
+* ``pixels``: 16 ``PixelsLikeObs`` CartPoles per worker (uint8 4x84x84) in a
+  DISABLED ``SyncVectorEnv``, 2048 frames per batch, ``peers.pixel_policy``;
+  tdscheme's default layout (each frame in ``"observation"`` and ``("next",
+  "observation")``). ``pixels_compact``: the same with torchrl's ``compact_obs=True``;
+* ``pong``: EnvPool ``Pong-v5`` x16 per worker, 1024 frames per batch,
+  ``peers.pixel_index_policy`` (needs the ``envpool`` extra);
+* ``disabled``: ``make_env("CartPole-v1", num_envs=64)`` (DISABLED; the hand-written
+  actors reset with ``reset_mask``), 4096 frames per batch, the 2x64 MLP;
+* ``same_step``: a SAME_STEP ``SyncVectorEnv`` of 64 CartPoles in torchrl's wrapper;
+* ``next_step_native``: ``gym.make_vec("CartPole-v1", 64)`` (``CartPoleVectorEnv``,
+  NEXT_STEP) as the workers' factory returns it; ``next_step_index``: the same env with
+  index actions and the MLP ending in an argmax (the hand-written policy's work).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/paired_rounds.py --workloads pixels,pong --out section.md
+    .venv/bin/python benchmarks/paired_rounds.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import collection_runs  # benchmarks/, next to this script (Ray workers see it too)
+import gymnasium as gym
+import peers
+import torch
+import vector_envs
+from collection_runs import Measurement, failure, log, running
+from harness import frames_per_s, settle
+from report import Recorder, run_sections
+
+from tdscheme.envs import make_env
+
+ENV_ID, NUM_ENVS, FPB = "CartPole-v1", 64, 4096
+PIXELS, PIXEL_ENVS, PIXEL_FPB = (4, 84, 84), 16, 2048
+HAND = "hand-written Ray"
+#: workload -> frames per measurement (``--frames`` overrides)
+FRAMES = {
+    "pixels": 150_000, "pixels_compact": 150_000, "pong": 30_000, "disabled": 600_000,
+    "same_step": 600_000, "next_step_native": 600_000, "next_step_index": 600_000,
+}  # fmt: skip
+
+
+def workload(name: str) -> dict[str, Callable[[], Any]]:
+    """``{"tdscheme": maker, HAND: maker}`` of one workload's collectors (see the module)."""
+    ours = functools.partial(collection_runs.tdscheme_collector, sync=False)
+    hand = functools.partial(peers.MinimalRayCollector, ENV_ID, num_envs=NUM_ENVS,
+                             frames_per_batch=FPB)  # fmt: skip
+    torch.manual_seed(0)
+    if name in ("pixels", "pixels_compact"):
+        env_fn = functools.partial(vector_envs.pixel_vector_env, ENV_ID, PIXEL_ENVS, PIXELS)
+        kwargs = {"collector_kwargs": {"compact_obs": True}} if name == "pixels_compact" else {}
+        return {
+            "tdscheme": functools.partial(ours, env_fn, peers.pixel_policy(PIXELS, 2),
+                                          frames_per_batch=PIXEL_FPB, **kwargs),
+            HAND: functools.partial(hand, num_envs=PIXEL_ENVS, frames_per_batch=PIXEL_FPB,
+                                    worker_kwargs={"autoreset_mode": "DISABLED", "pixels": PIXELS}),
+        }  # fmt: skip
+    if name == "pong":
+        env_fn = functools.partial(make_env, "Pong-v5", num_envs=16, backend="envpool")
+        return {
+            "tdscheme": functools.partial(ours, env_fn, peers.pixel_index_policy(PIXELS, 6),
+                                          frames_per_batch=1024),
+            HAND: functools.partial(peers.MinimalRayCollector, "Pong-v5", num_envs=16,
+                                    frames_per_batch=1024, worker_cls=peers.MinimalEnvPoolWorker),
+        }  # fmt: skip
+    policy, mode, native = peers.mlp_policy(4, 2), "DISABLED", {}
+    if name == "disabled":
+        env_fn: Any = functools.partial(make_env, ENV_ID, num_envs=NUM_ENVS)
+    elif name == "same_step":
+        env_fn, mode = functools.partial(vector_envs.same_step_env, ENV_ID, NUM_ENVS), "SAME_STEP"
+    elif name in ("next_step_native", "next_step_index"):
+        mode, native = "NEXT_STEP", {"vectorization_mode": "vector_entry_point"}
+        env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS)
+        if name == "next_step_index":
+            env_fn = functools.partial(vector_envs.index_action_vec_env, ENV_ID, NUM_ENVS)
+            policy = peers.mlp_policy(4, 2, index_actions=True)
+    else:
+        raise ValueError(f"workload={name!r} is unknown; accepted: {', '.join(FRAMES)}")
+    return {
+        "tdscheme": functools.partial(ours, env_fn, policy, frames_per_batch=FPB),
+        HAND: functools.partial(hand, worker_kwargs={"autoreset_mode": mode, **native}),
+    }
+
+
+def measure_rounds(rec: Recorder, name: str, rounds: int, frames: int, timeout_s: float) -> None:
+    """``rounds`` rounds of one workload, each side once per round (see the module)."""
+    makes = workload(name)
+    for r in range(rounds):
+        for impl in list(makes) if r % 2 == 0 else list(makes)[::-1]:
+            log(f"{name} | round {r} | {impl}")
+            value, note = None, ""
+            try:
+                with running(makes[impl], timeout_s) as (collector, _):
+                    it = iter(collector)
+                    next(it)  # warm-up: the workers' start and first batch
+                    value = frames_per_s(it, frames=frames, min_batches=3)
+            except Exception as err:  # noqa: BLE001 - a failing row is reported, not fatal
+                note = failure(err)
+            settle()
+            rec.add(Measurement(section=name, impl=impl, env=ENV_ID, order="first-ready",
+                                metric="frames_per_s", value=value, unit="frames/s",
+                                config=f"round {r}", note=note))  # fmt: skip
+
+
+def summary(ms: list[Measurement]) -> dict[str, list[list[str]]]:
+    """One table: a row per workload (see the module)."""
+    header = ["workload", "rounds", "tdscheme frames/s (median, range)",
+              "hand-written frames/s (median, range)", "per-round ratios",
+              "median ratio", "min ratio", "ratio of medians", "note"]  # fmt: skip
+    table = [header]
+    for name in dict.fromkeys(m.section for m in ms):
+        by = {impl: {m.config: m for m in ms if m.section == name and m.impl == impl}
+              for impl in ("tdscheme", HAND)}  # fmt: skip
+        notes = "; ".join(dict.fromkeys(m.note for m in ms if m.section == name and m.note))
+        pairs = [(by["tdscheme"][r].value, by[HAND][r].value) for r in by["tdscheme"]
+                 if r in by[HAND] and by["tdscheme"][r].value and by[HAND][r].value]  # fmt: skip
+        if not pairs:
+            table.append([name, "0", *["n/a"] * 6, notes])
+            continue
+        ours, hand = [p[0] for p in pairs], [p[1] for p in pairs]
+        ratios = [a / b for a, b in pairs]
+        table.append([
+            name, str(len(pairs)), _rates(ours), _rates(hand),
+            ", ".join(f"{x:.3f}x" for x in ratios), f"{statistics.median(ratios):.3f}x",
+            f"{min(ratios):.3f}x", f"{statistics.median(ours) / statistics.median(hand):.3f}x",
+            notes,
+        ])  # fmt: skip
+    return {"paired rounds": table}
+
+
+def _rates(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workloads",
+        default=",".join(FRAMES),
+        help=f"comma-separated subset of {','.join(FRAMES)} (default: all)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per workload (default 3)")
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="frames per measurement (default: per workload, see FRAMES)",
+    )
+    parser.add_argument("--quick", action="store_true", help="2 rounds of few frames: a smoke test")
+    parser.add_argument("--out", default=None, help="also write the table as a markdown section")
+    args = parser.parse_args(argv)
+    names = [x.strip() for x in args.workloads.split(",") if x.strip()]
+    if not names or set(names) - set(FRAMES):
+        parser.error(f"--workloads={args.workloads!r}: accepted: {','.join(FRAMES)}")
+    if args.rounds < 1 or (args.frames is not None and args.frames < 1):
+        parser.error(f"--rounds={args.rounds}, --frames={args.frames}: must be positive")
+    rounds = 2 if args.quick else args.rounds
+
+    def run(rec: Recorder) -> None:
+        for name in names:
+            frames = args.frames or (FRAMES[name] // 50 if args.quick else FRAMES[name])
+            measure_rounds(rec, name, rounds, frames, timeout_s=240.0)
+
+    return run_sections(
+        run, tables=summary, out=args.out, argv=argv, script="benchmarks/paired_rounds.py",
+        title="Issue 34's rows in paired rounds: tdscheme vs the hand-written Ray collector",
+        intro=__doc__.split("\n\n")[1].replace("\n", " "),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+"""benchmarks/paired_rounds.py: both collectors once per round, in turn; the table's ratios; bad names."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import ray
+
+from tests.benchmarks.scripts import BENCHMARKS, load_script
+
+
+@pytest.fixture(scope="module")
+def rounds():
+    # the script imports peers, report, vector_envs by these names
+    sys.path.insert(0, str(BENCHMARKS))
+    shipped = []
+    try:
+        module = load_script("paired_rounds")
+        # Ray's workers of the session's Ray do not see benchmarks/: the actors and env
+        # factories of these scripts go to them by value
+        shipped = [sys.modules[name] for name in ("peers", "vector_envs", "paired_rounds")]
+        for shipped_module in shipped:
+            ray.cloudpickle.register_pickle_by_value(shipped_module)
+        yield module
+    finally:
+        for shipped_module in shipped:
+            ray.cloudpickle.unregister_pickle_by_value(shipped_module)
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_one_round_runs_both_collectors_and_leaves_no_actors(rounds, ray_clean):
+    rec = rounds.Recorder()
+    rounds.measure_rounds(rec, "next_step_index", 1, frames=2 * 4096, timeout_s=240.0)
+    assert [(m.impl, m.config, m.note) for m in rec.measurements] == [
+        ("tdscheme", "round 0", ""), (rounds.HAND, "round 0", ""),
+    ]  # fmt: skip
+    assert all(m.value > 0 for m in rec.measurements)
+
+
+def test_the_table_pairs_each_round(rounds):
+    def m(impl, r, value):
+        return rounds.Measurement(section="pixels", impl=impl, env="e", order="first-ready",
+                                  metric="frames_per_s", value=value, unit="frames/s",
+                                  config=f"round {r}")  # fmt: skip
+
+    # round 2's hand-written row failed: the round is left out, not paired with another's
+    ms = [m("tdscheme", 0, 90.0), m(rounds.HAND, 0, 100.0), m(rounds.HAND, 1, 50.0),
+          m("tdscheme", 1, 60.0), m("tdscheme", 2, 10.0), m(rounds.HAND, 2, None)]  # fmt: skip
+    header, row = rounds.summary(ms)["paired rounds"]
+    cells = dict(zip(header, row, strict=True))
+    assert cells["rounds"] == "2"
+    assert cells["per-round ratios"] == "0.900x, 1.200x"
+    assert cells["median ratio"] == "1.050x" and cells["min ratio"] == "0.900x"
+    assert cells["ratio of medians"] == f"{75.0 / 75.0:.3f}x"
+
+
+def test_an_unknown_workload_is_named(rounds, capsys):
+    with pytest.raises(SystemExit):
+        rounds.main(["--workloads", "pixles"])
+    assert "pixles" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="workload='pixles'"):
+        rounds.workload("pixles")
