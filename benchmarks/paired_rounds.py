@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
             measure_rounds(rec, name, rounds, frames, timeout_s=240.0)
 
     return run_sections(
-        run, tables=summary, out=args.out, argv=argv, script="benchmarks/paired_rounds.py",
+        run, tables=summary, out=args.out, argv=argv, script="paired_rounds.py",
         title="Issue 34's rows in paired rounds: tdscheme vs the hand-written Ray collector",
         intro=__doc__.split("\n\n")[1].replace("\n", " "),
     )  # fmt: skip
