@@ -49,8 +49,7 @@ import gymnasium as gym
 import peers
 import torch
 import vector_envs
-from collection_runs import Measurement, failure, log, running
-from harness import frames_per_s, settle
+from collection_runs import Measurement
 from report import Recorder, run_sections
 
 from tdscheme.envs import make_env
@@ -108,23 +107,18 @@ def workload(name: str) -> dict[str, Callable[[], Any]]:
 
 
 def measure_rounds(rec: Recorder, name: str, rounds: int, frames: int, timeout_s: float) -> None:
-    """``rounds`` rounds of one workload, each side once per round (see the module)."""
+    """``rounds`` rounds of one workload, each side once per round (see the module).
+
+    Each side is ``collection_runs.measure``'s row: construction to first batch, then
+    frames/s over ``frames`` frames (at least 3 batches), ``n/a`` with the error if it fails.
+    """
     makes = workload(name)
+    settings = collection_runs.Settings(frames=frames, min_batches=3, timeout_s=timeout_s)
     for r in range(rounds):
         for impl in list(makes) if r % 2 == 0 else list(makes)[::-1]:
-            log(f"{name} | round {r} | {impl}")
-            value, note = None, ""
-            try:
-                with running(makes[impl], timeout_s) as (collector, _):
-                    it = iter(collector)
-                    next(it)  # warm-up: the workers' start and first batch
-                    value = frames_per_s(it, frames=frames, min_batches=3)
-            except Exception as err:  # noqa: BLE001 - a failing row is reported, not fatal
-                note = failure(err)
-            settle()
-            rec.add(Measurement(section=name, impl=impl, env=ENV_ID, order="first-ready",
-                                metric="frames_per_s", value=value, unit="frames/s",
-                                config=f"round {r}", note=note))  # fmt: skip
+            row = dict(section=name, impl=impl, env=ENV_ID, order="first-ready",
+                       config=f"round {r}")  # fmt: skip
+            collection_runs.measure(rec, settings, row, makes[impl])
 
 
 def summary(ms: list[Measurement]) -> dict[str, list[list[str]]]:
@@ -133,6 +127,7 @@ def summary(ms: list[Measurement]) -> dict[str, list[list[str]]]:
               "hand-written frames/s (median, range)", "per-round ratios",
               "median ratio", "min ratio", "ratio of medians", "note"]  # fmt: skip
     table = [header]
+    ms = [m for m in ms if m.metric == "frames_per_s"]
     for name in dict.fromkeys(m.section for m in ms):
         by = {impl: {m.config: m for m in ms if m.section == name and m.impl == impl}
               for impl in ("tdscheme", HAND)}  # fmt: skip

@@ -32,8 +32,9 @@ def rounds():
 def test_one_round_runs_both_collectors_and_leaves_no_actors(rounds, ray_clean):
     rec = rounds.Recorder()
     rounds.measure_rounds(rec, "next_step_index", 1, frames=2 * 4096, timeout_s=240.0)
-    assert [(m.impl, m.config, m.note) for m in rec.measurements] == [
-        ("tdscheme", "round 0", ""), (rounds.HAND, "round 0", ""),
+    assert [(m.impl, m.config, m.metric, m.note) for m in rec.measurements] == [
+        (impl, "round 0", metric, "")
+        for impl in ("tdscheme", rounds.HAND) for metric in ("first_batch_s", "frames_per_s")
     ]  # fmt: skip
     assert all(m.value > 0 for m in rec.measurements)
 
