@@ -27,7 +27,11 @@ configurations):
 * ``same_step``: a SAME_STEP ``SyncVectorEnv`` of 64 CartPoles in torchrl's wrapper;
 * ``next_step_native``: ``gym.make_vec("CartPole-v1", 64)`` (``CartPoleVectorEnv``,
   NEXT_STEP) as the workers' factory returns it; ``next_step_index``: the same env with
-  index actions and the MLP ending in an argmax (the hand-written policy's work).
+  index actions and the MLP ending in an argmax (the hand-written policy's work);
+* ``acrobot``: ``gym.make_vec("Acrobot-v1", 64)`` as a user writes it first (gymnasium's
+  default: a ``SyncVectorEnv`` in NEXT_STEP mode; the hand-written actors step it in that
+  mode and mask its reset steps), 4096 frames per batch, the 2x64 MLP: a workload no
+  fast path was tuned on.
 
 Run from the repository root::
 
@@ -55,12 +59,14 @@ from report import Recorder, run_sections
 from tdscheme.envs import make_env
 
 ENV_ID, NUM_ENVS, FPB = "CartPole-v1", 64, 4096
+ACROBOT = "Acrobot-v1"
 PIXELS, PIXEL_ENVS, PIXEL_FPB = (4, 84, 84), 16, 2048
 HAND = "hand-written Ray"
 #: workload -> frames per measurement (``--frames`` overrides)
 FRAMES = {
     "pixels": 150_000, "pixels_compact": 150_000, "pong": 30_000, "disabled": 600_000,
     "same_step": 600_000, "next_step_native": 600_000, "next_step_index": 600_000,
+    "acrobot": 200_000,
 }  # fmt: skip
 
 
@@ -86,6 +92,13 @@ def workload(name: str) -> dict[str, Callable[[], Any]]:
                                           frames_per_batch=1024),
             HAND: functools.partial(peers.MinimalRayCollector, "Pong-v5", num_envs=16,
                                     frames_per_batch=1024, worker_cls=peers.MinimalEnvPoolWorker),
+        }  # fmt: skip
+    if name == "acrobot":  # gymnasium's default vector env of an env nothing was tuned on
+        return {
+            "tdscheme": functools.partial(ours, functools.partial(gym.make_vec, ACROBOT, num_envs=NUM_ENVS),
+                                          peers.mlp_policy(6, 3), frames_per_batch=FPB),
+            HAND: functools.partial(peers.MinimalRayCollector, ACROBOT, num_envs=NUM_ENVS,
+                                    frames_per_batch=FPB, worker_kwargs={"autoreset_mode": "NEXT_STEP"}),
         }  # fmt: skip
     policy, mode, native = peers.mlp_policy(4, 2), "DISABLED", {}
     if name == "disabled":
@@ -116,7 +129,8 @@ def measure_rounds(rec: Recorder, name: str, rounds: int, frames: int, timeout_s
     settings = collection_runs.Settings(frames=frames, min_batches=3, timeout_s=timeout_s)
     for r in range(rounds):
         for impl in list(makes) if r % 2 == 0 else list(makes)[::-1]:
-            row = dict(section=name, impl=impl, env=ENV_ID, order="first-ready",
+            env = ACROBOT if name == "acrobot" else "Pong-v5" if name == "pong" else ENV_ID
+            row = dict(section=name, impl=impl, env=env, order="first-ready",
                        config=f"round {r}")  # fmt: skip
             collection_runs.measure(rec, settings, row, makes[impl])
 
