@@ -59,7 +59,9 @@ from report import Recorder, run_sections
 from tdscheme.envs import make_env
 
 ENV_ID, NUM_ENVS, FPB = "CartPole-v1", 64, 4096
-ACROBOT = "Acrobot-v1"
+PONG, ACROBOT = "Pong-v5", "Acrobot-v1"
+#: workload -> its env id where it is not ENV_ID's (the table's env column)
+ENV_IDS = {"pong": PONG, "acrobot": ACROBOT}
 PIXELS, PIXEL_ENVS, PIXEL_FPB = (4, 84, 84), 16, 2048
 HAND = "hand-written Ray"
 #: workload -> frames per measurement (``--frames`` overrides)
@@ -86,11 +88,11 @@ def workload(name: str) -> dict[str, Callable[[], Any]]:
                                     worker_kwargs={"autoreset_mode": "DISABLED", "pixels": PIXELS}),
         }  # fmt: skip
     if name == "pong":
-        env_fn = functools.partial(make_env, "Pong-v5", num_envs=16, backend="envpool")
+        env_fn = functools.partial(make_env, PONG, num_envs=16, backend="envpool")
         return {
             "tdscheme": functools.partial(ours, env_fn, peers.pixel_index_policy(PIXELS, 6),
                                           frames_per_batch=1024),
-            HAND: functools.partial(peers.MinimalRayCollector, "Pong-v5", num_envs=16,
+            HAND: functools.partial(peers.MinimalRayCollector, PONG, num_envs=16,
                                     frames_per_batch=1024, worker_cls=peers.MinimalEnvPoolWorker),
         }  # fmt: skip
     if name == "acrobot":  # gymnasium's default vector env of an env nothing was tuned on
@@ -127,9 +129,9 @@ def measure_rounds(rec: Recorder, name: str, rounds: int, frames: int, timeout_s
     """
     makes = workload(name)
     settings = collection_runs.Settings(frames=frames, min_batches=3, timeout_s=timeout_s)
+    env = ENV_IDS.get(name, ENV_ID)
     for r in range(rounds):
         for impl in list(makes) if r % 2 == 0 else list(makes)[::-1]:
-            env = ACROBOT if name == "acrobot" else "Pong-v5" if name == "pong" else ENV_ID
             row = dict(section=name, impl=impl, env=env, order="first-ready",
                        config=f"round {r}")  # fmt: skip
             collection_runs.measure(rec, settings, row, makes[impl])
