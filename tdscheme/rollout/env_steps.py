@@ -246,14 +246,15 @@ class NextStepSteps:
 
 
 def pack_transitions(
-    out: TensorDictBase, valid: torch.Tensor, time_dim: int, zeros: Iterable[Any] = ()
+    out: TensorDictBase, valid: torch.Tensor, time_dim: int, keys: Iterable[Any] | None = None
 ) -> None:
     """Moves each row's transitions (``valid``) to its front, in order; zeroes the rest.
 
     ``out[MASK_KEY]`` marks the transitions, as torchrl marks padded trajectories.
     One flat row index serves every key: each key costs one ``index_select`` and one
-    ``index_fill_`` (of the padding), written back in place; ``zeros``: keys the
-    caller wrote as zeros throughout (the root done flags), left as they are.
+    ``index_fill_`` (of the padding), written back in place. ``keys``: the leaves to
+    pack (default: every leaf); the lean rollout names those its steps wrote, not the
+    root done flags (zeros throughout) nor the stamps a worker sets after the rollout.
     """
     steps = valid.shape[time_dim]
     count = valid.sum(time_dim, keepdim=True)
@@ -264,11 +265,11 @@ def pack_transitions(
         source = order.reshape(rows, steps) + torch.arange(0, rows * steps, steps)[:, None]
         source = source.reshape(-1)
         padding = (~mask).reshape(-1).nonzero().squeeze(-1)
-        skipped = {MASK_KEY, *zeros}
-        for key in out.keys(True, True):
-            if key in skipped:
+        leaves = out.keys(True, True) if keys is None else keys
+        for key in leaves:
+            value = out.get(key, None)
+            if value is None or key == MASK_KEY:  # compact_obs: no ("next", obs) leaf
                 continue
-            value = out.get(key)
             flat = value.reshape(rows * steps, -1)  # a view where the batch is contiguous
             packed = flat.index_select(0, source).index_fill_(0, padding, 0)
             value.copy_(packed.view(value.shape))

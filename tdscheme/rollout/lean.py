@@ -89,6 +89,7 @@ from tdscheme.rollout.env_steps import (
     is_envpool_env,
     pack_transitions,
 )
+from tdscheme.rollout.module_calls import direct_forward
 from tdscheme.rollout.observations import observations
 from tdscheme.rollout.staged import can_stage, staged_rollout
 from tdscheme.rollout.torchrl_names import Collector
@@ -213,6 +214,7 @@ class LeanCollector(Collector):
             *(("next", k) for k in DONE_KEYS),
             *transforms.keys, *(("next", k) for k in transforms.keys),
         }  # fmt: skip
+        self._packed_keys = sorted(written - set(DONE_KEYS), key=str)  # the leaves steps write
         missing = set(self._final_rollout.keys(True, True)) - written
         if missing:
             return (
@@ -322,7 +324,7 @@ class LeanCollector(Collector):
             }
         )
         if valid is not None:
-            pack_transitions(out, valid, time_dim, zeros=DONE_KEYS)
+            pack_transitions(out, valid, time_dim, keys=self._packed_keys)
         return out
 
     def _random_action(self) -> torch.Tensor:
@@ -339,16 +341,17 @@ class LeanCollector(Collector):
     def _policy_call(self) -> Any:
         """``inputs -> outputs`` (dicts of tensors by key) for this batch's policy calls.
 
-        A plain ``TensorDictModule`` (no kwargs mapping, method, get kwargs or
-        hooks of its own) has its module called on its ``in_keys``, which is what
-        its ``forward`` does, without building the output TensorDict (tensordict
-        0.14 passes each output through ``TensorDict.from_any``, which searches
-        the disk for pandas at every call). Any other policy is called on a
-        carrier TensorDict, as torchrl does.
+        A plain ``TensorDictModule`` (no kwargs mapping, method, get kwargs or hooks
+        of its own) has its module called on its ``in_keys`` (as the chain of its leaf
+        modules' ``forward`` where that is the same call: :mod:`.module_calls`), which is
+        what its ``forward`` does, without building the output TensorDict (tensordict 0.14
+        passes each output through ``TensorDict.from_any``, which searches the disk for
+        pandas at every call). Any other policy is called on a carrier TensorDict.
         """
         policy = self._wrapped_policy
         if _is_plain_module(policy):
-            module, in_keys, out_keys = policy.module, policy.in_keys, policy.out_keys_source
+            in_keys, out_keys = policy.in_keys, policy.out_keys_source
+            module = direct_forward(policy.module)  # built per batch: hooks added since count
             if set(in_keys) <= {*self._observations.keys, TRAJ_IDS_KEY, *DONE_KEYS}:
 
                 def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:

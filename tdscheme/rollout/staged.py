@@ -167,9 +167,8 @@ def staged_rollout(collector: Any, steps: Any, call_policy: Any) -> TensorDictBa
         }
     )
     if held is not None:
-        pack_transitions(
-            out, ~torch.from_numpy(held).T.reshape(out.batch_size), time_dim, zeros=DONE_KEYS
-        )
+        valid = ~torch.from_numpy(held).T.reshape(out.batch_size)
+        pack_transitions(out, valid, time_dim, keys=collector._packed_keys)
     else:
         _note_differences(out, next_obs, starts, n, steps_per_batch, time_dim)
     return out

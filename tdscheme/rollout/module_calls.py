@@ -1,0 +1,107 @@
+"""A policy module's call without ``nn.Module.__call__``'s Python layers, where that is the same call.
+
+``module(x)`` runs ``nn.Module.__call__``: ``_wrapped_call_impl``, then
+``_call_impl``, which checks the module's and the global hooks and, finding
+none, calls ``module.forward(x)``; an ``nn.Sequential`` then does the same for
+each of its children. On a small MLP these layers cost about as much as the
+matrix products (a few microseconds per module per call, eight modules in
+``Sequential(Sequential(Linear, Tanh, Linear, Tanh, Linear), head)``), and the
+lean rollout calls its policy once per step.
+
+:func:`direct_forward` returns ``module`` itself, or, where torch's own fast
+path would run (no hooks on any module nor global ones, no module compiled in
+place with ``module.compile()``, no class that overrides ``__call__`` or
+``_call_impl``, no JIT tracing), the chain of the leaf modules' ``forward``
+methods that ``module(x)`` would call in the same order: the same call, bit for
+bit. Nested plain ``nn.Sequential`` containers are unrolled; any other module
+is a leaf, its own ``forward`` called as it is. The lean rollout builds it once
+per batch, so that a hook registered between batches is honoured from the next
+batch on.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Sequential(nn.Linear(4, 8), nn.Tanh()), nn.Linear(8, 2))
+    >>> call = direct_forward(net)
+    >>> x = torch.randn(3, 4)
+    >>> bool(torch.equal(call(x), net(x)))
+    True
+    >>> handle = net[1].register_forward_hook(lambda module, args, out: out * 0)
+    >>> direct_forward(net) is net  # a hook: the module's own call
+    True
+    >>> handle.remove()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_module
+
+__all__ = ["direct_forward"]
+
+_GLOBAL_HOOKS = (
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+)
+_MODULE_HOOKS = ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks", "_forward_pre_hooks")
+
+
+def direct_forward(module: nn.Module) -> Callable[..., Any]:
+    """``module``'s call as its leaf modules' ``forward`` chain, or ``module`` (see the module).
+
+    Args:
+        module: the policy's ``nn.Module`` (a ``TensorDictModule``'s ``module``).
+
+    Returns:
+        A callable taking ``module``'s positional inputs and returning its output.
+    """
+    if torch._C._get_tracing_state() or any(getattr(torch_module, h, None) for h in _GLOBAL_HOOKS):
+        return module
+    leaves = _leaves(module)
+    if leaves is None:
+        return module
+    forwards = [leaf.forward for leaf in leaves]
+    if len(forwards) == 1:
+        return forwards[0]
+
+    def chain(*inputs: Any) -> Any:
+        value = forwards[0](*inputs)
+        for forward in forwards[1:]:
+            value = forward(value)
+        return value
+
+    return chain
+
+
+def _leaves(module: nn.Module) -> list[nn.Module] | None:
+    """The modules ``module(x)`` calls forward on, in order, or ``None`` if any would differ."""
+    if not _plain_call(module):
+        return None
+    if type(module) is not nn.Sequential:
+        return [module]
+    leaves: list[nn.Module] = []
+    for child in module:
+        below = _leaves(child)
+        if below is None:
+            return None
+        leaves.extend(below)
+    return leaves or None  # an empty Sequential returns its input: left to its own call
+
+
+def _plain_call(module: nn.Module) -> bool:
+    """Whether ``module(x)`` is ``module.forward(x)``: torch's fast path, as ``_call_impl`` takes it."""
+    cls = type(module)
+    return (
+        isinstance(module, nn.Module)
+        and cls.__call__ is nn.Module.__call__
+        and cls._call_impl is nn.Module._call_impl
+        and getattr(module, "_compiled_call_impl", None) is None
+        and not isinstance(module, torch.jit.ScriptModule)
+        and not any(getattr(module, hooks, None) for hooks in _MODULE_HOOKS)
+    )
