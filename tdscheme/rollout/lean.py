@@ -71,7 +71,6 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
 from torchrl.data import Bounded, Categorical, OneHot, Unbounded
 from torchrl.envs import TransformedEnv
 from torchrl.envs.utils import set_exploration_type
@@ -89,7 +88,7 @@ from tdscheme.rollout.env_steps import (
     is_envpool_env,
     pack_transitions,
 )
-from tdscheme.rollout.module_calls import direct_forward
+from tdscheme.rollout.module_calls import policy_call
 from tdscheme.rollout.observations import observations
 from tdscheme.rollout.staged import can_stage, staged_rollout
 from tdscheme.rollout.torchrl_names import Collector
@@ -98,20 +97,6 @@ from tdscheme.rollout.transforms import episode_transforms
 logger = logging.getLogger(__name__)
 
 __all__ = ["LeanCollector"]
-
-
-def _is_plain_module(policy: Any) -> bool:
-    """Whether ``policy`` is a ``TensorDictModule`` whose forward only maps in_keys to out_keys."""
-    return (
-        type(policy) is TensorDictModule
-        and policy._kwargs is None
-        and policy.method is None
-        and not policy.method_kwargs
-        and not policy._get_kwargs
-        and not policy._forward_hooks
-        and not policy._forward_pre_hooks
-        and "_" not in policy.out_keys_source
-    )
 
 
 def _where(done: torch.Tensor, reset: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
@@ -341,34 +326,11 @@ class LeanCollector(Collector):
     def _policy_call(self) -> Any:
         """``inputs -> outputs`` (dicts of tensors by key) for this batch's policy calls.
 
-        A plain ``TensorDictModule`` (no kwargs mapping, method, get kwargs or hooks
-        of its own) has its module called on its ``in_keys`` (as the chain of its leaf
-        modules' ``forward`` where that is the same call: :mod:`.module_calls`), which is
-        what its ``forward`` does, without building the output TensorDict (tensordict 0.14
-        passes each output through ``TensorDict.from_any``, which searches the disk for
-        pandas at every call). Any other policy is called on a carrier TensorDict.
+        (:func:`~tdscheme.rollout.module_calls.policy_call`: a plain
+        ``TensorDictModule``'s module called directly, any other policy on a carrier.)
         """
-        policy = self._wrapped_policy
-        if _is_plain_module(policy):
-            in_keys, out_keys = policy.in_keys, policy.out_keys_source
-            module = direct_forward(policy.module)  # built per batch: hooks added since count
-            if set(in_keys) <= {*self._observations.keys, TRAJ_IDS_KEY, *DONE_KEYS}:
-
-                def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
-                    result = module(*(inputs[key] for key in in_keys))
-                    if isinstance(result, (dict, TensorDictBase)):
-                        result = tuple(result[key] for key in out_keys)
-                    elif not isinstance(result, tuple):
-                        result = (result,)
-                    return dict(zip(out_keys, result, strict=True))
-
-                direct.reads = list(in_keys)  # type: ignore[attr-defined]
-                return direct
-
-        def generic(inputs: dict[Any, torch.Tensor]) -> TensorDictBase:
-            return policy(self._as_carrier(inputs))
-
-        return generic
+        readable = {*self._observations.keys, TRAJ_IDS_KEY, *DONE_KEYS}
+        return policy_call(self._wrapped_policy, readable, self._as_carrier)
 
     def _reset_done(
         self,

@@ -1,4 +1,12 @@
-"""A policy module's call without ``nn.Module.__call__``'s Python layers, where that is the same call.
+"""How the lean rollout calls its policy: a plain ``TensorDictModule``'s module directly, as a chain.
+
+:func:`policy_call` gives the lean rollout its per-step call, ``inputs -> outputs``
+(dicts of tensors by key). A plain ``TensorDictModule`` (no kwargs mapping, method,
+get kwargs or hooks of its own, reading only what the loop holds) has its module
+called on its ``in_keys``, which is what its ``forward`` does, without building the
+output TensorDict (tensordict 0.14 passes each output through
+``TensorDict.from_any``, which searches the disk for pandas at every call); any
+other policy is called on a carrier TensorDict, as torchrl calls it.
 
 ``module(x)`` runs ``nn.Module.__call__``: ``_wrapped_call_impl``, then
 ``_call_impl``, which checks the module's and the global hooks and, finding
@@ -38,10 +46,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
 from torch import nn
 from torch.nn.modules import module as torch_module
 
-__all__ = ["direct_forward"]
+__all__ = ["direct_forward", "policy_call"]
 
 _GLOBAL_HOOKS = (
     "_global_backward_pre_hooks",
@@ -50,6 +60,70 @@ _GLOBAL_HOOKS = (
     "_global_forward_pre_hooks",
 )
 _MODULE_HOOKS = ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks", "_forward_pre_hooks")
+
+
+def policy_call(
+    policy: Any, readable: set[Any], as_carrier: Callable[[dict[Any, torch.Tensor]], Any]
+) -> Callable[[dict[Any, torch.Tensor]], Any]:
+    """The per-step call of ``policy``, ``inputs -> outputs`` by key (see the module).
+
+    Args:
+        policy: the collector's (wrapped) policy.
+        readable: the keys the loop's inputs hold (observations, trajectory ids, flags).
+        as_carrier: ``inputs -> TensorDict``, for a policy called as torchrl calls it.
+
+    Returns:
+        The call; a direct one has ``reads``, the keys it reads.
+    """
+    if _is_plain_module(policy) and set(policy.in_keys) <= readable:
+        module = direct_forward(policy.module)  # built per batch: hooks added since count
+        in_keys, out_keys = list(policy.in_keys), list(policy.out_keys_source)
+        if len(in_keys) == 1 and len(out_keys) == 1:  # the common case, a call less a step
+            (in_key,), (out_key,) = in_keys, out_keys
+
+            def single(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
+                result = module(inputs[in_key])
+                if isinstance(result, (tuple, dict, TensorDictBase)):
+                    return _outputs(result, out_keys)
+                return {out_key: result}
+
+            call: Any = single
+        else:
+
+            def direct(inputs: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
+                return _outputs(module(*(inputs[key] for key in in_keys)), out_keys)
+
+            call = direct
+        call.reads = in_keys
+        return call
+
+    def generic(inputs: dict[Any, torch.Tensor]) -> Any:
+        return policy(as_carrier(inputs))
+
+    return generic
+
+
+def _outputs(result: Any, out_keys: list[Any]) -> dict[Any, torch.Tensor]:
+    """A module's result by out key, as ``TensorDictModule`` writes it."""
+    if isinstance(result, (dict, TensorDictBase)):
+        result = tuple(result[key] for key in out_keys)
+    elif not isinstance(result, tuple):
+        result = (result,)
+    return dict(zip(out_keys, result, strict=True))
+
+
+def _is_plain_module(policy: Any) -> bool:
+    """Whether ``policy`` is a ``TensorDictModule`` whose forward only maps in_keys to out_keys."""
+    return (
+        type(policy) is TensorDictModule
+        and policy._kwargs is None
+        and policy.method is None
+        and not policy.method_kwargs
+        and not policy._get_kwargs
+        and not policy._forward_hooks
+        and not policy._forward_pre_hooks
+        and "_" not in policy.out_keys_source
+    )
 
 
 def direct_forward(module: nn.Module) -> Callable[..., Any]:
