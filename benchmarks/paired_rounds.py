@@ -11,9 +11,9 @@ other), each built fresh on the run's one Ray (``num_cpus=2``), 2 workers of
 warm-up batch (``harness.frames_per_s``; transitions only where a batch has a mask).
 Before the rounds, ``--warmup`` warm-up rounds (default 1, the hand-written side first)
 run each side once and are left out of the table: the first collector measured on a
-fresh Ray runs slower, whichever it is. Per workload: each side's median rate and range, the round's ratios (tdscheme over
-hand-written: >1 is tdscheme faster), their median and their minimum, and the ratio
-of the medians.
+fresh Ray runs slower, whichever it is. Per workload: each side's median rate and
+range, the round's ratios (tdscheme over hand-written: >1 is tdscheme faster), their
+median and their minimum, and the ratio of the medians.
 
 Workloads (``--workloads``, default all; ``fast_paths.py``'s and ``collection.py``'s
 configurations):
@@ -138,8 +138,9 @@ def measure_rounds(
     makes = workload(name)
     settings = collection_runs.Settings(frames=frames, min_batches=3, timeout_s=timeout_s)
     env = ENV_IDS.get(name, ENV_ID)
-    order = [(f"warm-up {w}", list(makes)[::-1]) for w in range(warmup)]
-    order += [(f"round {r}", list(makes) if r % 2 == 0 else list(makes)[::-1]) for r in range(rounds)]
+    ours_first, hand_first = list(makes), list(makes)[::-1]
+    order = [(f"warm-up {w}", hand_first) for w in range(warmup)]
+    order += [(f"round {r}", hand_first if r % 2 else ours_first) for r in range(rounds)]
     for config, impls in order:
         for impl in impls:
             row = dict(section=name, impl=impl, env=env, order="first-ready", config=config)

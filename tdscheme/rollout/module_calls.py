@@ -144,9 +144,11 @@ def direct_forward(module: nn.Module) -> Callable[..., Any]:
     if len(forwards) == 1:
         return forwards[0]
 
+    first, rest = forwards[0], forwards[1:]  # sliced once, not at every call
+
     def chain(*inputs: Any) -> Any:
-        value = forwards[0](*inputs)
-        for forward in forwards[1:]:
+        value = first(*inputs)
+        for forward in rest:
             value = forward(value)
         return value
 
