@@ -251,29 +251,50 @@ def pack_transitions(
     """Moves each row's transitions (``valid``) to its front, in order; zeroes the rest.
 
     ``out[MASK_KEY]`` marks the transitions, as torchrl marks padded trajectories.
-    One flat row index serves every key: each key costs one ``index_select`` and one
-    ``index_fill_`` (of the padding), written back in place. ``keys``: the leaves to
-    pack (default: every leaf); the lean rollout names those its steps wrote, not the
-    root done flags (zeros throughout) nor the stamps a worker sets after the rollout.
+    Only the frames behind a row's first reset step move: one flat source and one
+    destination index (numpy) serve every key, and each leaf moves as one numpy
+    gather of whole frames (its bytes per frame as one element), in place; a leaf
+    numpy cannot view so (not contiguous) moves through torch's ``index_select``.
+    ``keys``: the leaves to pack (default: every leaf); the lean rollout names those
+    its steps wrote, not the root done flags (zeros throughout) nor the stamps a
+    worker sets after the rollout.
     """
     steps = valid.shape[time_dim]
-    count = valid.sum(time_dim, keepdim=True)
-    mask = torch.arange(steps) < count
-    if not bool(valid.all()):
-        order = torch.sort((~valid).to(torch.uint8), dim=time_dim, stable=True).indices
-        rows = valid.numel() // steps
-        source = order.reshape(rows, steps) + torch.arange(0, rows * steps, steps)[:, None]
-        source = source.reshape(-1)
-        padding = (~mask).reshape(-1).nonzero().squeeze(-1)
+    rows = valid.numel() // steps
+    flags = valid.reshape(rows, steps).numpy()
+    counts = flags.sum(1)
+    mask = np.arange(steps) < counts[:, None]
+    if not mask.all():
+        place = np.cumsum(flags, axis=1) - 1  # a transition's column once packed
+        source = np.flatnonzero(flags & (place != np.arange(steps)))  # those that move
+        target = source - source % steps + place.reshape(-1)[source]
+        padding = np.flatnonzero(~mask)
         leaves = out.keys(True, True) if keys is None else keys
         for key in leaves:
             value = out.get(key, None)
             if value is None or key == MASK_KEY:  # compact_obs: no ("next", obs) leaf
                 continue
-            flat = value.reshape(rows * steps, -1)  # a view where the batch is contiguous
-            packed = flat.index_select(0, source).index_fill_(0, padding, 0)
-            value.copy_(packed.view(value.shape))
-    out.set(MASK_KEY, mask)
+            _move_frames(value, rows * steps, source, target, padding)
+    out.set(MASK_KEY, torch.from_numpy(mask).reshape(valid.shape))
+
+
+def _move_frames(
+    value: torch.Tensor, frames: int, source: np.ndarray, target: np.ndarray, padding: np.ndarray
+) -> None:
+    """``value``'s frames at ``source`` to ``target`` (flat frame indices), ``padding`` zeroed."""
+    if value.numel() == 0:
+        return
+    if value.is_contiguous():
+        # a frame's bytes as one numpy element: one gather per leaf, whatever its shape or dtype
+        raw = value.view(frames, -1).view(torch.uint8).numpy()
+        whole = raw.view(np.dtype((np.void, raw.shape[1]))).reshape(frames)
+        whole[target] = whole[source]  # the gather copies first: overlapping moves are safe
+        raw[padding] = 0
+        return
+    flat = value.reshape(frames, -1)  # a copy where the leaf is not contiguous
+    flat.index_copy_(0, torch.from_numpy(target), flat.index_select(0, torch.from_numpy(source)))
+    flat.index_fill_(0, torch.from_numpy(padding), 0)
+    value.copy_(flat.view(value.shape))
 
 
 def _put(obs: Any, i: int, value: Any) -> None:
