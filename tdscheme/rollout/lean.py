@@ -124,7 +124,22 @@ class LeanCollector(Collector):
         self.lean_reason = self._why_not_lean()
         if self.lean_reason is not None:
             logger.debug("LeanCollector runs torchrl's rollout: %s", self.lean_reason)
+        else:
+            self._make_batch_contiguous()
         self._refuse_unsteppable_env()
+
+    def _make_batch_contiguous(self) -> None:
+        """Lays out each leaf of torchrl's batch buffer in its own index order.
+
+        torchrl builds the buffer from the first observations, keeping their strides:
+        a vector env that returns a column-major array (CartPole's) gives a leaf whose
+        frames are not contiguous, which packing reset steps out and the transport
+        would otherwise each copy at every batch. The lean loop writes its rows either way.
+        """
+        out = self._final_rollout
+        for key, value in list(out.items(True, True)):
+            if not value.is_contiguous():
+                out.set(key, value.contiguous())
 
     # torchrl's signature, so that callers inspecting it (worker_idx, ...) see torchrl's arguments
     __init__.__signature__ = inspect.signature(Collector.__init__)  # type: ignore[attr-defined]
