@@ -130,8 +130,11 @@ class Replies:
                 self._kill_stalled()
                 ready = self.pool.wait(refs, timeout_s=min(poll_s, deadline - time.perf_counter()))
                 if ready:
-                    if len(refs) > 1:  # every ready one, then the oldest of them
-                        ready = self.pool.wait(refs, num_returns=len(refs), timeout_s=0) or ready
+                    # the ready ones among those asked before it, then the oldest of them (no
+                    # second wait when it is the oldest: one Ray call less per batch)
+                    older = refs[: refs.index(ready[0])]
+                    if older:
+                        ready = self.pool.wait(older, num_returns=len(older), timeout_s=0) or ready
                         position = {ref: i for i, ref in enumerate(refs)}
                         return min(ready, key=position.__getitem__)
                     return ready[0]
