@@ -10,6 +10,7 @@ workers alike, so it sits below both.
 * :mod:`~tdscheme.rollout.env_checks`: which envs it steps itself, and why not the others.
 * :mod:`~tdscheme.rollout.env_steps`: how it steps and resets each kind of env.
 * :mod:`~tdscheme.rollout.module_calls`: how it calls its policy each step.
+* :mod:`~tdscheme.rollout.stamps`: a batch's constant per-frame stamps, written in place.
 """
 
 from __future__ import annotations

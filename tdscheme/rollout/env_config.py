@@ -56,6 +56,7 @@ from tdscheme.envs.env_config import (
     env_config_target,
 )
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
+from tdscheme.rollout.stamps import stamp_
 
 __all__ = ["APPLY_MODES", "EnvConfigPush", "EnvConfigRunner", "env_config_push", "state_version"]
 
@@ -276,14 +277,12 @@ class EnvConfigRunner:
         low, self._batch_low = self._batch_low, self._low()
         shape = td.batch_size
         if not rows:  # no config taken yet, or a layout without steps
-            versions = torch.full(shape, low, dtype=torch.int64)
-            tasks = torch.full(shape, -1 if self._tasks is None else int(self._tasks.min()))
-        else:
-            steps = shape[-1] if len(shape) else 0
-            versions, tasks = self._per_step(rows, steps, shape)
-            if versions is None:  # another layout: the batch's lowest version
-                versions = torch.full(shape, low, dtype=torch.int64)
-                tasks = torch.full(shape, -1, dtype=torch.int64)
+            task = -1 if self._tasks is None else int(self._tasks.min())
+            return stamp_(stamp_(td, ENV_CONFIG_VERSION_KEY, low), ENV_TASK_KEY, task)
+        steps = shape[-1] if len(shape) else 0
+        versions, tasks = self._per_step(rows, steps, shape)
+        if versions is None:  # another layout: the batch's lowest version
+            return stamp_(stamp_(td, ENV_CONFIG_VERSION_KEY, low), ENV_TASK_KEY, -1)
         td.set(ENV_CONFIG_VERSION_KEY, versions)
         td.set(ENV_TASK_KEY, tasks.to(torch.int64))
         return td

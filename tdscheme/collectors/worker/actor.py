@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 from tensordict import TensorDictBase
@@ -27,6 +28,7 @@ from tdscheme.replay.frames import frames_to_write, without_nonfinite
 from tdscheme.replay.ray_held import BufferWriter
 from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinite
+from tdscheme.rollout.stamps import stamp_
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
 from tdscheme.runtime.threads import match_ray_cpus
@@ -175,14 +177,14 @@ class BaseCollectorWorker(EnvConfigCalls):
         else:
             td, preempted = self._rollout.next_batch(), False
         frames = td.numel()
-        if MASK_KEY in td.keys(True):  # padded trajectories or reset steps: the valid frames
-            frames = int(td.get(MASK_KEY).sum())
+        mask = td.get(MASK_KEY, None)
+        if mask is not None:  # padded trajectories or reset steps: the valid frames
+            frames = int(np.count_nonzero(mask.numpy(force=True)))
         reset_steps = td.numel() - frames if self._pads_reset_steps else 0  # padding, not steps
         nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
         if nonfinite is not None:
             logger.warning("batch %d has %s", batch_id, nonfinite)
-        td.set(WORKER_ID_KEY, torch.full(td.batch_size, self.worker_id, dtype=torch.int64))
-        td.set(POLICY_VERSION_KEY, torch.full(td.batch_size, version, dtype=torch.int64))
+        stamp_(stamp_(td, WORKER_ID_KEY, self.worker_id), POLICY_VERSION_KEY, version)
         collected = time.perf_counter()
         batch = WorkerBatch(
             worker_id=self.worker_id,
