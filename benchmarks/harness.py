@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 #: What the frames a collector collected went to; they add up to ``ledger["collected"]``.
 LEDGER_PARTS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps")
 
@@ -131,11 +133,17 @@ def deadline(timeout_s: float) -> Iterator[None]:
 def frames_in(batch: Any) -> int:
     """Frames in a batch: a numpy dict's ``reward`` entries (or the ``True`` ones of its
     ``mask``), a TensorDict's elements (those its ``("collector", "mask")`` marks valid, where
-    it has one: padding is no frame)."""
+    it has one: padding is no frame).
+
+    Both kinds of mask are counted by numpy, so that counting costs the consumer the same
+    whichever collector it measures (torch's ``sum`` of a few thousand flags costs ~10x
+    numpy's ``count_nonzero``: ~0.1 ms a batch, charged to one side's rate only).
+    """
     if isinstance(batch, dict):
-        return int(batch["mask"].sum()) if "mask" in batch else int(batch["reward"].size)
+        mask = batch.get("mask")
+        return int(batch["reward"].size) if mask is None else int(np.count_nonzero(mask))
     mask = batch.get(("collector", "mask"), None)
-    return int(batch.numel()) if mask is None else int(mask.sum())
+    return int(batch.numel()) if mask is None else int(np.count_nonzero(mask.numpy(force=True)))
 
 
 def frames_per_s(it: Iterator[Any], *, frames: int, min_batches: int) -> float:
