@@ -56,7 +56,7 @@ from tdscheme.envs.env_config import (
     env_config_target,
 )
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
-from tdscheme.rollout.stamps import stamp_
+from tdscheme.rollout.stamps import stamp_, write_
 
 __all__ = ["APPLY_MODES", "EnvConfigPush", "EnvConfigRunner", "env_config_push", "state_version"]
 
@@ -283,9 +283,9 @@ class EnvConfigRunner:
         versions, tasks = self._per_step(rows, steps, shape)
         if versions is None:  # another layout: the batch's lowest version
             return stamp_(stamp_(td, ENV_CONFIG_VERSION_KEY, low), ENV_TASK_KEY, -1)
-        td.set(ENV_CONFIG_VERSION_KEY, versions)
-        td.set(ENV_TASK_KEY, tasks.to(torch.int64))
-        return td
+        return write_(
+            write_(td, ENV_CONFIG_VERSION_KEY, versions), ENV_TASK_KEY, tasks.to(torch.int64)
+        )
 
     def _per_step(
         self, rows: list[tuple[np.ndarray, np.ndarray]], steps: int, shape: torch.Size

@@ -61,6 +61,7 @@ from torchrl.data import Categorical, OneHot
 
 from tdscheme.envs.gym_vector import is_next_step_env
 from tdscheme.keys import MASK_KEY
+from tdscheme.rollout.stamps import write_
 
 __all__ = [
     "EnvPoolSteps",
@@ -275,7 +276,7 @@ def pack_transitions(
             if value is None or key == MASK_KEY:  # compact_obs: no ("next", obs) leaf
                 continue
             _move_frames(value, rows * steps, source, target, padding)
-    out.set(MASK_KEY, torch.from_numpy(mask).reshape(valid.shape))
+    write_(out, MASK_KEY, torch.from_numpy(mask).reshape(valid.shape))
 
 
 def _move_frames(

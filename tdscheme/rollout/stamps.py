@@ -1,4 +1,4 @@
-"""Per-frame stamps that hold one value for a whole batch, written without a new tensor each batch.
+"""Per-frame stamps and flags of a batch, written into the reused batch buffer, not new tensors.
 
 A worker stamps every frame of its batch with constants (its id, its policy version, the
 env-config version where no config was taken yet). Its collector reuses one batch buffer
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["stamp_"]
+__all__ = ["stamp_", "write_"]
 
 
 def stamp_(td: TensorDictBase, key: Any, value: int) -> TensorDictBase:
@@ -38,14 +38,41 @@ def stamp_(td: TensorDictBase, key: Any, value: int) -> TensorDictBase:
     Returns:
         ``td``.
     """
-    leaf = td.get(key, None)
-    if (
-        isinstance(leaf, torch.Tensor)
-        and leaf.shape == td.batch_size
-        and leaf.dtype == torch.int64
-        and leaf.is_contiguous()
-    ):
+    leaf = _leaf(td, key, td.batch_size, torch.int64)
+    if leaf is not None:
         leaf.fill_(value)
     else:
         td.set(key, torch.full(td.batch_size, value, dtype=torch.int64, device=td.device))
     return td
+
+
+def write_(td: TensorDictBase, key: Any, value: torch.Tensor) -> TensorDictBase:
+    """Sets ``td``'s ``key`` to ``value``'s values; copied into a leaf of its shape and dtype if any.
+
+    The leaf keeps its memory (a worker's batch buffer laid out in one storage,
+    :func:`~tdscheme.transport.arena.one_storage_`, stays so).
+
+    Returns:
+        ``td``.
+    """
+    leaf = _leaf(td, key, value.shape, value.dtype)
+    if leaf is not None:
+        leaf.copy_(value)
+    else:
+        td.set(key, value)
+    return td
+
+
+def _leaf(
+    td: TensorDictBase, key: Any, shape: torch.Size, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """``td``'s contiguous leaf at ``key`` if it has that shape and dtype, else ``None``."""
+    leaf = td.get(key, None)
+    if (
+        isinstance(leaf, torch.Tensor)
+        and leaf.shape == shape
+        and leaf.dtype == dtype
+        and leaf.is_contiguous()
+    ):
+        return leaf
+    return None
