@@ -17,7 +17,10 @@ list in pre-order (parents before children, insertion order kept) of tuples:
 * ``("non_tensor", key, value, batch_size)``: a ``NonTensorData``;
 * ``("non_tensor_stack", key, values, batch_size)``: a ``NonTensorStack`` (nested lists);
 * ``("fold", key, dtype, shape, batch_dims, count)``: a ``("next", ...)`` leaf sent as its
-  differences from the leaf one step later (three buffers: :mod:`tdscheme.transport.next_fold`).
+  differences from the leaf one step later (three buffers: :mod:`tdscheme.transport.next_fold`);
+* ``("slice", key, dtype, shape, offset)``: a leaf at byte ``offset`` of the arena, no buffer
+  of its own. With ``"arena": True`` in the header, the first buffer is one storage every
+  raw leaf views (:mod:`tdscheme.transport.arena`): sent once, instead of one buffer a leaf.
 
 Keys are tuples of strings. How one leaf becomes one buffer (dtype carriers for
 ``bfloat16`` and friends, lz4 frames) is in :mod:`tdscheme.transport.leaves`.
@@ -42,6 +45,7 @@ from tensordict import (
     is_non_tensor,
 )
 
+from tdscheme.transport.arena import one_storage_, storage_of
 from tdscheme.transport.compression import LeafSelector, compress_bytes
 from tdscheme.transport.leaves import (
     LZ4,
@@ -53,6 +57,7 @@ from tdscheme.transport.leaves import (
     names_of,
     new_tensordict,
     non_tensor_stack,
+    slice_to_leaf,
 )
 from tdscheme.transport.next_fold import FOLD, fold_leaf, foldable_keys, unfold_leaf
 
@@ -60,6 +65,7 @@ __all__ = ["Payload", "TensorDictCodec", "decode_tensordict", "encode_tensordict
 
 _FORMAT = "tdscheme.codec/1"
 _TENSOR, _TD, _NON_TENSOR, _NON_TENSOR_STACK = "tensor", "td", "non_tensor", "non_tensor_stack"
+_SLICE = "slice"
 _NOT_WRITABLE = "The given NumPy array is not writable"
 
 
@@ -118,6 +124,14 @@ class TensorDictCodec:
             matches that exact path and everything under it. A leaf whose compressed bytes
             are not smaller than its raw bytes is sent raw.
         min_compress_bytes: leaves smaller than this many bytes are never compressed.
+        fold_next_bytes: ``("next", key)`` leaves of at least this many bytes per frame are
+            sent as their differences from ``key`` (:mod:`tdscheme.transport.next_fold`);
+            ``None``: none.
+        keep_in_one_storage: the caller encodes the same TensorDict, refilled, again and
+            again (a worker's batch buffer): when its raw leaves are not all in one storage,
+            :meth:`encode` lays them out in one (:func:`~tdscheme.transport.arena.one_storage_`,
+            in place, after the payload is made) so that the next payload sends one buffer.
+            After two such layouts in a row that did not give one, it stops trying.
 
     Raises:
         TypeError: if ``compress`` is not a bool or a sequence of keys (str or tuple of
@@ -144,8 +158,11 @@ class TensorDictCodec:
         *,
         min_compress_bytes: int = 0,
         fold_next_bytes: int | None = None,
+        keep_in_one_storage: bool = False,
     ) -> None:
         self._selector = LeafSelector(compress)
+        self._keep_in_one_storage = keep_in_one_storage
+        self._layouts = 0  # layouts in a row not followed by a one-storage payload
         _check_bytes("min_compress_bytes", min_compress_bytes)
         if fold_next_bytes is not None:
             _check_bytes("fold_next_bytes", fold_next_bytes)
@@ -183,8 +200,9 @@ class TensorDictCodec:
             td = td.to("cpu")
         entries: list[tuple[Any, ...]] = []
         buffers: list[np.ndarray] = []
+        raws: list[tuple[int, int, torch.Tensor]] = []
         folds = foldable_keys(td, self._fold_next_bytes)
-        self._encode_into(td, (), entries, buffers, folds and (td, folds))
+        self._encode_into(td, (), entries, buffers, folds and (td, folds), raws)
         header = {
             "format": _FORMAT,
             "batch_size": tuple(td.batch_size),
@@ -192,7 +210,18 @@ class TensorDictCodec:
             "device": None if device is None else str(device),
             "entries": entries,
         }
-        return Payload(header, tuple(buffers))
+        arena = storage_of([tensor for _, _, tensor in raws])
+        if arena is not None:  # every raw leaf views one storage: it is sent once
+            buffers = _slices(entries, buffers, raws, arena)
+            header["arena"] = True
+            self._layouts = 0
+        payload = Payload(header, tuple(buffers))
+        if arena is None and self._keep_in_one_storage and self._layouts < 2 and len(raws) > 1:
+            # only where every leaf went raw: a folded or compressed one is sent apart anyway
+            if len(raws) == sum(1 for entry in entries if entry[0] in (_TENSOR, FOLD)):
+                self._layouts += 1
+                one_storage_(td)  # for the next encode: the payload views the leaves it replaces
+        return payload
 
     def decode(self, payload: Payload) -> TensorDict:
         """Rebuilds the TensorDict of ``payload``; raw buffers are wrapped, not copied.
@@ -227,6 +256,7 @@ class TensorDictCodec:
         entries: list[tuple[Any, ...]],
         buffers: list[np.ndarray],
         folds: tuple[TensorDictBase, set[tuple[str, ...]]] | None = None,
+        raws: list[tuple[int, int, torch.Tensor]] | None = None,
     ) -> None:
         for name, value in td.items():
             key = (*prefix, name)
@@ -247,6 +277,8 @@ class TensorDictCodec:
                     packed = compress_bytes(array)
                     if packed.nbytes < array.nbytes:
                         array, entry = packed, (*entry[:4], LZ4)
+                if raws is not None and entry[4] == RAW and value.device.type == "cpu":
+                    raws.append((len(entries), len(buffers), value))
                 entries.append(entry)
                 buffers.append(array)
             elif is_non_tensor(value):
@@ -260,7 +292,7 @@ class TensorDictCodec:
                 value = dense_(value)
                 device = None if value.device is None else str(value.device)
                 entries.append((_TD, key, tuple(value.batch_size), names_of(value), device))
-                self._encode_into(value, key, entries, buffers, folds)
+                self._encode_into(value, key, entries, buffers, folds, raws)
             else:
                 raise TypeError(
                     f"cannot encode key {key} of type {type(value).__name__}: the codec carries "
@@ -315,8 +347,28 @@ def decode_tensordict(payload: Payload) -> TensorDict:
     return TensorDictCodec().decode(payload)
 
 
+def _slices(
+    entries: list[tuple[Any, ...]],
+    buffers: list[np.ndarray],
+    raws: list[tuple[int, int, torch.Tensor]],
+    arena: np.ndarray,
+) -> list[np.ndarray]:
+    """Rewrites the raw leaves' entries as slices of ``arena``; returns the buffers: it, then the rest."""
+    gathered = set()
+    for entry_index, buffer_index, tensor in raws:
+        if tensor.numel():  # an empty leaf keeps its (empty) buffer
+            _, key, dtype, shape, _ = entries[entry_index]
+            offset = tensor.storage_offset() * tensor.element_size()
+            entries[entry_index] = (_SLICE, key, dtype, shape, offset)
+            gathered.add(buffer_index)
+    return [arena, *(b for i, b in enumerate(buffers) if i not in gathered)]
+
+
 def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict:
     root_batch = tuple(header["batch_size"])
+    arena = None
+    if header.get("arena"):
+        arena, buffers = buffers[0], buffers[1:]
     # path -> (source dict, batch size, device) for the root and every sub-TensorDict
     nodes: dict[tuple[str, ...], tuple[dict[str, Any], tuple[int, ...], Any]] = {
         (): ({}, root_batch, header["device"])
@@ -330,7 +382,8 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
             f"payload header describes {count} tensor leaves but the payload has "
             f"{len(buffers)} buffers"
         )
-    read_only = any(not buffer.flags.writeable for buffer in buffers)
+    arrays = [*buffers, arena] if arena is not None else buffers
+    read_only = any(not array.flags.writeable for array in arrays)
     index = 0
     with warnings.catch_warnings() if read_only else contextlib.nullcontext():
         if read_only:  # Ray hands out read-only arrays; torch warns about wrapping them
@@ -346,6 +399,10 @@ def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict
                         f"leaf {key} has shape {entry[3]}, which does not start with its "
                         f"TensorDict's batch size {batch_size}"
                     )
+            elif kind == _SLICE:
+                if arena is None:
+                    raise ValueError(f"leaf {key} is a slice of an arena the payload lacks")
+                value = slice_to_leaf(arena, entry[4], entry[2], entry[3], key)
             elif kind == FOLD:  # rebuilt below, once every other leaf is in place
                 folded.append((entry, source, list(buffers[index : index + 3])))
                 index += 3

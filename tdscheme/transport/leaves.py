@@ -38,6 +38,7 @@ __all__ = [
     "names_of",
     "new_tensordict",
     "non_tensor_stack",
+    "slice_to_leaf",
 ]
 
 RAW, LZ4 = "raw", "lz4"
@@ -133,6 +134,31 @@ def array_to_leaf(
     return tensor.view(torch_dtype) if carried else tensor
 
 
+def slice_to_leaf(
+    arena: np.ndarray, offset: int, dtype: str, shape: tuple[int, ...], key: tuple[str, ...]
+) -> torch.Tensor:
+    """Rebuilds a leaf from its bytes at ``offset`` of a ``uint8`` arena (a view, no copy).
+
+    Raises:
+        ValueError: the leaf's bytes run past the arena's end, or ``dtype`` is unknown; the
+            message names ``key``.
+
+    Example:
+        >>> arena = np.arange(16, dtype=np.uint8)
+        >>> slice_to_leaf(arena, 8, "int16", (2, 2), ("x",)).shape
+        torch.Size([2, 2])
+    """
+    _, np_dtype, _ = _buffer_dtype(dtype)
+    count = math.prod(shape) * np_dtype.itemsize
+    if offset < 0 or offset + count > arena.nbytes:
+        raise ValueError(
+            f"leaf {key} of {count} bytes at offset {offset} runs past the "
+            f"{arena.nbytes}-byte arena"
+        )
+    array = arena[offset : offset + count].view(np_dtype).reshape(shape)
+    return array_to_leaf(array, dtype, shape, RAW, key)
+
+
 @functools.cache
 def dtype_name(dtype: torch.dtype) -> str:
     """The plain-string name of a torch dtype, as the payload header records it.
@@ -150,6 +176,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+@functools.cache
 @functools.cache
 def _buffer_dtype(name: str) -> tuple[torch.dtype, np.dtype, bool]:
     """(torch dtype, numpy dtype of its buffer, whether that is a carrier) for ``name``."""
