@@ -108,7 +108,6 @@ class BaseCollectorWorker(EnvConfigCalls):
         self.spec = spec
         self.policy_version = policy_version
         fold = spec.fold_next_bytes()
-        self._codec = TensorDictCodec(spec.compress, fold_next_bytes=fold)
         writes = spec.replay_buffer is not None
         self._writer = BufferWriter(spec.replay_buffer, fold_next_bytes=fold) if writes else None
         self._preempt_upto = -1
@@ -128,9 +127,10 @@ class BaseCollectorWorker(EnvConfigCalls):
         self._collector = self._rollout.collector  # torchrl's calls go to it (worker_calls)
         # a one-call NEXT_STEP env pads its reset steps (refused with a replay buffer)
         self._pads_reset_steps = self._rollout.pads_reset_steps(writes=writes)
-        # a buffer's write ends before the reply
-        if (reuse_batch_buffer or own_process) and not spec.preemptible:
-            self._rollout.reuse_batch_buffer()
+        # a buffer's write ends before the reply; a reused buffer is sent as one storage
+        reuses = (reuse_batch_buffer or own_process) and not spec.preemptible
+        reuses = reuses and self._rollout.reuse_batch_buffer()
+        self._codec = TensorDictCodec(spec.compress, fold_next_bytes=fold, keep_in_one_storage=reuses)  # fmt: skip
         if seed is not None:
             self.set_seed(seed)
         if weights is not None:

@@ -37,14 +37,20 @@ def test_only_the_lean_rollouts_plain_batches_reuse_their_buffer():
 @pytest.mark.parametrize("reuse", [False, True])
 def test_in_process_batches_are_their_own_unless_the_buffer_is_reused(reuse):
     """Without the flag (in-process use) each payload keeps its frames after the next collect;
-    with it, the payload views the rollout's buffer (no copy): the next collect overwrites it."""
+    with it, the payload views the rollout's buffer (no copy): the next collect overwrites it.
+
+    (With it, the first batch's encoding lays the buffer out in one storage, so from the
+    second batch on the payload is that one storage.)
+    """
     torch.manual_seed(0)
     spec = WorkerSpec(cartpole, mlp_policy(4, 2), frames_per_batch=64)
     worker = CollectorWorker(0, spec, reuse_batch_buffer=reuse)
     try:
-        first = worker.collect(0).payload
+        worker.collect(0)
+        first = worker.collect(1).payload
+        assert bool(first.header.get("arena")) is reuse
         kept = TensorDictCodec().decode(first).clone()
-        worker.collect(1)
+        worker.collect(2)
         same = torch.equal(TensorDictCodec().decode(first)["observation"], kept["observation"])
         assert same is not reuse
     finally:
