@@ -198,13 +198,15 @@ class BatchFlow:
                     continue
                 self._losses.pop(worker_id, None)  # it delivered: no longer resting
                 self._cooling_until.pop(worker_id, None)
-                batch = self._account([(ref, result)], self._decode(result))
-                if batch is None and result.payload is not None:
-                    continue  # cut to fit total_frames, nothing left
+                # the next requests before this batch is decoded and counted: the workers step
+                # meanwhile (until it is counted, the budget holds its request as in flight)
                 for other in pool.active_ids():  # what is left goes to an idle worker first:
                     if other != worker_id and other not in owner.values():  # (one that wrote
                         top_up(other, max(1, prefetch))  # nothing must not keep it for ever)
                 top_up(worker_id, prefetch)
+                batch = self._account([(ref, result)], self._decode(result))
+                if batch is None and result.payload is not None:
+                    continue  # cut to fit total_frames, nothing left
                 yield batch
                 if not self._current(iteration):
                     return  # superseded: its requests were discarded
