@@ -76,13 +76,15 @@ def storage_of(tensors: Sequence[torch.Tensor]) -> np.ndarray | None:
     tensor are sent as themselves, not with the rest of it).
     """
     tensors = [t for t in tensors if t.numel()]
-    if len(tensors) < 2 or not all(t.device.type == "cpu" and t.is_contiguous() for t in tensors):
+    if len(tensors) < 2 or tensors[0].device.type != "cpu":
         return None
     storage = tensors[0].untyped_storage()
-    pointer = storage.data_ptr()
-    if any(t.untyped_storage().data_ptr() != pointer for t in tensors[1:]):
-        return None
-    if sum(leaf_bytes(t) for t in tensors) < 0.9 * storage.nbytes():
+    start, total = storage.data_ptr(), 0
+    for t in tensors:  # a view's storage starts its offset before it (cheaper than its storage)
+        if t.data_ptr() - t.storage_offset() * t.element_size() != start or not t.is_contiguous():
+            return None
+        total += leaf_bytes(t)
+    if total < 0.9 * storage.nbytes():
         return None
     return torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
 

@@ -176,10 +176,8 @@ class BaseCollectorWorker(EnvConfigCalls):
             td, preempted = self._collect_steps(batch_id)
         else:
             td, preempted = self._rollout.next_batch(), False
-        frames = td.numel()
-        mask = td.get(MASK_KEY, None)
-        if mask is not None:  # padded trajectories or reset steps: the valid frames
-            frames = int(np.count_nonzero(mask.numpy(force=True)))
+        mask = td.get(MASK_KEY, None)  # padded trajectories or reset steps: the valid frames
+        frames = td.numel() if mask is None else int(np.count_nonzero(mask.numpy(force=True)))
         reset_steps = td.numel() - frames if self._pads_reset_steps else 0  # padding, not steps
         nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
         if nonfinite is not None:
