@@ -7,99 +7,36 @@ so a batch crosses the object store without being copied into the pickle stream,
 :meth:`TensorDictCodec.decode` wraps the received arrays with ``torch.from_numpy`` without
 copying them either.
 
-Header layout (``format`` ``"tdscheme.codec/1"``): ``batch_size``, ``names`` (``None``
-when unnamed), ``device`` (``None`` or a device string) for the root, and ``entries``, a
-list in pre-order (parents before children, insertion order kept) of tuples:
-
-* ``("tensor", key, dtype, shape, codec)``: the next buffer; ``dtype`` is the torch dtype
-  name, ``codec`` is ``"raw"`` or ``"lz4"``;
-* ``("td", key, batch_size, names, device)``: a sub-TensorDict (possibly empty);
-* ``("non_tensor", key, value, batch_size)``: a ``NonTensorData``;
-* ``("non_tensor_stack", key, values, batch_size)``: a ``NonTensorStack`` (nested lists);
-* ``("fold", key, dtype, shape, batch_dims, count)``: a ``("next", ...)`` leaf sent as its
-  differences from the leaf one step later (three buffers: :mod:`tdscheme.transport.next_fold`);
-* ``("slice", key, dtype, shape, offset)``: a leaf at byte ``offset`` of the arena, no buffer
-  of its own. With ``"arena": True`` in the header, the first buffer is one storage every
-  raw leaf views (:mod:`tdscheme.transport.arena`): sent once, instead of one buffer a leaf.
-
+The header's layout and how a payload is rebuilt are in :mod:`tdscheme.transport.payload`.
 Keys are tuples of strings. How one leaf becomes one buffer (dtype carriers for
 ``bfloat16`` and friends, lz4 frames) is in :mod:`tdscheme.transport.leaves`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import (
-    NestedKey,
-    NonTensorData,
-    NonTensorStack,
-    TensorDict,
-    TensorDictBase,
-    is_non_tensor,
-)
+from tensordict import NestedKey, NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from tdscheme.transport.arena import one_storage_, storage_of
 from tdscheme.transport.compression import LeafSelector, compress_bytes
-from tdscheme.transport.leaves import (
-    LZ4,
-    RAW,
-    array_to_leaf,
-    dense_,
-    dtype_name,
-    leaf_to_array,
-    names_of,
-    new_tensordict,
-    non_tensor_stack,
-    slice_to_leaf,
+from tdscheme.transport.leaves import LZ4, RAW, dense_, dtype_name, leaf_to_array, names_of
+from tdscheme.transport.next_fold import FOLD, fold_leaf, foldable_keys
+from tdscheme.transport.payload import (
+    FORMAT,
+    NON_TENSOR,
+    NON_TENSOR_STACK,
+    SLICE,
+    TD,
+    TENSOR,
+    Payload,
+    rebuild,
 )
-from tdscheme.transport.next_fold import FOLD, fold_leaf, foldable_keys, unfold_leaf
 
 __all__ = ["Payload", "TensorDictCodec", "decode_tensordict", "encode_tensordict"]
-
-_FORMAT = "tdscheme.codec/1"
-_TENSOR, _TD, _NON_TENSOR, _NON_TENSOR_STACK = "tensor", "td", "non_tensor", "non_tensor_stack"
-_SLICE = "slice"
-_NOT_WRITABLE = "The given NumPy array is not writable"
-
-
-@dataclass(frozen=True, repr=False)
-class Payload:
-    """An encoded TensorDict: a small plain-Python header and one numpy array per leaf.
-
-    Build it with :meth:`TensorDictCodec.encode`; the header layout is described in the
-    module docstring and is private to the codec.
-
-    Attributes:
-        header: keys, dtypes, shapes, batch sizes, dim names, devices, compression flags
-            and non-tensor values.
-        buffers: one numpy array per tensor leaf, in header order.
-
-    Example:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> payload = encode_tensordict(TensorDict({"obs": torch.zeros(8, 4)}, [8]))
-        >>> payload
-        Payload(leaves=1, nbytes=128, batch_size=(8,))
-    """
-
-    header: dict[str, Any]
-    buffers: tuple[np.ndarray, ...]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes that cross the wire out of band: the sum of the buffers' sizes."""
-        return sum(buffer.nbytes for buffer in self.buffers)
-
-    def __repr__(self) -> str:
-        batch_size = self.header.get("batch_size")
-        return f"Payload(leaves={len(self.buffers)}, nbytes={self.nbytes}, batch_size={batch_size})"
 
 
 class TensorDictCodec:
@@ -204,7 +141,7 @@ class TensorDictCodec:
         folds = foldable_keys(td, self._fold_next_bytes)
         self._encode_into(td, (), entries, buffers, folds and (td, folds), raws)
         header = {
-            "format": _FORMAT,
+            "format": FORMAT,
             "batch_size": tuple(td.batch_size),
             "names": names_of(td),
             "device": None if device is None else str(device),
@@ -218,7 +155,7 @@ class TensorDictCodec:
         payload = Payload(header, tuple(buffers))
         if arena is None and self._keep_in_one_storage and self._layouts < 2 and len(raws) > 1:
             # only where every leaf went raw: a folded or compressed one is sent apart anyway
-            if len(raws) == sum(1 for entry in entries if entry[0] in (_TENSOR, FOLD)):
+            if len(raws) == sum(1 for entry in entries if entry[0] in (TENSOR, FOLD)):
                 self._layouts += 1
                 one_storage_(td)  # for the next encode: the payload views the leaves it replaces
         return payload
@@ -241,11 +178,11 @@ class TensorDictCodec:
         if not isinstance(payload, Payload):
             raise TypeError(f"payload must be a Payload; got {type(payload).__name__}")
         header = payload.header
-        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
             found = header.get("format") if isinstance(header, dict) else type(header).__name__
-            raise ValueError(f"payload header format must be {_FORMAT!r}; got {found!r}")
+            raise ValueError(f"payload header format must be {FORMAT!r}; got {found!r}")
         try:
-            return _decode(header, payload.buffers)
+            return rebuild(header, payload.buffers)
         except (KeyError, IndexError, TypeError, AttributeError) as err:
             raise ValueError(f"malformed payload: {type(err).__name__}: {err}") from err
 
@@ -267,7 +204,7 @@ class TensorDictCodec:
                 buffers.extend(arrays)
             elif isinstance(value, torch.Tensor):
                 array = leaf_to_array(value, key)
-                entry = (_TENSOR, key, dtype_name(value.dtype), array.shape, RAW)
+                entry = (TENSOR, key, dtype_name(value.dtype), array.shape, RAW)
                 if (
                     self._selector
                     and array.nbytes
@@ -283,15 +220,13 @@ class TensorDictCodec:
                 buffers.append(array)
             elif is_non_tensor(value):
                 if isinstance(value, NonTensorStack):
-                    entries.append(
-                        (_NON_TENSOR_STACK, key, value.tolist(), tuple(value.batch_size))
-                    )
+                    entries.append((NON_TENSOR_STACK, key, value.tolist(), tuple(value.batch_size)))
                 else:
-                    entries.append((_NON_TENSOR, key, value.data, tuple(value.batch_size)))
+                    entries.append((NON_TENSOR, key, value.data, tuple(value.batch_size)))
             elif isinstance(value, TensorDictBase):
                 value = dense_(value)
                 device = None if value.device is None else str(value.device)
-                entries.append((_TD, key, tuple(value.batch_size), names_of(value), device))
+                entries.append((TD, key, tuple(value.batch_size), names_of(value), device))
                 self._encode_into(value, key, entries, buffers, folds, raws)
             else:
                 raise TypeError(
@@ -359,78 +294,9 @@ def _slices(
         if tensor.numel():  # an empty leaf keeps its (empty) buffer
             _, key, dtype, shape, _ = entries[entry_index]
             offset = tensor.storage_offset() * tensor.element_size()
-            entries[entry_index] = (_SLICE, key, dtype, shape, offset)
+            entries[entry_index] = (SLICE, key, dtype, shape, offset)
             gathered.add(buffer_index)
     return [arena, *(b for i, b in enumerate(buffers) if i not in gathered)]
-
-
-def _decode(header: dict[str, Any], buffers: Sequence[np.ndarray]) -> TensorDict:
-    root_batch = tuple(header["batch_size"])
-    arena = None
-    if header.get("arena"):
-        arena, buffers = buffers[0], buffers[1:]
-    # path -> (source dict, batch size, device) for the root and every sub-TensorDict
-    nodes: dict[tuple[str, ...], tuple[dict[str, Any], tuple[int, ...], Any]] = {
-        (): ({}, root_batch, header["device"])
-    }
-    subtds: list[tuple[tuple[str, ...], tuple[int, ...], Any, Any]] = []
-    entries = header["entries"]
-    count = sum({_TENSOR: 1, FOLD: 3}.get(entry[0], 0) for entry in entries)
-    folded: list[tuple[Any, dict[str, Any], list[np.ndarray]]] = []
-    if count != len(buffers):
-        raise ValueError(
-            f"payload header describes {count} tensor leaves but the payload has "
-            f"{len(buffers)} buffers"
-        )
-    arrays = [*buffers, arena] if arena is not None else buffers
-    read_only = any(not array.flags.writeable for array in arrays)
-    index = 0
-    with warnings.catch_warnings() if read_only else contextlib.nullcontext():
-        if read_only:  # Ray hands out read-only arrays; torch warns about wrapping them
-            warnings.filterwarnings("ignore", message=_NOT_WRITABLE, category=UserWarning)
-        for entry in entries:
-            kind, key = entry[0], entry[1]
-            source, batch_size, device = nodes[key[:-1]]
-            if kind == _TENSOR:
-                value = array_to_leaf(buffers[index], entry[2], entry[3], entry[4], key)
-                index += 1
-                if entry[3][: len(batch_size)] != batch_size:
-                    raise ValueError(
-                        f"leaf {key} has shape {entry[3]}, which does not start with its "
-                        f"TensorDict's batch size {batch_size}"
-                    )
-            elif kind == _SLICE:
-                if arena is None:
-                    raise ValueError(f"leaf {key} is a slice of an arena the payload lacks")
-                value = slice_to_leaf(arena, entry[4], entry[2], entry[3], key)
-            elif kind == FOLD:  # rebuilt below, once every other leaf is in place
-                folded.append((entry, source, list(buffers[index : index + 3])))
-                index += 3
-                value = None
-            elif kind == _TD:
-                _, _, sub_batch, names, sub_device = entry
-                sub_batch = tuple(sub_batch)
-                if sub_batch[: len(batch_size)] != batch_size:
-                    raise ValueError(
-                        f"sub-TensorDict {key} has batch size {sub_batch}, which does not "
-                        f"start with its parent's batch size {batch_size}"
-                    )
-                nodes[key] = ({}, sub_batch, sub_device)
-                subtds.append((key, sub_batch, names, sub_device))
-                value = None  # placeholder keeps the key order; filled in below
-            elif kind == _NON_TENSOR:
-                value = NonTensorData(data=entry[2], batch_size=entry[3], device=device)
-            elif kind == _NON_TENSOR_STACK:
-                value = non_tensor_stack(entry[2], entry[3])
-            else:
-                raise ValueError(f"payload header has an entry of unknown kind {kind!r}")
-            source[key[-1]] = value
-    for entry, source, arrays in folded:
-        key = entry[1]
-        source[key[-1]] = unfold_leaf(entry, _leaf(nodes, key[1:]), arrays)
-    for key, batch_size, names, device in reversed(subtds):
-        nodes[key[:-1]][0][key[-1]] = new_tensordict(nodes[key][0], batch_size, names, device)
-    return new_tensordict(nodes[()][0], root_batch, header["names"], header["device"])
 
 
 def _check_bytes(name: str, value: Any) -> None:
@@ -438,11 +304,3 @@ def _check_bytes(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an int >= 0; got {value!r} of type {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{name} must be >= 0; got {value}")
-
-
-def _leaf(nodes: dict[tuple[str, ...], Any], key: tuple[str, ...]) -> torch.Tensor:
-    """The decoded leaf at ``key`` (its TensorDict not built yet)."""
-    value = nodes[key[:-1]][0].get(key[-1]) if key[:-1] in nodes else None
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"folded leaf {('next', *key)} has no leaf {key} to fold onto")
-    return value

@@ -205,7 +205,8 @@ def new_tensordict(
     """Builds a TensorDict from already-validated leaves, then moves it to ``device``.
 
     ``TensorDict._new_unsafe`` skips the constructor's per-leaf checks (about 14x faster
-    for a 10-leaf batch); :func:`tdscheme.transport.codec._decode` has checked every leaf against its batch size.
+    for a 10-leaf batch); :func:`tdscheme.transport.payload.rebuild` has checked every leaf
+    against its batch size.
     """
     if names is not None and len(names) != len(batch_size):
         raise ValueError(f"dim names {names} do not match batch size {batch_size}")
