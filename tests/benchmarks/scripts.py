@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+
+import ray
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -21,3 +25,27 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def shipped_script(name: str) -> Iterator[ModuleType]:
+    """``benchmarks/<name>.py`` loaded, with the modules Ray's workers need sent by value.
+
+    The script imports its neighbours (``peers``, ``vector_envs``, ...) by their names
+    from ``benchmarks/`` on ``sys.path`` while it is loaded; the session's Ray workers
+    do not see that folder, so the actors and env factories of ``peers``,
+    ``vector_envs`` and ``paired_rounds`` go to them by value. Undone on exit.
+    """
+    sys.path.insert(0, str(BENCHMARKS))
+    shipped: list[ModuleType] = []
+    try:
+        module = load_script(name)
+        shipped = [sys.modules[n] for n in ("peers", "vector_envs", "paired_rounds")
+                   if n in sys.modules]  # fmt: skip
+        for shipped_module in shipped:
+            ray.cloudpickle.register_pickle_by_value(shipped_module)
+        yield module
+    finally:
+        for shipped_module in shipped:
+            ray.cloudpickle.unregister_pickle_by_value(shipped_module)
+        sys.path.remove(str(BENCHMARKS))

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-import ray
 
-from tests.benchmarks.scripts import BENCHMARKS, load_script
+from tests.benchmarks.scripts import shipped_script
 
 
 @pytest.fixture(scope="module")
 def cpu():
-    # the script imports paired_rounds, peers, report, vector_envs by these names
-    sys.path.insert(0, str(BENCHMARKS))
-    shipped = []
-    try:
-        module = load_script("cpu_per_batch")
-        # Ray's workers of the session's Ray do not see benchmarks/: ship them by value
-        shipped = [sys.modules[name] for name in ("peers", "vector_envs", "paired_rounds")]
-        for shipped_module in shipped:
-            ray.cloudpickle.register_pickle_by_value(shipped_module)
+    with shipped_script("cpu_per_batch") as module:
         yield module
-    finally:
-        for shipped_module in shipped:
-            ray.cloudpickle.unregister_pickle_by_value(shipped_module)
-        sys.path.remove(str(BENCHMARKS))
 
 
 def test_each_side_is_measured_by_part_and_leaves_no_actors(cpu, ray_clean):

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-import ray
 
-from tests.benchmarks.scripts import BENCHMARKS, load_script
+from tests.benchmarks.scripts import shipped_script
 
 
 @pytest.fixture(scope="module")
 def rounds():
-    # the script imports peers, report, vector_envs by these names
-    sys.path.insert(0, str(BENCHMARKS))
-    shipped = []
-    try:
-        module = load_script("paired_rounds")
-        # Ray's workers of the session's Ray do not see benchmarks/: the actors and env
-        # factories of these scripts go to them by value
-        shipped = [sys.modules[name] for name in ("peers", "vector_envs", "paired_rounds")]
-        for shipped_module in shipped:
-            ray.cloudpickle.register_pickle_by_value(shipped_module)
+    with shipped_script("paired_rounds") as module:
         yield module
-    finally:
-        for shipped_module in shipped:
-            ray.cloudpickle.unregister_pickle_by_value(shipped_module)
-        sys.path.remove(str(BENCHMARKS))
 
 
 def test_one_round_runs_both_collectors_and_leaves_no_actors(rounds, ray_clean):
