@@ -138,16 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         "report the median (costs under a loaded machine)",
     )
     args = parser.parse_args(argv)
+    collectors = [c for c in args.collector.split(",") if c]
+    if args.vector == "native" and "torchrl" in collectors:
+        # torchrl's rollout cannot step a NEXT_STEP env that steps its copies in one call
+        if collectors == ["torchrl"]:
+            parser.error("--collector=torchrl with --vector=native: torchrl's Collector refuses "
+                         "CartPoleVectorEnv (NEXT_STEP); accepted there: --collector=default")  # fmt: skip
+        collectors.remove("torchrl")
+        print("--vector native: torchrl's Collector refuses CartPoleVectorEnv (NEXT_STEP); "
+              "its row is left out", file=sys.stderr)  # fmt: skip
     torch.set_num_threads(1)  # as in a Ray actor with num_cpus=1
     rows = []
     for num_envs in (int(x) for x in args.envs.split(",")):
         if args.repeats:
-            rows += median_costs(
-                num_envs, args.collector.split(","), args.batches, args.repeats, args.vector
-            )
+            rows += median_costs(num_envs, collectors, args.batches, args.repeats, args.vector)
             continue
         rows.append(floor_cost(num_envs, args.batches, args.vector))
-        for collector in args.collector.split(","):
+        for collector in collectors:
             rows.append(worker_cost(num_envs, collector, args.batches, args.top, args.vector))
     for row in rows:
         json_line({k: v for k, v in row.items() if k != "profile"})
