@@ -9,8 +9,8 @@ rounds (tdscheme first in even rounds), and over ``--seconds`` of iteration afte
 warm-up batches reads from ``/proc``:
 
 * the CPU seconds of the worker actors' processes, of the driver (this process, Ray's
-  threads in it included) and of every other process (Ray's raylet and GCS, the
-  benchmark's own nothing else), each divided by the batches the driver received;
+  threads in it included) and of every other process (Ray's raylet and GCS;
+  on a quiet machine nothing else), each divided by the batches the driver received;
 * the machine's busy and idle time (``/proc/stat``): idle is time no process wanted.
 
 Both sides' batches hold the same env steps in these workloads (``frames_per_batch``),
@@ -81,11 +81,6 @@ def split_cpu(
     return parts
 
 
-def actors_of(collector: Any) -> list[Any]:
-    """A collector's worker actors: tdscheme's ``workers``, the hand-written's ``workers``."""
-    return list(collector.workers)
-
-
 def measure_once(rec: Recorder, name: str, impl: str, config: str, seconds: float) -> None:
     """One side of one round: frames/s, batches and the CPU per batch by part (see the module)."""
     row = dict(section=name, impl=impl, env=paired_rounds.ENV_IDS.get(name, paired_rounds.ENV_ID),
@@ -97,7 +92,7 @@ def measure_once(rec: Recorder, name: str, impl: str, config: str, seconds: floa
             it: Iterator[Any] = iter(collector)
             for _ in range(5):
                 next(it)
-            workers = {harness.actor_pid(actor) for actor in actors_of(collector)}
+            workers = {harness.actor_pid(actor) for actor in collector.workers}  # both sides'
             procs, (busy0, idle0) = process_cpu(), machine_cpu()
             start, batches, frames = time.perf_counter(), 0, 0
             while time.perf_counter() - start < seconds or batches < 3:
@@ -179,7 +174,7 @@ def main(argv: list[str]) -> int:
     return run_sections(
         run, tables=summary, out=args.out, argv=argv, script="cpu_per_batch.py",
         title="CPU per batch over Ray: tdscheme vs the hand-written Ray collector",
-        intro=__doc__.split("\n\n")[1].replace("\n", " "),
+        intro="\n\n".join(__doc__.split("\n\n")[1:4]),  # the description, its list kept
     )  # fmt: skip
 
 

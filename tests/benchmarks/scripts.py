@@ -40,8 +40,7 @@ def shipped_script(name: str) -> Iterator[ModuleType]:
     shipped: list[ModuleType] = []
     try:
         module = load_script(name)
-        shipped = [sys.modules[n] for n in ("peers", "vector_envs", "paired_rounds")
-                   if n in sys.modules]  # fmt: skip
+        shipped = [sys.modules[n] for n in ("peers", "vector_envs", "paired_rounds")]
         for shipped_module in shipped:
             ray.cloudpickle.register_pickle_by_value(shipped_module)
         yield module
