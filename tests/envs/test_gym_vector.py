@@ -175,7 +175,8 @@ def test_a_one_call_next_step_env_gives_a_disabled_envs_transitions_each_row_pad
         count = mask.sum(1)
         # each row: its transitions first, then padding, zeroed, one frame per reset step
         assert torch.equal(mask, torch.arange(30) < count.unsqueeze(1))
-        assert not batch["next", "reward"][~mask].any() and not batch["observation"][~mask].any()
+        for key in batch.keys(True, True):  # every leaf's padding, whichever way it was packed
+            assert key == ("collector", "mask") or not batch[key][~mask].any(), key
         assert batch["next", "reward"][mask].eq(1).all()  # CartPole: no reset step is kept
         resets += int((30 - count).sum())
     assert resets >= 3  # reset steps happened and were left out
