@@ -6,6 +6,8 @@ owes more per frame: the next observations beside the observations (the final on
 an episode ended), one-hot actions, three flags and no transition at a NEXT_STEP env's
 reset steps. :class:`MinimalLayoutWorker` writes that by hand, in numpy, so that a
 benchmark can tell what torchrl's layout costs apart from what a collector adds to it.
+:class:`TdschemeLayoutWorker` adds what a tdscheme worker's batch holds beyond torchrl's
+layout: each row's transitions packed to its front, trajectory ids and the per-frame stamps.
 Only numpy, torch and gymnasium are imported (as ``peers``), so its actors start fast.
 """
 
@@ -35,12 +37,22 @@ class MinimalLayoutWorker(MinimalCollectorWorker):
     Args:
         env_id, num_envs, frames_per_batch, seed, autoreset_mode, pixels,
             vectorization_mode: as :class:`MinimalCollectorWorker` (``num_envs > 1``).
+        index_actions: ``action`` as the action's index (a categorical action spec's
+            layout, ``[num_envs, steps]``) instead of one-hot.
     """
 
-    def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        frames_per_batch: int,
+        index_actions: bool = False,
+        **kwargs: Any,
+    ) -> None:
         if num_envs < 2:
             raise ValueError(f"num_envs={num_envs}: the layout worker steps vector envs (> 1)")
         super().__init__(env_id, num_envs, frames_per_batch, **kwargs)  # its next_step, ended
+        self.index_actions = index_actions
 
     def next(self) -> dict[str, np.ndarray]:
         """Collects one batch and lays it out as torchrl's collectors do (see the class)."""
@@ -75,12 +87,82 @@ class MinimalLayoutWorker(MinimalCollectorWorker):
             return np.ascontiguousarray(np.swapaxes(x, 0, 1))
 
         zeros = np.zeros((n, steps, 1), dtype=bool)
-        one_hot = np.eye(int(self.env.single_action_space.n), dtype=np.int64)[action]
+        if not self.index_actions:
+            action = np.eye(int(self.env.single_action_space.n), dtype=np.int64)[action]
         return {
-            "observation": rows(obs), "action": rows(one_hot), "done": zeros,
+            "observation": rows(obs), "action": rows(action), "done": zeros,
             "terminated": zeros.copy(), "truncated": zeros.copy(),
             "next/observation": rows(next_obs), "next/reward": rows(reward[..., None]),
             "next/done": rows((terminated | truncated)[..., None]),
             "next/terminated": rows(terminated[..., None]),
             "next/truncated": rows(truncated[..., None]), "mask": rows(valid),
         }  # fmt: skip
+
+
+#: the per-frame stamps of a tdscheme batch (one value a batch each), by flat key
+STAMPS = ("collector/worker_id", "collector/policy_version", "collector/env_config_version",
+          "collector/env_task")  # fmt: skip
+
+
+class TdschemeLayoutWorker(MinimalLayoutWorker):
+    """:class:`MinimalLayoutWorker` returning what a tdscheme worker's batch holds, by hand in numpy.
+
+    Beyond torchrl's layout: each env copy's row holds its transitions first, in order,
+    and zeros behind them (``mask`` marks the transitions: ``False`` at a NEXT_STEP env's
+    reset steps, moved to the row's end); ``collector/traj_ids`` (a copy's id changes at
+    the step after its episode ended, new ids handed out in (step, copy) order, as one
+    counter for the worker); the four stamps of :data:`STAMPS` per frame (``int64``);
+    and the check that every floating-point leaf is finite, as a worker makes before
+    it sends a batch. What a tdscheme worker adds beyond this is the framework's own
+    cost: a benchmark row against this worker tells it apart from the layout's.
+
+    Args:
+        env_id, num_envs, frames_per_batch, index_actions, seed, autoreset_mode, pixels,
+            vectorization_mode: as :class:`MinimalLayoutWorker`.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, frames_per_batch: int, **kwargs: Any) -> None:
+        super().__init__(env_id, num_envs, frames_per_batch, **kwargs)
+        self.worker_id = kwargs.get("seed", 0)
+        self.traj_ids = np.arange(num_envs, dtype=np.int64)  # each copy's running id
+        self.next_traj_id = num_envs
+
+    def next(self) -> dict[str, np.ndarray]:
+        """Collects one batch, laid out as a tdscheme worker's (see the class)."""
+        batch = super().next()
+        valid = batch["mask"]  # [envs, steps]
+        rows, steps = valid.shape
+        ids = self._ids(batch["next/done"].reshape(rows, steps))
+        place = np.cumsum(valid, axis=1) - 1  # a transition's column once packed
+        source = np.flatnonzero(valid)
+        target = source - source % steps + place.reshape(-1)[source]
+        out = {"mask": np.arange(steps) < valid.sum(1)[:, None]}
+        for key, value in {**batch, "collector/traj_ids": ids}.items():
+            if key in ("mask", "done", "terminated", "truncated"):  # root flags: all False
+                out.setdefault(key, value)
+                continue
+            flat = value.reshape(rows * steps, *value.shape[2:])
+            packed = np.zeros_like(flat)
+            packed[target] = flat[source]
+            out[key] = packed.reshape(value.shape)
+        for key in STAMPS:
+            out[key] = np.full((rows, steps), -1 if key.endswith("task") else 0, dtype=np.int64)
+        out["collector/worker_id"][:] = self.worker_id
+        for key, value in out.items():
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise ValueError(f"{key} holds a NaN or an inf")
+        return out
+
+    def _ids(self, done: np.ndarray) -> np.ndarray:
+        """``[envs, steps]`` trajectory ids of a batch whose episodes ended at ``done``."""
+        by_step = done.T  # ids are handed out in (step, copy) order
+        ends = np.cumsum(by_step, axis=None).reshape(by_step.shape)
+        count = int(ends[-1, -1])
+        given = np.arange(self.next_traj_id, self.next_traj_id + count, dtype=np.int64)
+        self.next_traj_id += count
+        last = np.maximum.accumulate(np.where(by_step, ends, 0), axis=0)  # 0: no end yet
+        ids = np.empty(by_step.shape, dtype=np.int64)
+        ids[0] = self.traj_ids
+        ids[1:] = np.where(last[:-1] > 0, given[last[:-1] - 1], self.traj_ids)
+        self.traj_ids = np.where(last[-1] > 0, given[last[-1] - 1], self.traj_ids)
+        return np.ascontiguousarray(ids.T)

@@ -30,6 +30,10 @@ configurations):
 * ``next_step_native``: ``gym.make_vec("CartPole-v1", 64)`` (``CartPoleVectorEnv``,
   NEXT_STEP) as the workers' factory returns it; ``next_step_index``: the same env with
   index actions and the MLP ending in an argmax (the hand-written policy's work);
+* ``next_step_layout``: ``next_step_index``'s tdscheme collector against hand-written actors
+  that return what its batch holds, by hand in numpy (``layout_worker.TdschemeLayoutWorker``:
+  torchrl's layout, each row's transitions packed to its front, trajectory ids, the stamps,
+  the finite check): what tdscheme costs beyond the layout it owes, apart from the layout's;
 * ``acrobot``: ``gym.make_vec("Acrobot-v1", 64)`` as a user writes it first (gymnasium's
   default: a ``SyncVectorEnv`` in NEXT_STEP mode; the hand-written actors step it in that
   mode and mask its reset steps), 4096 frames per batch, the 2x64 MLP: a workload no
@@ -52,6 +56,7 @@ from typing import Any
 
 import collection_runs  # benchmarks/, next to this script (Ray workers see it too)
 import gymnasium as gym
+import layout_worker
 import peers
 import torch
 import vector_envs
@@ -70,7 +75,7 @@ HAND = "hand-written Ray"
 FRAMES = {
     "pixels": 150_000, "pixels_compact": 150_000, "pong": 30_000, "disabled": 600_000,
     "same_step": 600_000, "next_step_native": 600_000, "next_step_index": 600_000,
-    "acrobot": 200_000,
+    "next_step_layout": 600_000, "acrobot": 200_000,
 }  # fmt: skip
 
 
@@ -109,10 +114,13 @@ def workload(name: str) -> dict[str, Callable[[], Any]]:
         env_fn: Any = functools.partial(make_env, ENV_ID, num_envs=NUM_ENVS)
     elif name == "same_step":
         env_fn, mode = functools.partial(vector_envs.same_step_env, ENV_ID, NUM_ENVS), "SAME_STEP"
-    elif name in ("next_step_native", "next_step_index"):
+    elif name in ("next_step_native", "next_step_index", "next_step_layout"):
         mode, native = "NEXT_STEP", {"vectorization_mode": "vector_entry_point"}
         env_fn = functools.partial(gym.make_vec, ENV_ID, num_envs=NUM_ENVS)
-        if name == "next_step_index":
+        if name == "next_step_layout":  # tdscheme's batch by hand (index actions)
+            hand = functools.partial(hand, worker_cls=layout_worker.TdschemeLayoutWorker)
+            native = {**native, "index_actions": True}
+        if name != "next_step_native":
             env_fn = functools.partial(vector_envs.index_action_vec_env, ENV_ID, NUM_ENVS)
             policy = peers.mlp_policy(4, 2, index_actions=True)
     else:

@@ -34,13 +34,15 @@ def shipped_script(name: str) -> Iterator[ModuleType]:
     The script imports its neighbours (``peers``, ``vector_envs``, ...) by their names
     from ``benchmarks/`` on ``sys.path`` while it is loaded; the session's Ray workers
     do not see that folder, so the actors and env factories of ``peers``,
-    ``vector_envs`` and ``paired_rounds`` go to them by value. Undone on exit.
+    ``vector_envs``, ``layout_worker`` and ``paired_rounds`` go to them by value. Undone on exit.
     """
     sys.path.insert(0, str(BENCHMARKS))
     shipped: list[ModuleType] = []
     try:
         module = load_script(name)
-        shipped = [sys.modules[n] for n in ("peers", "vector_envs", "paired_rounds")]
+        shipped = [
+            sys.modules[n] for n in ("peers", "vector_envs", "layout_worker", "paired_rounds")
+        ]
         for shipped_module in shipped:
             ray.cloudpickle.register_pickle_by_value(shipped_module)
         yield module

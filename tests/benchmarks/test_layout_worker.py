@@ -77,3 +77,52 @@ def test_the_plain_worker_masks_the_same_reset_steps(layout):
         assert "mask" not in disabled.next()  # every step a transition
     finally:
         disabled.close()
+
+
+def reference_ids(dones, num_envs: int) -> list[np.ndarray]:
+    """Per batch, ``[envs, steps]`` ids by a loop: new ids in (step, copy) order after each end."""
+    current, counter, out = list(range(num_envs)), num_envs, []
+    for done in dones:
+        ids = np.empty(done.shape, dtype=np.int64)
+        for t in range(done.shape[1]):
+            ids[:, t] = current
+            for env in range(num_envs):
+                if done[env, t]:
+                    current[env], counter = counter, counter + 1
+        out.append(ids)
+    return out
+
+
+@pytest.mark.parametrize("index_actions", [True, False])
+def test_the_tdscheme_layout_worker_packs_the_same_transitions_with_ids_and_stamps(
+    layout, index_actions
+):
+    """TdschemeLayoutWorker: MinimalLayoutWorker's transitions (same seed), each row packed to its
+    front with zeros behind, trajectory ids handed out in (step, copy) order, the stamps."""
+    kwargs = {"autoreset_mode": "NEXT_STEP", "index_actions": index_actions, "seed": 3}
+    plain = layout.MinimalLayoutWorker("CartPole-v1", 4, 4 * 50, **kwargs)
+    full = layout.TdschemeLayoutWorker("CartPole-v1", 4, 4 * 50, **kwargs)
+    try:
+        theirs = [plain.next() for _ in range(3)]
+        ours = [full.next() for _ in range(3)]
+    finally:
+        plain.close()
+        full.close()
+    assert theirs[0]["action"].shape == ((4, 50) if index_actions else (4, 50, 2))
+    wanted_ids = reference_ids([t["next/done"][..., 0] for t in theirs], 4)
+    for mine, their, ids in zip(ours, theirs, wanted_ids, strict=True):
+        count = their["mask"].sum(1)
+        assert count.min() < 50  # reset steps were packed out
+        np.testing.assert_array_equal(mine["mask"], np.arange(50) < count[:, None])
+        for key in (*KEYS, "next/done", "action"):
+            for env in range(4):
+                np.testing.assert_array_equal(
+                    mine[key][env][: count[env]], their[key][env][their["mask"][env]]
+                )
+                assert not mine[key][env][count[env] :].any(), key  # zeros behind the transitions
+        for env in range(4):
+            np.testing.assert_array_equal(
+                mine["collector/traj_ids"][env][: count[env]], ids[env][their["mask"][env]]
+            )
+        assert (mine["collector/worker_id"] == 3).all() and (mine["collector/env_task"] == -1).all()
+        assert not mine["done"].any() and set(layout.STAMPS) <= set(mine)
