@@ -138,16 +138,16 @@ class TdschemeLayoutWorker(MinimalLayoutWorker):
         target = source - source % steps + place.reshape(-1)[source]
         out = {"mask": np.arange(steps) < valid.sum(1)[:, None]}
         for key, value in {**batch, "collector/traj_ids": ids}.items():
-            if key in ("mask", "done", "terminated", "truncated"):  # root flags: all False
-                out.setdefault(key, value)
-                continue
-            flat = value.reshape(rows * steps, *value.shape[2:])
-            packed = np.zeros_like(flat)
-            packed[target] = flat[source]
-            out[key] = packed.reshape(value.shape)
-        for key in STAMPS:
-            out[key] = np.full((rows, steps), -1 if key.endswith("task") else 0, dtype=np.int64)
-        out["collector/worker_id"][:] = self.worker_id
+            if key in ("done", "terminated", "truncated"):  # the root flags: all False, unmoved
+                out[key] = value
+            elif key != "mask":  # (packed above)
+                flat = value.reshape(rows * steps, *value.shape[2:])
+                packed = np.zeros_like(flat)
+                packed[target] = flat[source]
+                out[key] = packed.reshape(value.shape)
+        stamped = (self.worker_id, 0, 0, -1)  # a fresh worker's version, config and no task
+        for key, value in zip(STAMPS, stamped, strict=True):
+            out[key] = np.full((rows, steps), value, dtype=np.int64)
         for key, value in out.items():
             if value.dtype.kind == "f" and not np.isfinite(value).all():
                 raise ValueError(f"{key} holds a NaN or an inf")
