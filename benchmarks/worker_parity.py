@@ -16,6 +16,9 @@ Workloads (``--workloads``, default all):
   4,096 frames per batch, the 2x64 MLP with its one-hot head (``peers.mlp_policy``);
 * ``native_index``: the same env in torchrl's wrapper with index actions and the MLP
   ending in an argmax (the hand-written policy's work);
+* ``native_layout``: ``native_index`` against ``benchmarks/layout_worker.py``'s
+  :class:`~layout_worker.TdschemeLayoutWorker` (a tdscheme batch's whole content by hand
+  in numpy, index actions): what tdscheme's worker costs beyond what its batch holds;
 * ``disabled``: ``make_env("CartPole-v1", num_envs=64)`` (``SyncVectorEnv``, DISABLED);
 * ``pixels``: 16 ``PixelsLikeObs`` CartPoles (uint8 4x84x84), DISABLED, 2,048 per batch;
 * ``pong``: EnvPool ``Pong-v5`` x16, 1,024 per batch (needs the ``envpool`` extra).
@@ -40,6 +43,7 @@ import gymnasium as gym
 import peers  # benchmarks/peers.py
 import torch
 import vector_envs  # benchmarks/vector_envs.py
+from layout_worker import TdschemeLayoutWorker  # benchmarks/layout_worker.py
 from report import write_text_section
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec
@@ -60,6 +64,9 @@ def workloads() -> dict[str, tuple[Any, Callable[[], Any], Callable[[], Any], in
         "native": (native, lambda: peers.mlp_policy(4, 2), lambda: hand("CartPole-v1", 64, 4096, **NATIVE), 4096),
         "native_index": (index, lambda: peers.mlp_policy(4, 2, index_actions=True),
                          lambda: hand("CartPole-v1", 64, 4096, **NATIVE), 4096),
+        "native_layout": (index, lambda: peers.mlp_policy(4, 2, index_actions=True),
+                          lambda: TdschemeLayoutWorker("CartPole-v1", 64, 4096, index_actions=True,
+                                                       **NATIVE), 4096),
         "disabled": (functools.partial(make_env, "CartPole-v1", num_envs=64),
                      lambda: peers.mlp_policy(4, 2),
                      lambda: hand("CartPole-v1", 64, 4096, autoreset_mode="DISABLED"), 4096),

@@ -11,7 +11,7 @@ from tests.benchmarks.scripts import BENCHMARKS, load_script
 
 @pytest.fixture(scope="module")
 def parity():
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports peers, report, vector_envs by these names
+    sys.path.insert(0, str(BENCHMARKS))  # the script imports its neighbours by their names
     try:
         yield load_script("worker_parity")
     finally:
@@ -24,6 +24,11 @@ def test_one_batch_each_in_turn(parity, tmp_path, capsys):
     row = parity.measure("native_index", 1)
     assert row["tdscheme_ms"] > 0 and row["hand_ms"] > 0 and row["ratio_of_medians"] > 0
     assert "| native_index | 4,096 | 2 |" in out.read_text()
+
+
+def test_against_the_hand_written_tdscheme_batch(parity):
+    row = parity.measure("native_layout", 1)  # TdschemeLayoutWorker as the hand-written side
+    assert row["workload"] == "native_layout" and row["hand_ms"] > 0 and row["tdscheme_ms"] > 0
 
 
 def test_an_unknown_workload_is_named(parity):
