@@ -375,12 +375,40 @@ def test_the_test_kit_check_sees_an_import(tmp_path, source):
 
 #: The longest a package module may be: past it, look for its second responsibility.
 MAX_MODULE_LINES = 400
+#: Modules that read better whole, each with its own limit and the reason it is one module.
+LONGER_MODULES: dict[str, tuple[int, str]] = {
+    "collectors/settings/config.py": (
+        450, "every RayCollector setting declared, documented and checked in one dataclass"),
+    "collectors/ray_collector.py": (
+        450, "the public class: torchrl's RayCollector surface as documented one-line delegators"),
+    "collectors/driver/pool.py": (
+        450, "the driver's one Ray caller for collector actors: requests, restarts, pushes, acks"),
+    "collectors/worker/actor.py": (
+        450, "the actor's whole remote surface: the one class Ray exposes to the driver"),
+    "runtime/actor_pool.py": (
+        450, "every pool's Ray calls in one place (docs/ARCHITECTURE.md, 'Who calls Ray')"),
+    "scheme/scheme.py": (
+        450, "the public Scheme facade: documented delegators to the loop it holds"),
+    "engine/trainer.py": (
+        450, "the Trainer's run loop and public methods (its settings are trainer_config.py)"),
+}  # fmt: skip
+
+
+def module_limit(relative: str) -> int:
+    return LONGER_MODULES.get(relative, (MAX_MODULE_LINES, ""))[0]
 
 
 def test_no_package_module_is_over_the_limit():
     long = {
         str(p.relative_to(ROOT)): n
         for p in PACKAGE.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text(encoding="utf-8").splitlines()))
+        > module_limit(str(p.relative_to(PACKAGE)))
     }
-    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
+    assert long == {}, f"modules over their limit ({MAX_MODULE_LINES} unless LONGER_MODULES): {long}"
+
+
+def test_each_longer_module_exists_and_says_why():
+    for relative, (limit, reason) in LONGER_MODULES.items():
+        assert (PACKAGE / relative).is_file(), f"LONGER_MODULES names {relative}, which is gone"
+        assert limit > MAX_MODULE_LINES and len(reason) > 20, relative

@@ -19,20 +19,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import importlib.metadata
-import io
 import logging
-import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.record.loggers.common import Logger
 
-from tdscheme.engine.atomic import atomic_write
 from tdscheme.engine.logger_backends import (
     close_torchrl_logger,
     gif_bytes,
@@ -40,16 +37,22 @@ from tdscheme.engine.logger_backends import (
     make_torchrl_logger,
     missing_package_error,
 )
+from tdscheme.engine.metrics_file import (
+    METRICS_FILE,
+    open_metrics,
+    read_metrics,
+    rewrite_rows,
+    row_step,
+)
 from tdscheme.engine.trainer_config import BACKENDS
 
 if TYPE_CHECKING:
     from tdscheme.engine.video import Recording
     from tdscheme.engine.video_clips import VideoClip
 
-logger = logging.getLogger(__name__)
+__all__ = ["METRICS_FILE", "RunLogger", "read_metrics"]
 
-METRICS_FILE = "metrics.csv"
-_HEADER = ["step", "name", "value"]
+logger = logging.getLogger(__name__)
 
 
 class RunLogger:
@@ -108,7 +111,7 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_from_step is not None:
             self._drop_rows_after(resume_from_step)
-        self._file = _open_metrics(self.metrics_path)
+        self._file = open_metrics(self.metrics_path)
         self._writer = csv.writer(self._file, lineterminator="\n")
         try:
             self._torchrl_logger = make_torchrl_logger(backend, self.run_dir, exp_name)
@@ -118,13 +121,13 @@ class RunLogger:
 
     def _drop_rows_after(self, step: int) -> None:
         def keep(row: list[str]) -> bool:
-            return _row_step(row) <= step
+            return row_step(row) <= step
 
-        dropped = _rewrite_rows(self.metrics_path, keep, header=True)
+        dropped = rewrite_rows(self.metrics_path, keep, header=True)
         scalars_dir = self.run_dir / self.exp_name / "scalars"
         if self.backend == "csv" and scalars_dir.is_dir():
             for path in scalars_dir.rglob("*.csv"):  # torchrl's files: "step,value" rows
-                _rewrite_rows(path, keep, header=False)
+                rewrite_rows(path, keep, header=False)
         if dropped:
             logger.info(
                 "resuming %s at step %d: dropped %d logged rows after it",
@@ -248,103 +251,6 @@ class RunLogger:
             f"RunLogger({str(self.run_dir)!r}, backend={self.backend!r}, "
             f"exp_name={self.exp_name!r})"
         )
-
-
-def read_metrics(run_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
-    """Reads back the scalars that :class:`RunLogger` wrote to ``run_dir/metrics.csv``.
-
-    Rows that cannot be parsed, and a last row without its newline (still being
-    written, or cut by a crash), are skipped with a warning.
-
-    Args:
-        run_dir: The run's directory.
-
-    Returns:
-        Metric names to ``(step, value)`` pairs, in the order they were logged.
-
-    Raises:
-        FileNotFoundError: If ``run_dir`` has no ``metrics.csv``.
-    """
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"run_dir {str(run_dir)!r} has no {METRICS_FILE} (looked for {path})"
-        )
-    text = path.read_text(encoding="utf-8")
-    complete, _, partial = text.rpartition("\n")
-    if partial:  # a row still being written, or cut by a crash: not a value yet
-        logger.warning("ignoring the incomplete last row of %s: %r", path, partial)
-    metrics: dict[str, list[tuple[int, float]]] = {}
-    bad = 0
-    reader = csv.reader(io.StringIO(complete))
-    next(reader, None)
-    for row in reader:
-        try:
-            if len(row) != 3:
-                raise ValueError(f"{len(row)} columns")
-            step, name, value = int(row[0]), row[1], float(row[2])
-        except ValueError:
-            bad += 1
-            continue
-        metrics.setdefault(name, []).append((step, value))
-    if bad:
-        logger.warning("skipped %d unreadable rows of %s", bad, path)
-    return metrics
-
-
-def _open_metrics(path: Path) -> TextIO:
-    """Opens ``metrics.csv`` for appending, writing the header to a new file."""
-    existing = path.is_file() and path.stat().st_size > 0
-    if existing:
-        with open(path, newline="", encoding="utf-8") as f:
-            header = next(csv.reader(f), None)
-        if header != _HEADER:
-            raise ValueError(
-                f"{path} exists but is not a tdscheme metrics file: its header is {header}, "
-                f"expected {_HEADER}"
-            )
-        _drop_incomplete_last_row(path)
-    f = open(path, "a", newline="", encoding="utf-8")  # closed by RunLogger.close
-    if not existing:
-        csv.writer(f, lineterminator="\n").writerow(_HEADER)
-        f.flush()
-    return f
-
-
-def _drop_incomplete_last_row(path: Path) -> None:
-    """Cuts a last row without its newline: a crash stopped it mid-write (e.g. "23.5" as "23")."""
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - 65536))  # rows are short: the last newline is near the end
-        tail = f.read()
-        end = size - len(tail) + tail.rfind(b"\n") + 1
-        if end < size:
-            logger.warning(
-                "dropping the incomplete last row of %s: %r", path, tail[-(size - end) :]
-            )
-            f.truncate(end)
-
-
-def _rewrite_rows(path: Path, keep: Callable[[list[str]], bool], *, header: bool) -> int:
-    """Atomically rewrites the csv at ``path`` with the rows ``keep`` accepts; counts the rest."""
-    if not path.is_file():
-        return 0
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    head, body = (rows[:1], rows[1:]) if header else ([], rows)
-    kept = [row for row in body if row and keep(row)]
-    if len(kept) == len(body):
-        return 0
-    with atomic_write(path) as f:
-        csv.writer(f, lineterminator="\n").writerows(head + kept)
-    return len(body) - len(kept)
-
-
-def _row_step(row: list[str]) -> float:
-    try:
-        return int(row[0])
-    except (ValueError, IndexError):
-        return math.inf  # unreadable rows are dropped too
 
 
 def _check_step(step: Any, argname: str) -> None:

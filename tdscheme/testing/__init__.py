@@ -17,11 +17,8 @@ Example:
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
@@ -29,9 +26,12 @@ from torch import nn
 # the faulty envs are a public feature (fault drills); the kit keeps its old name for them
 from tdscheme.envs.faulty import FaultyEnv, PixelsLikeObs
 from tdscheme.envs.faulty import make_faulty_env as make_env
+from tdscheme.testing.probe_envs import EchoConfigEnv, echo_config_env, make_gated_env
+from tdscheme.testing.ray_checks import alive_actor_ids, assert_no_actors_left, kill_and_wait
 
 __all__ = [
     "CountingPolicy",
+    "EchoConfigEnv",
     "FaultyEnv",
     "OneHotArgmax",
     "PixelsLikeObs",
@@ -262,139 +262,3 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
             assert_same(x, y, f"{where}[{i}]")
     else:
         assert a == b, where
-
-
-def alive_actor_ids() -> set[str]:
-    """The ids of the Ray actors that are not dead (needs a connected Ray)."""
-    # ray.util.state needs the dashboard, which a test Ray does not run; the GCS actor
-    # table is the same information (test-only use of a private module).
-    from ray._private.state import state
-
-    return {aid for aid, info in state.actor_table(None).items() if info["State"] != "DEAD"}
-
-
-def assert_no_actors_left(before: set[str], *, timeout_s: float = 10.0, what: str = "test") -> None:
-    """Waits up to ``timeout_s`` (``ray.kill`` is asynchronous) for actors not in ``before`` to die.
-
-    Raises:
-        AssertionError: some actor created since ``before`` is still alive.
-    """
-    deadline = time.monotonic() + timeout_s
-    while (left := alive_actor_ids() - before) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"{what} left {len(left)} Ray actor(s) alive: {sorted(left)}"
-
-
-def kill_and_wait(actor: Any, timeout_s: float = 30.0) -> None:
-    """``ray.kill(actor)``, then waits until the actor is gone.
-
-    ``ray.kill`` returns before the actor is dead: a call made at once may still be
-    served. This pings the actor until Ray reports it dead.
-
-    Raises:
-        AssertionError: the actor still answers ``timeout_s`` after the kill.
-    """
-    import ray
-
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_call__.remote(lambda _: None), timeout=5)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the actor still answers {timeout_s:g} s after ray.kill")
-
-
-class _StepsOnceFileHolds(gym.Wrapper):
-    """Holds its first step until a file holds a text (a condition another process makes true)."""
-
-    def __init__(self, env: gym.Env, path: str, text: str, timeout_s: float) -> None:
-        super().__init__(env)
-        self._path, self._text, self._timeout_s = Path(path), text, timeout_s
-        self._open = False
-
-    def step(self, action: Any) -> Any:
-        deadline = time.monotonic() + self._timeout_s
-        while not self._open:
-            self._open = self._path.is_file() and self._text in self._path.read_text()
-            if not self._open and time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{self._path} did not hold {self._text!r} in {self._timeout_s} s"
-                )
-            time.sleep(0.05)
-        return self.env.step(action)
-
-
-def make_gated_env(
-    env_id: str = "CartPole-v1",
-    *,
-    path: str,
-    text: str,
-    timeout_s: float = 120.0,
-    render_mode: str | None = None,
-) -> Any:
-    """A torchrl env whose first step waits until the file at ``path`` holds ``text``.
-
-    A timing-free test of "X does not wait for Y": Y steps this env, gated on a file
-    that only X, going on, writes; if X waited for Y, the gate never opens and the
-    step raises after ``timeout_s``.
-
-    Args:
-        env_id: a gymnasium id.
-        path: the file to read (e.g. a run's ``metrics.csv``).
-        text: what it must hold (e.g. ``"\\n4096,"``: a row logged at step 4096).
-        timeout_s: the longest the first step waits before it raises ``RuntimeError``.
-        render_mode: gymnasium's ``render_mode`` (``"rgb_array"`` for a video env).
-    """
-    from torchrl.envs import GymWrapper
-
-    env = gym.make(env_id, render_mode=render_mode)
-    return GymWrapper(_StepsOnceFileHolds(env, path, text, timeout_s))
-
-
-class EchoConfigEnv(gym.Env):
-    """Observes its env config's ``level`` (a float): a frame shows the config it ran under.
-
-    ``set_env_config({"level": x})`` (or a bare number) takes effect at once; episodes last
-    ``episode_steps`` steps, reward 1 per step, two actions that change nothing.
-    """
-
-    observation_space = gym.spaces.Box(-1e9, 1e9, (1,), dtype="float32")
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, episode_steps: int = 7) -> None:
-        self.level, self.episode_steps, self._t = 0.0, episode_steps, 0
-
-    def set_env_config(self, config: Any) -> None:
-        self.level = float(config["level"] if isinstance(config, dict) else config)
-
-    def _obs(self) -> Any:
-        return torch.tensor([self.level], dtype=torch.float32).numpy()
-
-    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-        super().reset(seed=seed)
-        self._t = 0
-        return self._obs(), {}
-
-    def step(self, action: Any) -> Any:
-        self._t += 1
-        return self._obs(), 1.0, False, self._t >= self.episode_steps, {}
-
-
-def echo_config_env(
-    num_envs: int = 1, *, episode_steps: int = 7, autoreset: str = "DISABLED", lengths: Any = None
-) -> Any:
-    """A torchrl ``GymWrapper`` over :class:`EchoConfigEnv` (a ``SyncVectorEnv`` of ``num_envs``).
-
-    ``lengths``: one episode length per copy (copies then reset at different steps).
-    """
-    from torchrl.envs import GymWrapper
-
-    if num_envs == 1:
-        return GymWrapper(EchoConfigEnv(episode_steps))
-    lengths = lengths or [episode_steps] * num_envs
-    mode = getattr(gym.vector.AutoresetMode, autoreset)
-    copies = [lambda n=n: EchoConfigEnv(n) for n in lengths]
-    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
