@@ -31,6 +31,7 @@ from collection_runs import (
     tdscheme_torchrl_class,
     torchrl_collector,
 )
+from harness import turn_order
 from peers import mlp_policy
 from report import Recorder
 
@@ -45,7 +46,7 @@ def section_same(rec: Recorder, s: Settings) -> None:
     for i, (env_id, sync) in enumerate(s.same_matrix):
         obs_dim, action_dim, discrete = ENVS[env_id]
         impls = list(SAME_IMPLS.items())
-        for impl, factory in impls[::-1] if i % 2 else impls:  # alternate who goes first
+        for impl, factory in turn_order(impls, i):
             torch.manual_seed(0)
             policy = mlp_policy(obs_dim, action_dim, discrete=discrete)
             make = functools.partial(

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from collection_runs import Measurement, Settings, log
-from harness import fresh_ray_env, settle
+from harness import fresh_ray_env, settle, turn_order
 from report import Recorder
 
 #: One startup run: a fresh process, no Ray running; prints a JSON line with the times.
@@ -67,7 +67,7 @@ def section_startup(rec: Recorder, s: Settings) -> None:
     times["torchrl, plain Ray up"] = []
     notes: dict[str, str] = {}
     for run in range(s.startup_runs):
-        for impl in list(times)[:: 1 if run % 2 == 0 else -1]:  # alternate who goes first
+        for impl in turn_order(list(times), run):
             log(f"startup | {impl} | run {run}")
             with tempfile.TemporaryDirectory(prefix="tds-", dir="/tmp") as tmp:
                 env = fresh_ray_env(tmp)  # its own Ray, not this script's

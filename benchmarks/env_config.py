@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 import torch
-from harness import json_line, stderr_log
+from harness import json_line, stderr_log, turn_order
 from report import machine_info, print_tables
 from tensordict.nn import TensorDictModule
 
@@ -142,7 +142,7 @@ def section_fps(args: argparse.Namespace) -> list[dict]:
         for _ in range(3):  # warm up
             next(batches)
         for rep in range(args.fps_reps):
-            for mode in list(rates)[:: 1 if rep % 2 == 0 else -1]:
+            for mode in turn_order(list(rates), rep):
                 frames, switches = 0, 0
                 start = last = time.perf_counter()
                 while (now := time.perf_counter()) - start < args.fps_seconds:

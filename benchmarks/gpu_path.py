@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import torch
-from harness import tdscheme_executable
+from harness import json_line, tdscheme_executable
 from report import machine_info, print_tables, run_process, write_markdown
 
 from tdscheme.engine.run_log import read_metrics
@@ -122,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         devices = [d for d in devices if d == "cpu"]
     extra = shlex.split(args.train_args)
     started, rows, machine = time.monotonic(), [], machine_info()
-    print(json.dumps({"machine": machine, "cuda": torch.cuda.is_available()}), flush=True)
+    json_line({"machine": machine, "cuda": torch.cuda.is_available()})
     with tempfile.TemporaryDirectory(prefix="tdscheme-gpu-path-") as tmp:
         for _ in range(args.repeats):
             for preset in presets:
                 frames = max(1, round(FRAMES[preset] * args.frames_scale))
                 for device in devices:
                     rows.append(one_run(preset, device, frames, Path(tmp), extra))
-                    print(json.dumps(rows[-1]), flush=True)
+                    json_line(rows[-1])
     tables = {"the GPU path: learner time per frame, CPU vs CUDA": table(rows)}
     print_tables(tables)
     if args.out:

@@ -2,19 +2,23 @@
 
 :mod:`report` holds what the scripts say (the machine, tables, markdown); this module
 holds how they measure: one JSON line per measurement, a timed call and the median of
-repeats, paired ratios, a deadline, a frame-rate window over a collector, waiting for a
-condition or for Ray's CPUs and processes to be free, a fresh Ray's environment for a
-child process, and the frame ledger's check.
+repeats, measurements taken in turn (warm-up first) or in alternating order, paired
+ratios, a deadline, a frame-rate window over a collector, waiting for a condition or for
+Ray's CPUs and processes to be free, a fresh Ray's environment for a child process, and
+the frame ledger's check.
 
 Only the standard library is imported at import time (Ray inside the functions that
 need it), so ``benchmarks/faults.py`` and its row modules stay cheap to list, and a
 Ray worker that unpickles a benchmark function imports nothing heavy through here.
-The scripts run from the repository root as ``python benchmarks/NAME.py``, so this
-module is importable as ``harness``.
+The scripts run from the repository root as ``python benchmarks/NAME.py`` (the tools
+as ``python benchmarks/tools/NAME.py``, which put ``benchmarks/`` on ``sys.path``), so
+this module is importable as ``harness``.
 
 Example:
     >>> paired_ratios([2.0, 4.0, 3.0], [1.0, 2.0, 2.0]).median_of_ratios
     2.0
+    >>> [turn_order(["ours", "peer"], repeat) for repeat in range(3)]
+    [['ours', 'peer'], ['peer', 'ours'], ['ours', 'peer']]
 """
 
 from __future__ import annotations
@@ -30,9 +34,14 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
+K = TypeVar("K")
+#: This folder: the scripts' modules (``peers``, ``vector_envs``, ...) are imported from it by name.
+BENCHMARKS = Path(__file__).resolve().parent
 
 #: What the frames a collector collected went to; they add up to ``ledger["collected"]``.
 LEDGER_PARTS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps")
@@ -87,6 +96,43 @@ def median_seconds(call: Callable[[], Any], *, reps: int, warmup: int = 1) -> fl
     for _ in range(warmup):
         call()
     return statistics.median(seconds(call) for _ in range(reps))
+
+
+def turn_order(sides: Sequence[T], repeat: int) -> list[T]:
+    """``sides`` in repeat ``repeat``'s order: as given in even repeats, reversed in odd ones.
+
+    So that no side always runs first (on a cold machine) or after the same neighbour, and
+    the machine's drift reaches every side alike.
+    """
+    return list(sides) if repeat % 2 == 0 else list(sides)[::-1]
+
+
+def in_turn(
+    measures: Mapping[K, Callable[[], float]],
+    *,
+    repeats: int,
+    warmup: int = 1,
+    alternate: bool = False,
+) -> dict[K, list[float]]:
+    """Each of ``measures`` once per repeat, one after the other, after ``warmup`` untimed rounds.
+
+    Args:
+        measures: name -> a call that measures once and returns its value (seconds, a rate).
+        repeats: the rounds whose values are kept.
+        warmup: rounds run first, in the same order, their values dropped.
+        alternate: reverse the order in odd rounds (:func:`turn_order`); else always as given.
+
+    Returns:
+        name -> its ``repeats`` values, in round order (paired by index across names).
+    """
+    for _ in range(warmup):
+        for measure in measures.values():
+            measure()
+    values: dict[K, list[float]] = {name: [] for name in measures}
+    for repeat in range(repeats):
+        for name in turn_order(list(measures), repeat) if alternate else measures:
+            values[name].append(measures[name]())
+    return values
 
 
 @dataclass(frozen=True)
@@ -195,6 +241,18 @@ def tdscheme_executable() -> str:
     """The ``tdscheme`` command beside this Python (the venv's), else the one on ``PATH``."""
     exe = Path(sys.executable).with_name("tdscheme")
     return str(exe) if exe.exists() else "tdscheme"
+
+
+def benchmarks_on_pythonpath() -> None:
+    """Puts ``benchmarks/`` first on ``PYTHONPATH`` for the processes this one starts next.
+
+    A local Ray started afterwards passes it to its workers, so that they import ``peers``,
+    ``vector_envs`` or ``layout_worker`` by name, as a script's own Ray workers do: Ray gives
+    them the driver script's folder, which for a tool is ``benchmarks/tools/``. Call it in
+    a tool's ``main``, before Ray starts.
+    """
+    paths = [str(BENCHMARKS), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
 
 
 def fresh_ray_env(ray_tmpdir: str | os.PathLike[str], **extra: str) -> dict[str, str]:

@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import json_line
 from report import machine_info, print_tables, write_markdown
 
 from tdscheme.engine.run_log import read_metrics
@@ -82,7 +83,7 @@ def cartpole(seeds: list[int]) -> list[dict[str, Any]]:
                 "eval_return": summary["eval_return"],
             }  # fmt: skip
             rows.append(row)
-            print(json.dumps({**row, **machine_info()}), flush=True)
+            json_line({**row, **machine_info()})
     return rows
 
 
@@ -183,7 +184,7 @@ def pong(
     for name in runs:
         row = choices[name]()
         rows.append(row)
-        print(json.dumps({**row, **machine_info()}), flush=True)
+        json_line({**row, **machine_info()})
     return rows
 
 
@@ -242,7 +243,7 @@ def soak(preset: str, minutes: float, eval_every: int, run_dir: str) -> list[dic
             samples.append({"section": "soak", "t_s": round(time.monotonic() - start),
                             "driver_rss_mb": round(rss_mb()),
                             "plasma_allocated_mb": round(plasma_allocated_mb())})  # fmt: skip
-            print(json.dumps(samples[-1]), flush=True)
+            json_line(samples[-1])
 
     overrides = {**QUIET, "run_dir": run_dir, "total_frames": 100_000_000,
                  "eval_every_frames": eval_every, "target_return": None,
@@ -259,7 +260,7 @@ def soak(preset: str, minutes: float, eval_every: int, run_dir: str) -> list[dic
         finally:
             timer.cancel()
             stop.set()
-    print(json.dumps({"section": "soak", "summary": summary, **machine_info()}), flush=True)
+    json_line({"section": "soak", "summary": summary, **machine_info()})
     evals = read_metrics(run_dir).get("eval/return", [])
     return [*samples, *({"section": "soak-eval", "frames": f, "eval_return": v} for f, v in evals)]
 

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import tdscheme_executable
+from harness import json_line, tdscheme_executable
 from learning_peers import (
     CLEANRL_NAME,
     RunRecord,
@@ -656,7 +656,7 @@ def main(argv: list[str]) -> int:
         for kind, what, seed in planned_runs(section, args):
             record = run_one(section, kind, what, seed, args)
             if record is not None:
-                print(json.dumps(summary_line(section, record)), flush=True)
+                json_line(summary_line(section, record))
     tables = build_page(args.data_dir, args.out)
     print_tables(tables, width=40)
     print(f"\nwrote {args.out} in {time.perf_counter() - started:.0f} s", flush=True)

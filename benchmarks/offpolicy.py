@@ -45,7 +45,7 @@ from typing import Any
 
 import ray
 import torch
-from harness import json_line, paired_ratios, wait_until
+from harness import json_line, paired_ratios, turn_order, wait_until
 from offpolicy_loops import Hyper, Learning, frames_written, run_plain, run_torchrl_ray
 from report import machine_info, write_text_section
 
@@ -195,7 +195,7 @@ def section_prefetch(rows: list[dict[str, Any]], preset: Any, repeats: int, upda
         for _ in range(10):
             buffer.extend(rollout)
         for repeat in range(repeats):
-            for prefetch in (0, 1) if repeat % 2 == 0 else (1, 0):
+            for prefetch in turn_order((0, 1), repeat):
                 bounded = BoundedRayBuffer(buffer, 60.0, prefetch=prefetch)
                 for _ in range(20):  # warm-up
                     learner.replay_update(bounded)

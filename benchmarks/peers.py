@@ -12,7 +12,8 @@
 * the deterministic 2x64 tanh MLP policy every collector runs (:func:`mlp_policy`).
 
 Ray workers unpickle these by reference: a script in ``benchmarks/`` has this
-directory on its workers' ``sys.path`` (Ray adds the driver script's directory).
+directory on its workers' ``sys.path`` (Ray adds the driver script's directory); a tool in
+``benchmarks/tools/`` puts it on their ``PYTHONPATH`` (``harness.benchmarks_on_pythonpath``).
 
 Only numpy, torch, gymnasium and ray are imported at import time, so the
 actors of the hand-written collector start without importing torchrl.

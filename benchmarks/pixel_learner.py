@@ -26,10 +26,11 @@ speed-ups are paired against ``shipped``. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 import torch
-from harness import json_line, paired_ratios, seconds
+from harness import in_turn, json_line, paired_ratios, seconds
 from report import machine_info
 from tensordict.nn import TensorDictSequential
 
@@ -89,12 +90,8 @@ def main() -> None:
         torch.set_num_threads(get_preset(name).trainer.num_threads or 1)
         variants = learners(name, chosen)
         batch = real_batch(name, variants["shipped"].policy)
-        for learner in variants.values():
-            learner.update(batch)  # warm-up
-        times = {kind: [] for kind in variants}
-        for _ in range(args.repeats):
-            for kind, learner in variants.items():
-                times[kind].append(seconds(learner.update, batch))
+        times = in_turn({kind: functools.partial(seconds, learner.update, batch)
+                         for kind, learner in variants.items()}, repeats=args.repeats)  # fmt: skip
         for kind in chosen[1:]:
             speedup = paired_ratios(times[kind], times["shipped"])
             row = {

@@ -56,7 +56,7 @@ from typing import Any
 
 import peers  # benchmarks/peers.py, next to this script (Ray workers see this directory too)
 from collection_runs import TOTAL_FRAMES, running, wait_ready
-from harness import failure_note, frames_in, settle, stderr_log
+from harness import failure_note, frames_in, settle, stderr_log, turn_order
 from peers import mlp_policy
 from report import Recorder, run_sections
 
@@ -210,7 +210,7 @@ def run(rec: Recorder, s: Settings) -> None:
     measure_idle(rec)
     one = measure_one_worker(rec, s, env_fn, policy)
     for i, n in enumerate(s.workers):
-        for impl in IMPLS if i % 2 == 0 else IMPLS[::-1]:  # alternate who goes first
+        for impl in turn_order(IMPLS, i):
             measure(rec, s, impl, n, env_fn, policy, one)
 
 

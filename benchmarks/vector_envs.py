@@ -1,8 +1,8 @@
 """Vector envs the benchmark scripts share: index actions, synthetic pixel frames, SAME_STEP.
 
-Importable by these names from ``benchmarks/`` (``fast_paths.py``, ``worker_parity.py``,
-``paired_rounds.py``); their factories are pickled to Ray workers by reference, as the
-scripts' others.
+Importable by these names from ``benchmarks/`` (``fast_paths.py``, and the tools
+``worker_parity.py`` and ``paired_rounds.py``); their factories are pickled to Ray workers by
+reference, as the scripts' others.
 """
 
 from __future__ import annotations

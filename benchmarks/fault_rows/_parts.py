@@ -14,7 +14,6 @@ checked).
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from faults import row
-from harness import LEDGER_PARTS, ledger_adds_up
+from harness import LEDGER_PARTS, json_line, ledger_adds_up
 
 #: ``tdscheme`` in a child process, the way the rows that test the command run it.
 TDSCHEME = [sys.executable, "-m", "tdscheme.cli"]
@@ -205,4 +204,4 @@ def run_rows_here(rows: Sequence[tuple[str, Callable[[], dict[str, Any]]]]) -> N
     wanted = sys.argv[1:] or [""]
     for name, fn in rows:
         if any(w in name for w in wanted):
-            print(json.dumps({"row": name, **fn()}), flush=True)
+            json_line({"row": name, **fn()})

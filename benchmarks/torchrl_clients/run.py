@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -40,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # the modules beside this one; benchmarks/report.py
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the modules beside this one; benchmarks/: report, harness
 
 from client_scripts import TDSCHEME_IMPORT, ClientScript, client_scripts  # noqa: E402
 from patching import PatchError, apply_patches, changed_lines, swap_import  # noqa: E402
@@ -258,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if unknown:
         raise SystemExit(f"unknown script or peer {unknown}; see --help")
+    from harness import json_line
     from report import machine_info
 
     machine = machine_info()
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                     run, status = Run(client.script, peer, "patch-error", 0.0, str(error)), 2
             runs.append(run)
             described = source.describe() if source else None
-            print(json.dumps({**asdict(run), "source": described, "machine": machine}), flush=True)
+            json_line({**asdict(run), "source": described, "machine": machine})
     markdown = where + "\n\n" + table(runs, peers)
     print(markdown)
     if args.out:

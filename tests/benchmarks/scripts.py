@@ -12,15 +12,19 @@ from types import ModuleType
 import ray
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+#: The measuring tools, run as ``python benchmarks/tools/NAME.py``.
+TOOLS = BENCHMARKS / "tools"
 
 
 def load_script(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as module ``name``, registered in ``sys.modules``.
+    """``benchmarks/<name>.py`` (else ``benchmarks/tools/<name>.py``) as module ``name``,
+    registered in ``sys.modules``.
 
     Registered because dataclasses look their module up, and the scripts import each other
     by these names (``learning`` imports ``harness``, ``layout_worker`` imports ``peers``).
     """
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    path = BENCHMARKS / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path if path.exists() else TOOLS / path.name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -28,25 +32,39 @@ def load_script(name: str) -> ModuleType:
 
 
 @contextlib.contextmanager
+def scripts_on_path() -> Iterator[None]:
+    """``benchmarks/`` and ``benchmarks/tools/`` on ``sys.path``, as a script run there has them.
+
+    ``sys.path`` is restored on exit, the entry a tool adds for ``benchmarks/`` included.
+    """
+    saved = list(sys.path)
+    sys.path[:0] = [str(BENCHMARKS), str(TOOLS)]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+@contextlib.contextmanager
 def shipped_script(name: str) -> Iterator[ModuleType]:
-    """``benchmarks/<name>.py`` loaded, with the modules Ray's workers need sent by value.
+    """:func:`load_script` ``name``, with the modules Ray's workers need sent by value.
 
     The script imports its neighbours (``peers``, ``vector_envs``, ...) by their names
-    from ``benchmarks/`` on ``sys.path`` while it is loaded; the session's Ray workers
-    do not see that folder, so the actors and env factories of ``peers``,
-    ``vector_envs``, ``layout_worker`` and ``paired_rounds`` go to them by value. Undone on exit.
+    from ``benchmarks/`` and ``benchmarks/tools/`` on ``sys.path`` while it is loaded; the
+    session's Ray workers do not see those folders, so the actors and env factories of
+    ``peers``, ``vector_envs``, ``layout_worker`` and ``paired_rounds`` go to them by value.
+    Undone on exit.
     """
-    sys.path.insert(0, str(BENCHMARKS))
     shipped: list[ModuleType] = []
-    try:
-        module = load_script(name)
-        shipped = [
-            sys.modules[n] for n in ("peers", "vector_envs", "layout_worker", "paired_rounds")
-        ]
-        for shipped_module in shipped:
-            ray.cloudpickle.register_pickle_by_value(shipped_module)
-        yield module
-    finally:
-        for shipped_module in shipped:
-            ray.cloudpickle.unregister_pickle_by_value(shipped_module)
-        sys.path.remove(str(BENCHMARKS))
+    with scripts_on_path():
+        try:
+            module = load_script(name)
+            shipped = [
+                sys.modules[n] for n in ("peers", "vector_envs", "layout_worker", "paired_rounds")
+            ]
+            for shipped_module in shipped:
+                ray.cloudpickle.register_pickle_by_value(shipped_module)
+            yield module
+        finally:
+            for shipped_module in shipped:
+                ray.cloudpickle.unregister_pickle_by_value(shipped_module)

@@ -1,4 +1,4 @@
-"""benchmarks/cpu_per_batch.py: each side's CPU per batch by process; the table; bad names."""
+"""benchmarks/tools/cpu_per_batch.py: each side's CPU per batch by process; the table; bad names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""benchmarks/paired_rounds.py: both collectors once per round, in turn; the table's ratios; bad names."""
+"""benchmarks/tools/paired_rounds.py: both collectors once per round, in turn; the table's ratios; bad names."""
 
 from __future__ import annotations
 

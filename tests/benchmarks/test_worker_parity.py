@@ -1,21 +1,16 @@
-"""benchmarks/worker_parity.py: both workers collect in turn in this process; bad workload names are named."""
+"""benchmarks/tools/worker_parity.py: both workers collect in turn in this process; bad workload names are named."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.benchmarks.scripts import BENCHMARKS, load_script
+from tests.benchmarks.scripts import load_script, scripts_on_path
 
 
 @pytest.fixture(scope="module")
 def parity():
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its neighbours by their names
-    try:
+    with scripts_on_path():  # the script imports its neighbours by their names
         yield load_script("worker_parity")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def test_one_batch_each_in_turn(parity, tmp_path, capsys):

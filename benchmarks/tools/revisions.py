@@ -18,8 +18,8 @@ its evaluation reaching 475 (the command prints them; the process exit if not
 reached). Runs alternate head/base, base/head, ... (ABBA) to spread drift.
 Run from the repository root::
 
-    .venv/bin/python benchmarks/revisions.py --base main --repeats 2 --seeds 0,1,2
-    .venv/bin/python benchmarks/revisions.py --base HEAD~3 --quick --repeats 1  # smoke test
+    .venv/bin/python benchmarks/tools/revisions.py --base main --repeats 2 --seeds 0,1,2
+    .venv/bin/python benchmarks/tools/revisions.py --base HEAD~3 --quick --repeats 1  # smoke test
 
 Output: one JSON line per measurement, then a table of per-side medians and
 head/base ratios (frames/s: >1 is faster; seconds: <1 is faster).
@@ -44,7 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import fresh_ray_env, reap_children, stderr_log
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
+
+from harness import fresh_ray_env, reap_children, stderr_log, turn_order
 from report import Recorder, print_tables, run_process, train_result, write_markdown
 
 SECTIONS = ("collection", "train")
@@ -52,7 +54,7 @@ COLLECTION_ARGS = ("--sections same --frames 5000", "--quick --sections same")  
 TRAIN_ARGS = ("", "--total-frames 8192 --target-return 10000 --eval-every-frames 4096")
 # tdscheme/cli.py's main, or tdscheme/cli/main.py's whether or not the package re-exports it
 TRAIN_ENTRY = "import sys; from tdscheme.cli import main; sys.exit(getattr(main, 'main', main)())"
-SITECUSTOMIZE = """import sys  # written by benchmarks/revisions.py: no editable-install finder
+SITECUSTOMIZE = """import sys  # written by benchmarks/tools/revisions.py: no editable-install finder
 sys.meta_path[:] = [f for f in sys.meta_path
                     if not getattr(f, "__module__", "").startswith("__editable___tdscheme")]
 """
@@ -177,7 +179,7 @@ def compare(rec: Recorder, sides: list[Side], args: argparse.Namespace) -> None:
     for section in args.sections:
         for repeat in range(args.repeats):
             for seed in args.seeds if section == "train" else [None]:
-                for side in sides if pair % 2 == 0 else sides[::-1]:
+                for side in turn_order(sides, pair):
                     what = f"{section} repeat {repeat} {side.name}"
                     what += "" if seed is None else f" seed {seed}"
                     log(what)
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         intro = (f"{revs}, alternating head/base and base/head; head/base: frames/s >1 and "
                  "seconds <1 mean the head is faster.")  # fmt: skip
         write_markdown(args.out, title="Revisions: the working tree against a base revision",
-                       script="revisions.py", argv=argv, seconds=seconds, machine=rec.machine,
+                       script="tools/revisions.py", argv=argv, seconds=seconds, machine=rec.machine,
                        intro=intro, tables=tables)  # fmt: skip
     return 0
 

@@ -25,24 +25,28 @@ Workloads (``--workloads``, default all):
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/worker_parity.py --out section.md
-    .venv/bin/python benchmarks/worker_parity.py --workloads native,pixels --batches 20
+    .venv/bin/python benchmarks/tools/worker_parity.py --out section.md
+    .venv/bin/python benchmarks/tools/worker_parity.py --workloads native,pixels --batches 20
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import statistics
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
 
 import gymnasium as gym
 import peers  # benchmarks/peers.py
 import torch
 import vector_envs  # benchmarks/vector_envs.py
+from harness import in_turn, paired_ratios, seconds
 from layout_worker import TdschemeLayoutWorker  # benchmarks/layout_worker.py
 from report import write_text_section
 
@@ -85,25 +89,19 @@ def measure(name: str, batches: int) -> dict[str, Any]:
     ours = CollectorWorker(0, WorkerSpec(env_fn, policy(), frames_per_batch=fpb), seed=0,
                            reuse_batch_buffer=True)  # fmt: skip
     hand = make_hand()
-    times: dict[str, list[float]] = {"tdscheme": [], "hand": []}
+    requests = itertools.count()  # the worker's batch index: 0 is the warm-up's
     try:
-        ours.collect(0), hand.next()  # warm-up
-        for i in range(batches):
-            start = time.perf_counter()
-            ours.collect(i + 1)
-            times["tdscheme"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            hand.next()
-            times["hand"].append(time.perf_counter() - start)
+        times = in_turn({"tdscheme": lambda: seconds(ours.collect, next(requests)),
+                         "hand": lambda: seconds(hand.next)}, repeats=batches)  # fmt: skip
     finally:
         ours.shutdown()
         hand.close()
     td, hd = times["tdscheme"], times["hand"]
+    ratios = paired_ratios(hd, td)
     return {
         "workload": name, "frames_per_batch": fpb, "batches": batches,
         "tdscheme_ms": 1e3 * statistics.median(td), "hand_ms": 1e3 * statistics.median(hd),
-        "ratio_of_medians": statistics.median(hd) / statistics.median(td),
-        "median_of_ratios": statistics.median(h / t for h, t in zip(hd, td, strict=True)),
+        "ratio_of_medians": ratios.ratio_of_medians, "median_of_ratios": ratios.median_of_ratios,
         "ratio_of_sums": sum(hd) / sum(td),
     }  # fmt: skip
 

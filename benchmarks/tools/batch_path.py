@@ -11,19 +11,23 @@ a batch's path and are not counted.
 
 Run from the repository root (a few seconds)::
 
-    .venv/bin/python benchmarks/batch_path.py
+    .venv/bin/python benchmarks/tools/batch_path.py
 
 Output: one JSON line (modules and folders on each side, their union), then the modules.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
+
+from harness import json_line
 from report import machine_info
 
 from tdscheme.collectors.settings.specs import worker_specs
@@ -87,8 +91,10 @@ def folder(module: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 2 else "tdscheme"
 
 
-def main() -> None:
-    name = "ppo-cartpole"
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="ppo-cartpole", help="the preset whose batch is followed")
+    name = parser.parse_args(argv).preset
     driver = driver_modules(name)
     worker = worker_modules(name)
     both = driver | worker
@@ -101,7 +107,7 @@ def main() -> None:
         "folders": len({folder(m) for m in both}),
         "machine": machine_info(),
     }
-    print(json.dumps(row))
+    json_line(row)
     for side, modules in (("driver", driver), ("worker", worker)):
         print(f"\n{side} ({len(modules)}):")
         for module in sorted(modules):

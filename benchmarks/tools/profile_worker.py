@@ -8,8 +8,8 @@ stepped with the same MLP under ``no_grad``, numpy in and out (no torchrl). Cost
 are per env step (one call of the env, all its copies) and per frame, after one
 warm-up batch. Run from the repository root::
 
-    .venv/bin/python benchmarks/profile_worker.py                    # 1, 8, 64 envs, both paths
-    .venv/bin/python benchmarks/profile_worker.py --envs 64 --top 25 --collector torchrl
+    .venv/bin/python benchmarks/tools/profile_worker.py              # 1, 8, 64 envs, both paths
+    .venv/bin/python benchmarks/tools/profile_worker.py --envs 64 --top 25 --collector torchrl
 
 ``--collector`` picks the worker's collector: ``default`` (tdscheme's default
 class) or ``torchrl`` (torchrl's ``Collector`` given as ``collector_class``).
@@ -29,6 +29,9 @@ import io
 import pstats
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
 
 import gymnasium as gym
 import peers  # benchmarks/peers.py

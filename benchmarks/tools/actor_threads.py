@@ -19,24 +19,26 @@ its torch kept a thread per core whatever the actor held
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/actor_threads.py --out results_section.md
+    .venv/bin/python benchmarks/tools/actor_threads.py --out results_section.md
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
-import fast_paths  # benchmarks/fast_paths.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
+
+import fast_paths  # benchmarks/fast_paths.py (Ray's workers too: main)
 import peers  # benchmarks/peers.py
 import ray
 import torch
-from harness import settle
+from harness import benchmarks_on_pythonpath, json_line, settle, turn_order
 from report import write_text_section
 
 from tdscheme import RayCollector
@@ -78,12 +80,12 @@ def policy_rows(repeats: int, calls: int) -> list[dict]:
     try:
         for which in ("mlp", "pixels"):
             for rep in range(repeats):
-                for matched in (False, True) if rep % 2 == 0 else (True, False):
+                for matched in turn_order((False, True), rep):
                     out = ray.get([a.run.remote(which, matched, calls) for a in actors])
                     us = statistics.mean(o["us"] for o in out)
                     rows.append(dict(section="policy", net=which, matched=matched,
                                      threads=out[0]["threads"], value=us))  # fmt: skip
-                    print(json.dumps(rows[-1]), flush=True)
+                    json_line(rows[-1])
     finally:
         for a in actors:
             ray.kill(a)
@@ -129,10 +131,10 @@ def collector_rows(repeats: int, seconds: float) -> list[dict]:
     rows = []
     for workload in WORKLOADS:
         for rep in range(repeats):
-            for matched in (False, True) if rep % 2 == 0 else (True, False):
+            for matched in turn_order((False, True), rep):
                 rate = collector_rate(workload, matched, seconds)
                 rows.append(dict(section="collector", net=workload, matched=matched, value=rate))
-                print(json.dumps(rows[-1]), flush=True)
+                json_line(rows[-1])
     return rows
 
 
@@ -167,6 +169,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    benchmarks_on_pythonpath()  # the actors import peers and fast_paths by name
     ray.init(**{**local_ray_config(), "num_cpus": 2, "log_to_driver": False})
     rows: list[dict] = []
     try:

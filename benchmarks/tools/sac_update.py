@@ -18,7 +18,7 @@ from 20,000 random transitions (17-dim observations, 6-dim actions), alternating
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/sac_update.py --updates 300 --repeats 5
+    .venv/bin/python benchmarks/tools/sac_update.py --updates 300 --repeats 5
 
 Output: one JSON line per row (median and spread of the repeats), then a table with each
 row's cost over SB3's.
@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
 
 import numpy as np
 import torch
-from harness import json_line
+from harness import in_turn, json_line, seconds
 
 OBS, ACT, FRAMES, BATCH = 17, 6, 20_000, 256
 
@@ -79,18 +82,17 @@ def tdscheme_rows(updates: int) -> dict[str, Callable[[], float]]:
     optimizer = torch.optim.Adam(bare.parameters(), lr=3e-4)
 
     def tdscheme() -> float:
-        start = time.perf_counter()
-        learner.replay_updates(buffer, updates)
-        return (time.perf_counter() - start) / updates
+        return seconds(learner.replay_updates, buffer, updates) / updates
 
-    def torchrl_loss() -> float:
-        start = time.perf_counter()
+    def torchrl_updates() -> None:
         for _ in range(updates):
             out = bare(buffer.sample())
             sum(v for k, v in out.items() if k.startswith("loss_")).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return (time.perf_counter() - start) / updates
+
+    def torchrl_loss() -> float:
+        return seconds(torchrl_updates) / updates
 
     return {"tdscheme": tdscheme, "torchrl SACLoss": torchrl_loss}
 
@@ -110,9 +112,7 @@ def sb3_row(updates: int) -> Callable[[], float]:
     model._setup_learn(1, None)
 
     def sb3() -> float:
-        start = time.perf_counter()
-        model.train(gradient_steps=updates, batch_size=BATCH)
-        return (time.perf_counter() - start) / updates
+        return seconds(lambda: model.train(gradient_steps=updates, batch_size=BATCH)) / updates
 
     return sb3
 
@@ -124,12 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = {**tdscheme_rows(args.updates), "SB3": sb3_row(args.updates)}
-    for run in rows.values():
-        run()  # warm-up
-    ms: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(args.repeats):
-        for name, run in rows.items():
-            ms[name].append(1e3 * run())
+    ms = {name: [1e3 * s for s in values]
+          for name, values in in_turn(rows, repeats=args.repeats, warmup=1).items()}  # fmt: skip
     sb3 = statistics.median(ms["SB3"])
     print("\n| row | ms per gradient step (median) | min-max | x SB3's |\n|---|---|---|---|")
     for name, values in ms.items():

@@ -41,8 +41,8 @@ configurations):
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/paired_rounds.py --workloads pixels,pong --out section.md
-    .venv/bin/python benchmarks/paired_rounds.py --quick
+    .venv/bin/python benchmarks/tools/paired_rounds.py --workloads pixels,pong --out section.md
+    .venv/bin/python benchmarks/tools/paired_rounds.py --quick
 """
 
 from __future__ import annotations
@@ -52,15 +52,19 @@ import functools
 import statistics
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import collection_runs  # benchmarks/, next to this script (Ray workers see it too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
+
+import collection_runs  # benchmarks/ (Ray's workers too: harness.benchmarks_on_pythonpath)
 import gymnasium as gym
 import layout_worker
 import peers
 import torch
 import vector_envs
 from collection_runs import Measurement
+from harness import benchmarks_on_pythonpath, paired_ratios, turn_order
 from report import Recorder, run_sections
 
 from tdscheme.envs import make_env
@@ -146,9 +150,8 @@ def measure_rounds(
     makes = workload(name)
     settings = collection_runs.Settings(frames=frames, min_batches=3, timeout_s=timeout_s)
     env = ENV_IDS.get(name, ENV_ID)
-    ours_first, hand_first = list(makes), list(makes)[::-1]
-    order = [(f"warm-up {w}", hand_first) for w in range(warmup)]
-    order += [(f"round {r}", hand_first if r % 2 else ours_first) for r in range(rounds)]
+    order = [(f"warm-up {w}", list(makes)[::-1]) for w in range(warmup)]  # the hand-written first
+    order += [(f"round {r}", turn_order(list(makes), r)) for r in range(rounds)]
     for config, impls in order:
         for impl in impls:
             row = dict(section=name, impl=impl, env=env, order="first-ready", config=config)
@@ -172,12 +175,11 @@ def summary(ms: list[Measurement]) -> dict[str, list[list[str]]]:
             table.append([name, "0", *["n/a"] * 6, notes])
             continue
         ours, hand = [p[0] for p in pairs], [p[1] for p in pairs]
-        ratios = [a / b for a, b in pairs]
+        ratios = paired_ratios(ours, hand)
         table.append([
             name, str(len(pairs)), _rates(ours), _rates(hand),
-            ", ".join(f"{x:.3f}x" for x in ratios), f"{statistics.median(ratios):.3f}x",
-            f"{min(ratios):.3f}x", f"{statistics.median(ours) / statistics.median(hand):.3f}x",
-            notes,
+            ", ".join(f"{a / b:.3f}x" for a, b in pairs), f"{ratios.median_of_ratios:.3f}x",
+            f"{ratios.low:.3f}x", f"{ratios.ratio_of_medians:.3f}x", notes,
         ])  # fmt: skip
     return {"paired rounds": table}
 
@@ -221,8 +223,9 @@ def main(argv: list[str]) -> int:
             frames = args.frames or (FRAMES[name] // 50 if args.quick else FRAMES[name])
             measure_rounds(rec, name, rounds, frames, timeout_s=240.0, warmup=args.warmup)
 
+    benchmarks_on_pythonpath()  # the collectors' workers import peers by name
     return run_sections(
-        run, tables=summary, out=args.out, argv=argv, script="paired_rounds.py",
+        run, tables=summary, out=args.out, argv=argv, script="tools/paired_rounds.py",
         title="Issue 34's rows in paired rounds: tdscheme vs the hand-written Ray collector",
         intro=__doc__.split("\n\n")[1].replace("\n", " "),
     )  # fmt: skip

@@ -17,18 +17,23 @@ Both collectors give the same frames (``tests/rollout/test_lean_transforms.py``)
 table gives each env's ratio of medians (lean / torchrl) and the median of the per-pair
 ratios. Run from the repository root::
 
-    .venv/bin/python benchmarks/lean_transforms.py            # ~2 minutes
-    .venv/bin/python benchmarks/lean_transforms.py --quick    # smoke test
+    .venv/bin/python benchmarks/tools/lean_transforms.py            # ~2 minutes
+    .venv/bin/python benchmarks/tools/lean_transforms.py --quick    # smoke test
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
+import sys
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
 
 import torch
-from harness import frames_per_s, json_line, paired_ratios
+from harness import frames_per_s, in_turn, json_line, paired_ratios
 from peers import mlp_policy
 from report import machine_info
 from torchrl.envs import CatFrames, Compose, RewardSum, StepCounter, TransformedEnv, VecNormV2
@@ -92,10 +97,12 @@ def main() -> None:
     json_line({"machine": machine_info()})
     rows = []
     for kind in args.envs.split(","):
-        lean, torchrls = [], []
-        for _ in range(args.repeats):  # alternating pairs
-            torchrls.append(rate(Collector, kind, args.frames, args.batches))
-            lean.append(rate(LeanCollector, kind, args.frames, args.batches))
+        rates = in_turn(
+            {cls: functools.partial(rate, cls, kind, args.frames, args.batches)
+             for cls in (Collector, LeanCollector)},
+            repeats=args.repeats, warmup=0,  # each rate has its warm-up batch
+        )  # fmt: skip
+        lean, torchrls = rates[LeanCollector], rates[Collector]
         ratios = paired_ratios(lean, torchrls)
         row = {
             "env": kind,

@@ -8,8 +8,8 @@ envs each, 256-frame batches), this times 50 calls of each directly (median ms),
 ``--steps`` Scheme steps with each call in the step (median ms per step). Run from the
 repository root::
 
-    .venv/bin/python benchmarks/scheme_step.py
-    .venv/bin/python benchmarks/scheme_step.py --steps 30 --calls 100
+    .venv/bin/python benchmarks/tools/scheme_step.py
+    .venv/bin/python benchmarks/tools/scheme_step.py --steps 30 --calls 100
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import dataclasses
 import statistics
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
 
 from harness import seconds
 from report import Recorder  # benchmarks/report.py

@@ -19,7 +19,7 @@ rounds (and the range of the busy time). Linux only (``/proc``).
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/cpu_per_batch.py --workloads next_step_index --out section.md
+    .venv/bin/python benchmarks/tools/cpu_per_batch.py --workloads next_step_index --out section.md
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import harness  # benchmarks/, next to this script
-import paired_rounds
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: harness, report, ...
+
+import harness
+import paired_rounds  # benchmarks/tools/, beside this script
 from collection_runs import Measurement, failure, running
 from report import Recorder, run_sections
 
@@ -168,11 +171,12 @@ def main(argv: list[str]) -> int:
             for impl in sides[::-1]:
                 measure_once(rec, name, impl, "warm-up", min(args.seconds, 5.0))
             for r in range(args.rounds):
-                for impl in sides if r % 2 == 0 else sides[::-1]:
+                for impl in harness.turn_order(sides, r):
                     measure_once(rec, name, impl, f"round {r}", args.seconds)
 
+    harness.benchmarks_on_pythonpath()  # the collectors' workers import peers by name
     return run_sections(
-        run, tables=summary, out=args.out, argv=argv, script="cpu_per_batch.py",
+        run, tables=summary, out=args.out, argv=argv, script="tools/cpu_per_batch.py",
         title="CPU per batch over Ray: tdscheme vs the hand-written Ray collector",
         intro="\n\n".join(__doc__.split("\n\n")[1:4]),  # the description, its list kept
     )  # fmt: skip
