@@ -20,11 +20,12 @@ from tdscheme.validation import missing_extra
 
 __all__ = ["missing_logger_package", "missing_plot_package", "missing_video_packages"]
 
-#: Each logger backend's Python package, the extra that installs it, and its own pip name.
+#: Each logger backend's Python packages, the extra that installs them, and their own pip
+#: names. MLflow's includes omegaconf: torchrl's ``MLFlowLogger.log_hparams`` imports it.
 LOGGER_PACKAGES = {
-    "tensorboard": ("tensorboard", "tensorboard", "tensorboard"),
-    "wandb": ("wandb", "loggers", "wandb"),
-    "mlflow": ("mlflow", "loggers", "mlflow-skinny"),
+    "tensorboard": (("tensorboard",), "tensorboard", "tensorboard"),
+    "wandb": (("wandb",), "loggers", "wandb"),
+    "mlflow": (("mlflow", "omegaconf"), "loggers", "mlflow-skinny omegaconf"),
 }
 
 #: What videos need: imageio and its bundled ffmpeg (the ``video`` extra; the env's own
@@ -39,13 +40,17 @@ def missing_logger_package(backend: str) -> ImportError | None:
         backend: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"``.
 
     Returns:
-        An ``ImportError`` naming the package, the extra and the package's own pip name.
+        An ``ImportError`` naming every missing package, the extra and their own pip names.
+
+    Example:
+        >>> missing_logger_package("tensorboard") is None  # installed with the tensorboard extra
+        True
     """
     if backend not in LOGGER_PACKAGES:
         return None
-    package, extra, pip_name = LOGGER_PACKAGES[backend]
+    packages, extra, pip_name = LOGGER_PACKAGES[backend]
     return missing_extra(
-        f"backend={backend!r}", [package], extra,
+        f"backend={backend!r}", packages, extra,
         instead=f"`pip install {pip_name}`, or use backend='csv'",
     )  # fmt: skip
 

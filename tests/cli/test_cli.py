@@ -269,19 +269,22 @@ def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
 # -- loggers and videos -------------------------------------------------------------------
 
 
-def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkeypatch):
+@pytest.mark.parametrize("hidden", ["mlflow", "omegaconf"])
+def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkeypatch, hidden):
+    """Each package of the loggers extra that --logger mlflow needs is named (torchrl's
+    MLFlowLogger imports omegaconf to log the hyperparameters)."""
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec",
-        lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a),
+        lambda name, *a: None if name == hidden else real_find_spec(name, *a),
     )  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--logger", "mlflow"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --logger: backend='mlflow' needs mlflow, which is not installed" in err
+    assert f"argument --logger: backend='mlflow' needs {hidden}, which is not installed" in err
     assert "pip install 'tdscheme[loggers]'" in err
 
 
