@@ -104,7 +104,7 @@ def _train(
         raise KeyboardInterrupt(interrupts.stop_requested())
     try:
         trainer = preset.build_trainer()
-    except NotImplementedError as err:
+    except (NotImplementedError, ValueError) as err:  # settings that do not go together
         args.command_parser.error(setting_error(err, train_overrides(args)))
     with trainer:  # shuts the workers down before the failure's lines are printed
         try:

@@ -136,11 +136,11 @@ class OffPolicyPreset(Preset):
         return partial(self.learner_builder, config=self.algo)
 
     def storage_factory(self) -> Callable[[], Any]:
-        """Builds the replay buffer where ``scheme.buffer_location`` says."""
+        """Builds the replay buffer where ``scheme.replay_location()`` says."""
         from tdscheme.presets.offpolicy_modules import replay_buffer
 
         a = self.algo
-        ray_held = self.scheme.buffer_location == "ray"
+        ray_held = self.scheme.replay_location() == "ray"
         return partial(
             replay_buffer, size=a.buffer_size, batch_size=a.batch_size,
             prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,

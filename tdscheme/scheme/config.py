@@ -38,7 +38,7 @@ __all__ = ["BUFFER_LOCATIONS", "GRAD_COMMUNICATIONS", "SchemeConfig"]
 GRAD_COMMUNICATIONS = ("synchronous", "asynchronous")
 
 #: The accepted values of ``SchemeConfig.buffer_location`` (off-policy runs).
-BUFFER_LOCATIONS = ("driver", "ray")
+BUFFER_LOCATIONS = ("auto", "driver", "ray")
 
 
 @dataclasses.dataclass
@@ -131,9 +131,11 @@ class SchemeConfig:
             over the collectors; no gradient step is taken before they are in.
         buffer_location: off-policy: where the replay buffer lives, ``"driver"`` (a
             buffer in the driver process, extended by the driver with each batch the
-            collectors send) or ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
-            workers write into while they collect in the background); the
-            ``storage_factory`` must build that kind of buffer.
+            collectors send), ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
+            workers write into while they collect in the background) or ``"auto"``
+            (the default: ``"ray"`` with ``num_learners > 1``, whose ranks each sample
+            it, else ``"driver"``; :meth:`replay_location`); the ``storage_factory``
+            must build that kind of buffer.
         async_learner: IMPALA / APPO (:class:`~tdscheme.scheme.async_loop.AsyncLoop`): the
             learner takes each worker's batch as soon as it is ready (``sync=False``) from
             a queue the learner paces: each worker works ``prefetch_batches`` requests
@@ -198,7 +200,7 @@ synchronous step)
     utd_ratio: float = 1.0
     init_random_frames: int = 0
     buffer_location: str = dataclasses.field(
-        default="driver", metadata={"choices": BUFFER_LOCATIONS}
+        default="auto", metadata={"choices": BUFFER_LOCATIONS}
     )
     checkpoint_replay_buffer: bool = False
     async_learner: bool = False
@@ -388,3 +390,19 @@ synchronous step)
         ones, each an update of its own; ``frames_per_batch`` without gradient workers.
         """
         return self.frames_per_batch // self._workers_per_update()
+
+    def replay_location(self) -> str:
+        """Where an off-policy run's replay buffer lives: ``"driver"`` or ``"ray"``.
+
+        ``buffer_location`` itself, or for ``"auto"``: ``"ray"`` when a learner group
+        of several ranks samples it (``num_learners > 1``), else ``"driver"``.
+
+        Example:
+            >>> SchemeConfig(num_learners=2).replay_location()
+            'ray'
+            >>> SchemeConfig(num_learners=2, buffer_location="driver").replay_location()
+            'driver'
+        """
+        if self.buffer_location != "auto":
+            return self.buffer_location
+        return "ray" if self.num_learners > 1 else "driver"

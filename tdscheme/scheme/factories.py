@@ -73,7 +73,7 @@ def check_factories(
             f"storage_factory (gradient workers train on-policy only), or "
             f"storage_factory=None"
         )
-    if storage_factory is not None and config.num_learners and config.buffer_location != "ray":
+    if storage_factory is not None and config.num_learners and config.replay_location() != "ray":
         raise ValueError(
             f"buffer_location={config.buffer_location!r} is invalid with num_learners="
             f"{config.num_learners} and a storage_factory; accepted: buffer_location='ray' "

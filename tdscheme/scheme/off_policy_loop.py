@@ -128,12 +128,18 @@ class OffPolicyLoop(CollectorEnvConfigs):
             )
         self.config = config
         self.learner = learner
-        self.ray_held = config.buffer_location == "ray"
+        location = config.replay_location()
+        self.ray_held = location == "ray"
+        if self.ray_held and config.buffer_location == "auto":
+            logger.warning(
+                "num_learners=%d: the replay buffer is Ray-held (buffer_location='ray'), so "
+                "that each learner rank samples it", config.num_learners,
+            )  # fmt: skip
         self.replay_buffer = None
         self._lease = RayLease.acquire(config.ray_init_config) if self.ray_held else None
         try:
             buffer = storage_factory()
-            check_buffer(buffer, config.buffer_location)
+            check_buffer(buffer, location)
             self.prioritized = is_prioritized(buffer)
             # the learner's and the checkpoints' calls on a Ray-held buffer are bounded, its
             # samples prefetched (not a prioritized buffer's: see BoundedRayBuffer)

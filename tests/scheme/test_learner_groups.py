@@ -48,11 +48,28 @@ def test_a_learner_group_trains_the_scheme_and_its_state_resumes_with_one_learne
 
 
 def test_a_replay_learner_group_needs_the_ray_held_buffer():
-    preset = get_preset("sac-pendulum").override({"num_learners": 2, "buffer_location": "driver"})
+    """buffer_location="auto" (the default) takes the Ray-held buffer for a group of ranks;
+    "driver", asked for, is refused naming the one that works."""
+    sac = get_preset("sac-pendulum")
+    assert sac.scheme.buffer_location == "auto"
+    assert sac.storage_factory().keywords["ray_held"] is False
+    assert sac.override({"num_learners": 2}).storage_factory().keywords["ray_held"] is True
+    preset = sac.override({"num_learners": 2, "buffer_location": "driver"})
     with pytest.raises(
         ValueError, match=r"buffer_location='driver' is invalid with num_learners=2"
     ):
         Scheme(**preset.factories(), config=preset.scheme)
+
+
+def test_the_command_refuses_a_driver_held_buffer_for_a_group_in_two_lines(ray_session, capsys):
+    from tdscheme.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "sac-pendulum", "--num-learners", "2", "--buffer-location", "driver"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("usage: tdscheme train"), err
+    assert "argument --buffer-location: buffer_location='driver' is invalid" in err[1]
 
 
 @pytest.mark.parametrize("name", ["sac-pendulum", "dqn-cartpole"])
