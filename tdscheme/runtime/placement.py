@@ -36,7 +36,7 @@ import ray
 
 from tdscheme.errors import PlacementError
 
-__all__ = ["check_fits", "requested_resources", "shortfall", "wait_started"]
+__all__ = ["check_fits", "cluster_cpus", "requested_resources", "shortfall", "wait_started"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,11 @@ def shortfall(
         if value > have + 1e-9:
             return f"{name}: {_fmt(value)} asked in all, the cluster has {_fmt(have)}"
     return None
+
+
+def cluster_cpus() -> float:
+    """The CPUs of the cluster this process is connected to (Ray's ``cluster_resources()``)."""
+    return float(ray.cluster_resources().get("CPU", 0.0))
 
 
 def check_fits(requests: Sequence[Mapping[str, Any]], *, what: str, argument: str) -> None:

@@ -33,6 +33,8 @@ from torch import nn
 from tdscheme.collectors import RayCollector
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.gradient_workers import GradientCoordinator
+from tdscheme.runtime import RayLease
+from tdscheme.runtime.placement import cluster_cpus
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.factories import (
     EnvFactory,
@@ -44,6 +46,7 @@ from tdscheme.scheme.factories import (
     make_loop,
 )
 from tdscheme.scheme.loop import TrainingLoop
+from tdscheme.scheme.resources import fit_cpus
 from tdscheme.scheme.state import check_state, upgrade_state
 from tdscheme.validation import check_frame_budget
 
@@ -163,14 +166,19 @@ class Scheme:
         self.iterations = 0
         self._session_frames = 0
         self._started_at: float | None = None
-        self.loop: TrainingLoop = make_loop(
-            self.config,
-            env_factory=env_factory,
-            policy_factory=policy_factory,
-            learner_factory=learner_factory,
-            learner=self.learner,
-            storage_factory=storage_factory,
-        )
+        lease = RayLease.acquire(self.config.ray_init_config)  # one Ray while the parts start
+        try:  # what all the actors ask for, added up before any starts
+            self.config = fit_cpus(self.config, cluster_cpus=cluster_cpus())
+            self.loop: TrainingLoop = make_loop(
+                self.config,
+                env_factory=env_factory,
+                policy_factory=policy_factory,
+                learner_factory=learner_factory,
+                learner=self.learner,
+                storage_factory=storage_factory,
+            )
+        finally:
+            lease.release()
         self._closed = False
 
     @property
