@@ -119,7 +119,10 @@ def _train(
             ray_lease.release()  # the run's own leases went with the trainer
         print(_stopped_line(summary), file=sys.stderr, flush=True)
         return interrupts.exit_status() or 130
-    _print_summary(summary, setup_s, resumed=preset.trainer.resume, trainer=preset.trainer)
+    _print_summary(
+        summary, setup_s, resumed=preset.trainer.resume, trainer=preset.trainer,
+        learners=preset.scheme.num_learners,
+    )  # fmt: skip
     return 0
 
 
@@ -183,9 +186,12 @@ def _process_start(fallback: float) -> float:
 
 
 def _print_summary(
-    summary: dict[str, Any], setup_s: float, *, resumed: bool, trainer: TrainerConfig
+    summary: dict[str, Any], setup_s: float, *, resumed: bool, trainer: TrainerConfig,
+    learners: int = 0,
 ) -> None:
     line = f"done: {summary['frames']} frames in {summary['elapsed_s']:.1f} s"
+    if learners > 1:
+        line += f", trained on {learners} learner ranks"
     if summary["eval_return"] is not None:
         line += f"; eval return {summary['eval_return']:.1f} +/- {summary['eval_return_std']:.1f}"
     print(line)

@@ -71,9 +71,31 @@ def torchrl_env_factory(create_env_fn: Any) -> Any:
     return functools.partial(build_torchrl_env, create_env_fn)
 
 
+#: torchrl's ``GymWrapper`` refusing gymnasium's default vector env, in its own words: a
+#: ``SyncVectorEnv`` is refused by name, CartPole's own vector env fails reading the mode.
+_TORCHRL_REFUSALS = ("The auto-reset mode must be one of SAME_STEP or DISABLED", "autoreset_mode")
+
+
 def build_torchrl_env(create_env_fn: Any) -> Any:
-    """``create_env_fn()``, a gymnasium env wrapped (:func:`wrap_gym_env`), any other as it is."""
-    env = create_env_fn()
+    """``create_env_fn()``, a gymnasium env wrapped (:func:`wrap_gym_env`), any other as it is.
+
+    Raises:
+        RuntimeError: ``create_env_fn`` wraps gymnasium's default (``NEXT_STEP``) vector env
+            in torchrl's ``GymWrapper``, which refuses it (or fails reading its mode): the
+            message names the ways that run.
+    """
+    try:
+        env = create_env_fn()
+    except (RuntimeError, AttributeError) as err:
+        if not any(words in str(err) for words in _TORCHRL_REFUSALS):
+            raise
+        raise RuntimeError(
+            f"create_env_fn={create_env_fn!r} wraps a gymnasium vector env in NEXT_STEP autoreset "
+            f"mode (gymnasium's default) in torchrl's GymWrapper, which refuses it ({err}); "
+            f"accepted: return the gymnasium env itself (e.g. lambda: gym.make_vec(env_id, n)), "
+            f"which tdscheme wraps with tdscheme.envs.wrap_gym_env (reset steps never reach "
+            f"the batch), or build it with autoreset_mode=gym.vector.AutoresetMode.DISABLED"
+        ) from err
     return wrap_gym_env(env) if is_gym_env(env) else env
 
 

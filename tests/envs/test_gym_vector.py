@@ -294,3 +294,41 @@ def test_a_one_call_next_step_env_is_refused_for_a_ray_held_buffer(ray_replay_bu
             remote_configs={"num_cpus": 0.5},
         ) as collector:  # fmt: skip
             list(collector)
+
+
+def torchrl_wrapped_default_vector_env(env_id="CartPole-v1"):
+    """What a torchrl user writes for every gymnasium env: GymWrapper(gym.make_vec(...))."""
+    return GymWrapper(gym.make_vec(env_id, num_envs=3))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "torchrls_words"),
+    [  # a SyncVectorEnv is refused by name; CartPole's own vector env has no mode to read
+        ("Acrobot-v1", "The auto-reset mode must be one of SAME_STEP or DISABLED"),
+        ("CartPole-v1", "has no attribute 'autoreset_mode'"),
+    ],
+)
+def test_torchrls_wrapper_around_the_default_vector_env_names_the_ways_that_run(
+    env_id, torchrls_words
+):
+    from tdscheme.envs.gym_vector import build_torchrl_env
+
+    with pytest.raises(RuntimeError) as err:
+        build_torchrl_env(functools.partial(torchrl_wrapped_default_vector_env, env_id))
+    message = str(err.value)
+    assert "NEXT_STEP autoreset mode (gymnasium's default) in torchrl's GymWrapper" in message
+    assert "return the gymnasium env itself" in message and "wrap_gym_env" in message
+    assert torchrls_words in message
+    with pytest.raises(RuntimeError, match="^boom$"):  # any other error is the factory's own
+        build_torchrl_env(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+
+
+def test_a_worker_given_torchrls_wrapper_fails_at_its_start_naming_the_way(ray_clean, by_value):
+    with pytest.raises(WorkerError, match="return the gymnasium env itself") as err:
+        RayCollector(
+            torchrl_wrapped_default_vector_env, mlp_policy(4, 2, discrete=True),
+            frames_per_batch=64, total_frames=128, num_collectors=1,
+            remote_configs={"num_cpus": 0.5},
+        )  # fmt: skip
+    first = str(err.value).splitlines()[0]  # then the remote traceback
+    assert first.startswith("collector worker 0: failed while starting: RuntimeError: create_env_fn")
