@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from harness import wait_until
 from peers import mlp_policy  # benchmarks/peers.py, next to this script (Ray workers see it too)
-from report import Recorder, parse_section_args, run_sections
+from report import Measurement, Recorder, parse_section_args, run_sections
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
@@ -59,19 +59,6 @@ class Settings:
         """Short windows: a smoke test."""
         del frames
         return cls(warmup_s=4.0, window_s=5.0, overshoot_totals=(2_500,), buffer_frames=10_000)
-
-
-@dataclass
-class Measurement:
-    """One JSON line."""
-
-    section: str
-    impl: str
-    metric: str
-    value: float | None
-    unit: str
-    config: str = ""
-    note: str = ""
 
 
 def ray_buffer(capacity: int, row: int = 1) -> RayReplayBuffer:

@@ -35,7 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from report import Recorder, parse_section_args, run_sections
+from report import Measurement, Recorder, parse_section_args, run_sections
 from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import RandomPolicy
@@ -47,17 +47,6 @@ from tdscheme.replay import CompactFrameStorage
 SECTIONS = ("pong", "synthetic")
 TITLE = "Pixel replay memory: CompactFrameStorage, LazyTensorStorage, compact_obs"
 KINDS = ("LazyTensorStorage", "compact_obs", "CompactFrameStorage")
-
-
-@dataclass
-class Measurement:
-    section: str
-    impl: str
-    metric: str
-    value: float | None
-    unit: str
-    config: str
-    note: str = ""
 
 
 @dataclass

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium
@@ -94,6 +94,20 @@ def train_result(stdout: str, exit_s: float) -> dict[str, Any]:
         "reached": summary["target_reached"],
         "eval_return": summary["eval_return"],
     }
+
+
+@dataclass
+class Measurement:
+    """One JSON line of a section-style script: ``value`` (None: n/a, ``note`` says why) of
+    ``metric`` in ``unit`` for ``impl`` in ``section``, under ``config``."""
+
+    section: str
+    impl: str
+    metric: str
+    value: float | None
+    unit: str
+    config: str = ""
+    note: str = ""
 
 
 class Recorder:

@@ -1,4 +1,11 @@
-"""One real Ray per test session (num_cpus=2, no dashboard), reused by every test."""
+"""One real Ray per test session (num_cpus=2, no dashboard), reused by every test; the fast tier.
+
+``pytest -m "not slow"`` is the loop to run while working (CONTRIBUTING.md): every
+in-process test and the Ray tests marked ``fast``. A test is ``slow`` when it is marked
+so (learning checks, subprocess runs, the multi-node cluster) or when it uses the
+session's Ray (a fixture below) without the ``fast`` mark: each Ray actor is a new
+process that imports torch and torchrl, seconds of CPU on a 2-core machine.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import logging
 
 import pytest
 import ray
+import torch
 
 from tdscheme.runtime import local_ray_config
 from tdscheme.testing import alive_actor_ids, assert_no_actors_left
@@ -57,6 +65,15 @@ def by_value(request):
     ray.cloudpickle.unregister_pickle_by_value(request.module)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test, as in a 1-CPU Ray worker; the count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def ray_module_clean(ray_session):
     """Like ``ray_clean`` for a module's shared actors: fails the module if they outlive it."""
@@ -89,3 +106,16 @@ def ledger_imbalances():
     finally:
         ledger_logger.removeHandler(handler)
     assert not handler.records, [record.getMessage() for record in handler.records]
+
+
+#: The fixtures through which a test uses the session's Ray (directly or through another).
+RAY_FIXTURES = {"ray_session"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks ``slow`` each test that uses the session's Ray, unless it is marked ``fast``."""
+    for item in items:
+        if item.get_closest_marker("fast") or item.get_closest_marker("slow"):
+            continue
+        if RAY_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)

@@ -120,7 +120,8 @@ def nan_observation_run() -> dict[str, Any]:
     )
 
 
-def nan_loss() -> dict[str, Any]:
+def _learner_and_batch() -> tuple[Any, Any]:
+    """The CartPole preset's learner and 64 frames its actor collected."""
     import torch
 
     from tdscheme.envs import make_env
@@ -131,6 +132,13 @@ def nan_loss() -> dict[str, Any]:
     env = make_env("CartPole-v1")
     with torch.no_grad():
         batch = env.rollout(64, modules["actor"], break_when_any_done=False)
+    return learner, batch
+
+
+def nan_loss() -> dict[str, Any]:
+    import torch
+
+    learner, batch = _learner_and_batch()
     batch["action_log_prob"] = torch.full_like(batch["action_log_prob"], float("nan"))
     before = learner.weights()
     start = time.perf_counter()
@@ -145,14 +153,7 @@ def nan_loss() -> dict[str, Any]:
 def nan_gradients() -> dict[str, Any]:
     import torch
 
-    from tdscheme.envs import make_env
-
-    preset = cartpole_preset()
-    modules = preset.policy_factory()()
-    learner = preset.learner_factory()(**modules)
-    env = make_env("CartPole-v1")
-    with torch.no_grad():
-        batch = env.rollout(64, modules["actor"], break_when_any_done=False)
+    learner, batch = _learner_and_batch()
     grads, _ = learner.compute_gradients(batch)
     key = next(iter(grads.keys(True, True)))
     grads[key] = torch.full_like(grads[key], float("inf"))

@@ -97,11 +97,9 @@ def plot_throughput(
 
     Example:
         >>> import tempfile
-        >>> from tdscheme.engine.run_log import RunLogger
+        >>> metrics = {"fps": [(4096, 900.0)], "collector/fps": [(4096, 1000.0)]}
         >>> with tempfile.TemporaryDirectory() as run_dir:
-        ...     with RunLogger(run_dir) as run_log:
-        ...         run_log.log_scalars({"fps": 900.0, "collector/fps": 1000.0}, step=4096)
-        ...     plot_throughput(run_dir).name
+        ...     plot_throughput(run_dir, metrics=metrics).name
         'throughput.png'
     """
     metrics = read_metrics(run_dir) if metrics is None else metrics
@@ -152,13 +150,10 @@ def plot_policy_lag(
 
     Example:
         >>> import tempfile
-        >>> from tdscheme.engine.run_log import RunLogger
+        >>> lag = {"policy_lag/hist/0": [(100, 0.25), (200, 0.5)],
+        ...        "policy_lag/hist/1+": [(100, 0.75), (200, 0.5)], "policy_lag/mean": [(100, 0.75)]}
         >>> with tempfile.TemporaryDirectory() as run_dir:
-        ...     with RunLogger(run_dir) as run_log:
-        ...         for step in (100, 200):
-        ...             run_log.log_scalars({"policy_lag/hist/0": 0.25, "policy_lag/hist/1+": 0.75,
-        ...                                  "policy_lag/mean": 0.75}, step=step)
-        ...     plot_policy_lag(run_dir).name
+        ...     plot_policy_lag(run_dir, metrics=lag).name
         'policy_lag.png'
     """
     metrics = read_metrics(run_dir) if metrics is None else metrics

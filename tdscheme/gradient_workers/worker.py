@@ -18,10 +18,9 @@ from tensordict import TensorDictBase
 from tdscheme.gradient_workers.collection import LocalCollection
 from tdscheme.gradient_workers.config import GradientWorkerSpec
 from tdscheme.learner.factories import build_learner
-from tdscheme.log_levels import configure_worker_logging
 from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.runtime import allreduce
-from tdscheme.runtime.threads import match_ray_cpus
+from tdscheme.runtime.threads import set_up_actor_process
 from tdscheme.transport import Payload, TensorDictCodec
 
 __all__ = ["GradientResult", "GradientWorker"]
@@ -110,9 +109,7 @@ class GradientWorker:
         log_level: int | None = None,
         env_config: EnvConfigPush | None = None,
     ) -> None:
-        if log_level is not None:  # the actor's own process
-            configure_worker_logging(log_level)
-            match_ray_cpus()  # its preloaded torch has a thread per core
+        set_up_actor_process(log_level)
         self.worker_id = worker_id
         self.spec = spec
         self._codec = TensorDictCodec(spec.compress)

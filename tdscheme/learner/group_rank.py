@@ -30,9 +30,8 @@ from tdscheme.learner.factories import build_learner
 from tdscheme.learner.learner import Learner
 from tdscheme.learner.offpolicy import lag_metrics, sample_frames, write_priorities_
 from tdscheme.learner.steps import metrics_td
-from tdscheme.log_levels import configure_worker_logging
 from tdscheme.runtime import allreduce
-from tdscheme.runtime.threads import match_ray_cpus
+from tdscheme.runtime.threads import set_up_actor_process
 from tdscheme.transport import Payload, decode_tensordict, encode_tensordict
 
 __all__ = ["LearnerRank", "LearnerRankSpec", "RankResult"]
@@ -90,9 +89,7 @@ class LearnerRank:
         log_level: int | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> None:
-        if log_level is not None:  # the actor's own process
-            configure_worker_logging(log_level)
-            match_ray_cpus()  # its preloaded torch has a thread per core
+        set_up_actor_process(log_level)
         if seed is not None:
             torch.manual_seed(seed)
         if spec.num_threads is not None:  # Ray's workers import torch before any OMP setting

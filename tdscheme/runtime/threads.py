@@ -13,6 +13,8 @@ sets torch's pool to what the variable says, as torch would have read it. Actors
 other libraries on that Ray keep torch's default (no Ray hook runs at an actor's placement;
 a process's set-up hook runs at its spawn, before the variable), except torchrl's
 Ray-held buffer, set at tdscheme's first write into it (:mod:`tdscheme.replay.ray_held`).
+:func:`set_up_actor_process` is that call with the other first thing an actor does in its own
+process: logging at its driver's level.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import os
 
 import torch
 
-__all__ = ["match_ray_cpus"]
+from tdscheme.log_levels import configure_worker_logging
+
+__all__ = ["match_ray_cpus", "set_up_actor_process"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +61,23 @@ def match_ray_cpus() -> int | None:
         logger.debug("torch threads %d -> %d (OMP_NUM_THREADS)", torch.get_num_threads(), threads)
         torch.set_num_threads(threads)
     return threads
+
+
+def set_up_actor_process(log_level: int | None) -> None:
+    """What a tdscheme actor does first in its own process, before it builds anything.
+
+    Sets this process's loggers to its driver's level
+    (:func:`~tdscheme.log_levels.configure_worker_logging`), then torch's threads to
+    Ray's CPUs (:func:`match_ray_cpus`: its preloaded torch has a thread per core).
+
+    Args:
+        log_level: the driver's log level; ``None`` (the actor's class used in-process)
+            leaves logging and torch's threads alone.
+
+    Example:
+        >>> set_up_actor_process(None)  # in-process: nothing changes
+    """
+    if log_level is None:
+        return
+    configure_worker_logging(log_level)
+    match_ray_cpus()

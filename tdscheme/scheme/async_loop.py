@@ -23,14 +23,8 @@ distribution (``policy_lag/min``, ``/mean``, ``/max`` and the histogram
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from tensordict import TensorDictBase
 
-from tdscheme.learner import Learner
-from tdscheme.learner.group import LearnerGroup
-from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.metrics import lag_distribution
 from tdscheme.scheme.on_policy_loop import OnPolicyLoop
 
@@ -57,22 +51,14 @@ class AsyncLoop(OnPolicyLoop):
         ValueError: ``config.async_learner`` is False.
     """
 
-    def __init__(
-        self,
-        config: SchemeConfig,
-        *,
-        env_factory: Callable[[], Any],
-        learner: Learner | LearnerGroup,
-    ) -> None:
-        if not config.async_learner:
-            raise ValueError(
-                "config.async_learner=False is invalid for an AsyncLoop; accepted: True "
-                "(a Scheme picks the OnPolicyLoop otherwise)"
-            )
-        lag = config.max_policy_lag
-        # a bounded lag gets one bucket per value it may take; "+" holds the largest
-        self.lag_buckets = LAG_BUCKETS_UNBOUNDED if lag is None else lag + 1
-        super().__init__(config, env_factory=env_factory, learner=learner)
+    async_learner = True
+
+    @property
+    def lag_buckets(self) -> int:
+        """Histogram buckets of the lag: one per value a bounded lag may take ("+" holds the
+        largest), :data:`LAG_BUCKETS_UNBOUNDED` without ``max_policy_lag``."""
+        lag = self.config.max_policy_lag
+        return LAG_BUCKETS_UNBOUNDED if lag is None else lag + 1
 
     def _lag_metrics(self, batch: TensorDictBase, newest_version: int) -> dict[str, float]:
         return lag_distribution(batch, newest_version, buckets=self.lag_buckets)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from tensordict import TensorDictBase
 
@@ -36,10 +36,15 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
         env_factory: builds one collector worker's env.
         learner: the driver's Learner, or a learner group (``num_learners > 0``) over
             it; its ``policy`` runs in the workers.
+
+    Raises:
+        ValueError: ``config.async_learner`` is not this loop's (the AsyncLoop's is True).
     """
 
     #: The key of this loop's part of ``Scheme.state_dict()``.
     state_key = "collector"
+    #: The ``config.async_learner`` this loop runs (the Scheme picks the loop by it).
+    async_learner: ClassVar[bool] = False
     collector: RayCollector
     coordinator: None = None
     episodes: FinishedEpisodes | None = None  # those that ended in the last step
@@ -51,6 +56,12 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
         env_factory: Callable[[], Any],
         learner: Learner | LearnerGroup,
     ) -> None:
+        if config.async_learner != self.async_learner:
+            raise ValueError(
+                f"config.async_learner={config.async_learner} is invalid for a "
+                f"{type(self).__name__}; accepted: {self.async_learner} (a Scheme picks the "
+                f"AsyncLoop for True, the OnPolicyLoop for False)"
+            )
         self.config = config
         self.learner = learner
         self.collector = RayCollector.from_config(

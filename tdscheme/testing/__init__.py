@@ -94,35 +94,24 @@ class OneHotArgmax(nn.Module):
 
 
 def mlp_policy(
-    obs_dim: int,
-    action_dim: int,
-    *,
-    hidden: int = 64,
-    depth: int = 2,
-    discrete: bool = True,
-    obs_key: str = "observation",
+    obs_dim: int, action_dim: int, *, discrete: bool = True, obs_key: str = "observation"
 ) -> TensorDictModule:
-    """A deterministic MLP policy (``depth`` hidden layers of ``hidden`` units).
+    """A deterministic MLP policy: two hidden tanh layers of 64 units.
 
     Args:
         obs_dim: flat observation size.
         action_dim: number of actions (discrete, one-hot output) or action size.
-        hidden: hidden units per layer.
-        depth: number of hidden layers.
         discrete: one-hot argmax actions (CartPole) or tanh-bounded continuous ones.
         obs_key: the observation key.
 
     Returns:
         A ``TensorDictModule`` writing ``"action"``.
     """
-    layers: list[nn.Module] = []
-    size = obs_dim
-    for _ in range(depth):
-        layers += [nn.Linear(size, hidden), nn.Tanh()]
-        size = hidden
-    layers.append(nn.Linear(size, action_dim))
-    layers.append(OneHotArgmax() if discrete else nn.Tanh())
-    return TensorDictModule(nn.Sequential(*layers), in_keys=[obs_key], out_keys=["action"])
+    net = nn.Sequential(
+        nn.Linear(obs_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, action_dim),
+        OneHotArgmax() if discrete else nn.Tanh(),
+    )  # fmt: skip
+    return TensorDictModule(net, in_keys=[obs_key], out_keys=["action"])
 
 
 def cartpole_modules(*, num_cells: int = 32) -> dict[str, nn.Module]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import functools
 
-from tdscheme.gradient_workers import GradientWorkersConfig
+from tdscheme.gradient_workers import (
+    GradientCoordinator,
+    GradientWorkersConfig,
+    build_gradient_coordinator,
+)
 from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 
 SMALL = {"num_cpus": 0.5}
@@ -22,3 +26,14 @@ def small_config(**overrides) -> GradientWorkersConfig:
 
 def new_learner(learner_factory=cartpole_learner):
     return learner_factory(**cartpole_modules())
+
+
+def cartpole_coordinator(**overrides) -> GradientCoordinator:
+    """A coordinator of ``small_config(**overrides)`` training the CartPole learner."""
+    return build_gradient_coordinator(
+        small_config(**overrides),
+        env_factory=cartpole,
+        policy_factory=cartpole_modules,
+        learner_factory=cartpole_learner,
+        learner=new_learner(),
+    )

@@ -5,23 +5,15 @@ from __future__ import annotations
 import pytest
 import ray
 
-from tdscheme.gradient_workers import build_gradient_coordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules, kill_and_wait
+from tdscheme.testing import kill_and_wait
 
-from .helpers import cartpole, new_learner, small_config
+from .helpers import cartpole_coordinator
 
 
 @pytest.fixture(scope="module")
 def coordinator(coordinators):
-    config = small_config(communication="asynchronous", grads_per_step=6)
     return coordinators(
-        lambda: build_gradient_coordinator(
-            config,
-            env_factory=cartpole,
-            policy_factory=cartpole_modules,
-            learner_factory=cartpole_learner,
-            learner=new_learner(),
-        )  # fmt: skip
+        lambda: cartpole_coordinator(communication="asynchronous", grads_per_step=6)
     )
 
 

@@ -5,27 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdscheme.gradient_workers import build_gradient_coordinator
-from tdscheme.testing import cartpole_learner, cartpole_modules, kill_and_wait
+from tdscheme.testing import kill_and_wait
 from tdscheme.transport import TensorDictCodec
 
-from .helpers import cartpole, new_learner, small_config
+from .helpers import cartpole_coordinator
 
 codec = TensorDictCodec()
 
 
 @pytest.fixture(scope="module")
 def coordinator(coordinators):
-    config = small_config(decentralized=True, timeout_s=60.0)
-    return coordinators(
-        lambda: build_gradient_coordinator(
-            config,
-            env_factory=cartpole,
-            policy_factory=cartpole_modules,
-            learner_factory=cartpole_learner,
-            learner=new_learner(),
-        )  # fmt: skip
-    )
+    return coordinators(lambda: cartpole_coordinator(decentralized=True, timeout_s=60.0))
 
 
 def worker_weights(coordinator):

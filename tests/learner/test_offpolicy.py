@@ -32,13 +32,7 @@ from tdscheme.learner import Learner, OffPolicyLearner, make_target_updater
 
 OBS, ACT = 3, 2
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def frames(n: int, *, discrete: bool) -> TensorDict:

@@ -11,13 +11,11 @@ from tensordict.nn import TensorDictModule
 from torchrl.envs import (
     Compose,
     DoubleToFloat,
-    GymWrapper,
     ObservationNorm,
     RewardClipping,
     RewardScaling,
     RewardSum,
     StepCounter,
-    TransformedEnv,
 )
 
 from tdscheme.envs import make_env, wrap_gym_env
@@ -91,7 +89,7 @@ def assert_same(want, got):
 def same_step_cartpoles(num_envs=6):
     copies = [functools.partial(gym.make, "CartPole-v1")] * num_envs
     mode = gym.vector.AutoresetMode.SAME_STEP
-    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
+    return wrap_gym_env(gym.vector.SyncVectorEnv(copies, autoreset_mode=mode))
 
 
 @pytest.mark.parametrize(
@@ -126,7 +124,7 @@ def test_cartpoles_vector_env_staged_equals_per_step(transforms):
 
     def env_fn():
         env = cartpole_vector()
-        return TransformedEnv(env, Compose(*bookkeeping(4))) if transforms else env
+        return env.append_transform(Compose(*bookkeeping(4))) if transforms else env
 
     want, want_carrier = collect(env_fn, policy, staged_on=False)
     got, got_carrier = collect(env_fn, policy, staged_on=True)
@@ -144,7 +142,7 @@ def test_float_rewards_and_truncations_staged_equals_per_step():
     policy = mlp_policy(3, 1, discrete=False)
 
     def env_fn():
-        return TransformedEnv(pendulum_async(), Compose(DoubleToFloat(), *bookkeeping(3)))
+        return pendulum_async().append_transform(Compose(DoubleToFloat(), *bookkeeping(3)))
 
     want, _ = collect(env_fn, policy, staged_on=False, steps=40)
     got, _ = collect(env_fn, policy, staged_on=True, steps=40)
@@ -180,7 +178,7 @@ def test_envpool_staged_equals_per_step():
 
     def env_fn():
         env = make_env("CartPole-v1", num_envs=4, backend="envpool")
-        return TransformedEnv(env, Compose(RewardSum(), StepCounter()))
+        return env.append_transform(Compose(RewardSum(), StepCounter()))
 
     want, _ = collect(env_fn, policy, staged_on=False)
     got, _ = collect(env_fn, policy, staged_on=True)
@@ -297,7 +295,7 @@ def pixel_cartpoles(mode, num_envs=4):
 
     copies = [lambda: PixelsLikeObs(gym.make("CartPole-v1"), (4, 16, 16))] * num_envs
     autoreset = gym.vector.AutoresetMode[mode]
-    return GymWrapper(gym.vector.SyncVectorEnv(copies, autoreset_mode=autoreset))
+    return wrap_gym_env(gym.vector.SyncVectorEnv(copies, autoreset_mode=autoreset))
 
 
 class FramePolicyNet(torch.nn.Module):

@@ -26,6 +26,8 @@ ENV = functools.partial(make_env, "CartPole-v1")
 # CartPole recording its episodes (torchrl's RewardSum and StepCounter), as a preset's
 RECORDING_ENV = get_preset("dqn-cartpole").override({"num_envs": 1}).factories()["env_factory"]
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def dqn_modules() -> dict[str, torch.nn.Module]:
     spec = GymEnv("CartPole-v1").action_spec
@@ -63,14 +65,6 @@ def scheme(
         env_factory=env_factory, policy_factory=dqn_modules, learner_factory=learner_factory,
         storage_factory=storage_factory, config=SchemeConfig(**config),
     )  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run_until(s: Scheme, frames: int) -> list[dict[str, float]]:

@@ -23,7 +23,6 @@ from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.collectors.worker.env_config import EnvConfigCalls
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
-from tdscheme.log_levels import configure_worker_logging
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
 from tdscheme.replay.ray_held import BufferWriter
 from tdscheme.rollout.env_config import EnvConfigPush
@@ -31,7 +30,7 @@ from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinit
 from tdscheme.rollout.stamps import stamp_
 from tdscheme.rollout.torchrl_names import is_multi_collector, next_trajectory_id
 from tdscheme.rollout.worker_collector import WorkerCollector
-from tdscheme.runtime.threads import match_ray_cpus
+from tdscheme.runtime.threads import set_up_actor_process
 from tdscheme.transport import Payload, TensorDictCodec
 
 logger = logging.getLogger(__name__)
@@ -101,9 +100,7 @@ class BaseCollectorWorker(EnvConfigCalls):
         reuse_batch_buffer: bool = False,
         own_process: bool = False,
     ) -> None:
-        if log_level is not None:  # the actor's own process
-            configure_worker_logging(log_level)
-            match_ray_cpus()  # its preloaded torch has a thread per core
+        set_up_actor_process(log_level)
         self.worker_id = worker_id
         self.spec = spec
         self.policy_version = policy_version

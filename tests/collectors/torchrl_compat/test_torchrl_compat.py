@@ -26,12 +26,11 @@ def test_is_a_torchrl_collector():
     assert issubclass(RayCollector, BaseCollector)
 
 
-@pytest.mark.parametrize("sync", [False, True])
-def test_distributed_collector_sync(ray_clean, sync):
+def assert_collects_200_frames_in_batches_of_50(**kwargs):
     policy = RandomPolicy(ContinuousActionVecMockEnv().action_spec)
     collector = RayCollector(
         [ContinuousActionVecMockEnv] * 2, policy, total_frames=200, frames_per_batch=50,
-        sync=sync, **REMOTE,
+        **kwargs, **REMOTE,
     )  # fmt: skip
     try:
         total = 0
@@ -41,23 +40,16 @@ def test_distributed_collector_sync(ray_clean, sync):
         assert total == 200
     finally:
         collector.shutdown()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_distributed_collector_sync(ray_clean, sync):
+    assert_collects_200_frames_in_batches_of_50(sync=sync)
 
 
 @pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector, Collector])
 def test_distributed_collector_class(ray_clean, collector_class):
-    policy = RandomPolicy(ContinuousActionVecMockEnv().action_spec)
-    collector = RayCollector(
-        [ContinuousActionVecMockEnv] * 2, policy, collector_class=collector_class,
-        total_frames=200, frames_per_batch=50, **REMOTE,
-    )  # fmt: skip
-    try:
-        total = 0
-        for data in collector:
-            total += data.numel()
-            assert data.numel() == 50
-        assert total == 200
-    finally:
-        collector.shutdown()
+    assert_collects_200_frames_in_batches_of_50(collector_class=collector_class)
 
 
 @pytest.mark.parametrize("sync", [False, True])
