@@ -150,6 +150,7 @@ def test_the_test_kit_delegates_the_plain_case_and_keeps_its_faults():
         testing.make_env(num_envs=2, sleep_s=0.1)
 
 
+@pytest.mark.slow  # a Python (and Ray) of its own in a subprocess
 def test_the_production_path_does_not_import_the_test_kit():
     program = (
         "import importlib.util, sys\n"

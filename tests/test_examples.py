@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: each example runs as a subprocess, as a user runs it
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TINY_ARGS = {
     "collect_cartpole.py": [

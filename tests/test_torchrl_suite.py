@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: runs torchrl's test file in a pytest subprocess with its own Ray
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 SUITE = """

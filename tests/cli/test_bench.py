@@ -40,6 +40,7 @@ def test_bench_of_an_off_policy_preset(ray_session, capsys):
     assert result["env_id"] == "Pendulum-v1" and result["fast_path"] == [True, True]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

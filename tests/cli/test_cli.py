@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -58,10 +59,22 @@ def summary_of(stdout: str) -> dict:
 
 
 # -- usage errors (in-process, no subprocess) --------------------------------------------
+
+
+def test_python_m_tdscheme_cli_is_the_command(capsys):
+    """``python -m tdscheme.cli`` (cli/__main__.py) runs the same entry point, in process."""
+    import runpy
+
+    with pytest.raises(SystemExit) as exit_info:
+        with mock.patch.object(sys, "argv", ["tdscheme", "--help"]):
+            runpy.run_module("tdscheme.cli", run_name="__main__")
+    assert exit_info.value.code == 0
+    assert "usage: tdscheme" in capsys.readouterr().out
 # `tdscheme train` starts Ray before it parses (see tdscheme.cli); these tests hold the
 # session's Ray, which the command then uses, so that no test starts one of its own.
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -87,6 +100,7 @@ def test_bad_options_are_usage_errors_naming_the_option(ray_session, capsys, arg
     assert expected in capsys.readouterr().err
 
 
+@pytest.mark.fast
 def test_resume_needs_a_run_directory(ray_session, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--resume", str(tmp_path)])
@@ -94,6 +108,7 @@ def test_resume_needs_a_run_directory(ray_session, capsys, tmp_path):
     assert f"argument --resume: {tmp_path} has no config.json" in capsys.readouterr().err
 
 
+@pytest.mark.fast
 def test_conflicting_settings_are_a_usage_error(ray_session, capsys, tmp_path):
     # Gradient-worker runs and their other usage errors: tests/scheme/test_grad_worker_loop.py.
     with pytest.raises(SystemExit) as exit_info:
@@ -123,6 +138,7 @@ def ray_processes(marker: str) -> list[str]:
     return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
 
 
+@pytest.mark.slow  # a Python (and Ray) of its own in a subprocess
 def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, capsys):
     temp_dir = tempfile.mkdtemp(prefix="tds", dir="/tmp")  # short: Ray puts sockets in it
     try:
@@ -186,6 +202,7 @@ def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
     assert all(v == v for _, v in read_metrics(run_dir)["learner/loss"])  # no nan
 
 
+@pytest.mark.fast
 def test_train_without_a_run_directory_writes_nothing(ray_clean, tmp_path, capsys, monkeypatch):
     # --run-dir none: the help promises no logs and no checkpoints, and the run still reports.
     monkeypatch.chdir(tmp_path)

@@ -15,6 +15,9 @@ import textwrap
 
 import pytest
 
+# slow: multi-node clusters (ray.cluster_utils.Cluster)
+pytestmark = pytest.mark.slow
+
 JOIN_CLUSTER = textwrap.dedent(
     """
     import functools, json

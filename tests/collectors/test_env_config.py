@@ -157,6 +157,7 @@ def test_versions_survive_state_dict_and_never_go_backwards(ray_clean):
         assert resumed.set_env_config(level(3)) == 3  # the next version after the state's
 
 
+@pytest.mark.fast
 def test_bad_configs_are_named(ray_clean):
     with RayCollector(
         functools.partial(make_env, "CartPole-v1"), None, frames_per_batch=40, total_frames=-1,

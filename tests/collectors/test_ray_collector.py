@@ -49,6 +49,7 @@ def assert_books_agree(collector):
     assert books["in_flight"] == sum(in_flight.values()) and books["balanced"], books
 
 
+@pytest.mark.fast
 def test_async_yields_exact_frames_from_every_worker(ray_clean):
     collector = RayCollector(
         cartpole, mlp_policy(4, 2), frames_per_batch=200, total_frames=2000,
@@ -136,6 +137,7 @@ def test_first_ready_order_favours_the_fast_worker(ray_clean):
     assert order.count(1) > order.count(0)
 
 
+@pytest.mark.fast
 def test_weight_push_reaches_every_worker_and_is_stamped(ray_clean):
     policy = bias_policy(3, 1, bias=0.5)
     bias_of_version = {0: 0.5}

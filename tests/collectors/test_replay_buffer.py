@@ -220,6 +220,7 @@ def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):
         rb.shutdown()
 
 
+@pytest.mark.fast
 def test_bad_buffer_arguments_are_clear_errors(ray_session):
     plain = ReplayBuffer(storage=LazyTensorStorage(100))
     with pytest.raises(TypeError, match="replay_buffer=ReplayBuffer.* service_backend='ray'"):
@@ -423,6 +424,7 @@ def test_max_policy_lag_applies_to_background_writes(buffer):
     assert stats["frames"] == len(data)
 
 
+@pytest.mark.fast
 def test_buffer_writer_writes_exactly_what_extend_writes(buffer):
     """The codec path (decoded in the buffer's actor) stores the same frames as client.extend."""
     td = TensorDict(

@@ -141,6 +141,7 @@ def test_target_return_stops_the_run_from_a_workers_result(ray_clean, tmp_path):
     assert read_metrics(tmp_path)["eval/target_reached"] == [(summary["target_frames"], 1.0)]
 
 
+@pytest.mark.fast
 def test_make_env_is_the_default_eval_env_factory(ray_clean):
     spec = EvalWorkerSpec(functools.partial(make_env, "Pendulum-v1"), bias_policy(3, 1), 1, 300)
     worker = EvalWorker(0, spec)
@@ -220,6 +221,7 @@ def test_checkpoints_of_one_frame_count_are_scored_each_on_its_own(ray_clean, tm
     assert here[0].result != here[1].result  # two policies told apart, not one scored twice
 
 
+@pytest.mark.fast
 def test_the_pool_gives_each_reply_its_requests_key(ray_clean):
     pool = EvalPool(pendulum_spec(episodes=1), 1, remote_options=SMALL)
     try:

@@ -10,6 +10,7 @@ from tdscheme.errors import PlacementError
 from tdscheme.testing import make_env
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("kwargs", "shown"),

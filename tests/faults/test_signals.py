@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: signals sent to the command running as a subprocess
+pytestmark = pytest.mark.slow
+
 SMALL_RUN = [
     "--num-collectors", "1", "--num-envs", "4", "--frames-per-batch", "256",
     "--minibatch-size", "128", "--num-epochs", "1", "--eval-every-frames", "0",

@@ -38,6 +38,7 @@ def coordinator(coordinators):
     )
 
 
+@pytest.mark.fast
 def test_one_step_equals_one_learner_step_on_the_concatenated_batch(coordinator):
     before = coordinator.learner.weights()
     metrics = coordinator.step()

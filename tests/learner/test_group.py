@@ -67,7 +67,9 @@ def test_split_rows_keeps_whole_env_rows():
         split_rows(TensorDict(x=torch.zeros(5), batch_size=[5]), 2)
 
 
-@pytest.mark.parametrize("name", ["ppo-cartpole", "appo-cartpole", "a2c-cartpole"])
+@pytest.mark.parametrize(
+    "name", ["ppo-cartpole", "appo-cartpole", pytest.param("a2c-cartpole", marks=pytest.mark.fast)]
+)
 def test_two_ranks_equal_one_learner_on_the_whole_batch(ray_clean, name):
     # ppo: GAE, normalized advantages, 3 minibatches x 2 epochs; appo: the same on V-trace
     policy_factory, learner_factory = ppo_factories(name)
@@ -200,6 +202,7 @@ def test_nan_in_one_rank_skips_the_update_on_every_rank(ray_clean):
         group.shutdown()
 
 
+@pytest.mark.fast
 def test_a_group_the_cluster_cannot_hold_is_refused_naming_the_request(ray_clean):
     from tdscheme.errors import PlacementError
 

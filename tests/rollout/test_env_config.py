@@ -256,6 +256,7 @@ def test_the_protocol_is_found_through_wrappers_and_vector_envs():
     pendulum.close()
 
 
+@pytest.mark.slow  # AsyncVectorEnv: a process per copy
 def test_async_vector_envs_take_configs_through_call():
     vec = gym.vector.AsyncVectorEnv(
         [functools.partial(EchoConfigEnv, 3)] * 2,

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: a `ray start` cluster of its own
+pytestmark = pytest.mark.slow
+
 # Collects with no ray_init_config (the address file of the `ray start`), then with
 # torchrl's default ray_init_config and RAY_ADDRESS naming the cluster (no address
 # file to find), and checks the cluster is still up after each collector shut down.

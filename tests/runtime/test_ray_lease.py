@@ -59,6 +59,7 @@ def test_local_ray_config_preloads_the_collector_worker_module():
     assert local_ray_config() is not config  # a fresh dict each time
 
 
+@pytest.mark.slow  # a Python (and Ray) of its own in a subprocess
 @pytest.mark.parametrize("preload", [True, False])
 def test_a_started_ray_preloads_torchrl_and_starts_quietly_with_token_auth(preload):
     temp_dir = tempfile.mkdtemp(prefix="tds", dir="/tmp")  # short: Ray puts sockets in it
@@ -84,6 +85,7 @@ def test_a_started_ray_preloads_torchrl_and_starts_quietly_with_token_auth(prelo
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.mark.fast
 def test_a_lease_remembers_its_config(ray_session):
     lease = RayLease.acquire({"num_cpus": 1})  # Ray is running: the config is not applied
     try:

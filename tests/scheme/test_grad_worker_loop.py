@@ -98,6 +98,7 @@ def test_max_policy_lag_is_applied_to_gradient_workers():
     assert staleness("synchronous", max_policy_lag=0) is None
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -123,6 +123,7 @@ def test_updates_follow_utd_ratio_after_random_frames(ray_clean, location):
             assert len(s.replay_buffer) == held
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(60)
 def test_bad_combinations_are_clear_errors(ray_clean):
     with pytest.raises(ValueError, match=r"storage_factory=.* is invalid with num_grad_workers=2"):
@@ -182,6 +183,7 @@ def test_nan_rewards_off_policy_are_skipped_counted_then_stop_the_run(ray_clean)
             s.step()  # the 40th skip in a row
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(120)
 def test_drop_nonfinite_frames_keeps_nan_out_of_a_driver_held_buffer(ray_clean):
     """The learner's drop_nonfinite_frames applies before the buffer: a sample never holds NaN."""

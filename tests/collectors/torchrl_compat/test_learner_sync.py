@@ -87,6 +87,7 @@ def test_dqn_trainer_with_ray_learner_publishes_to_the_workers(replay):
         collector.shutdown()
 
 
+@pytest.mark.fast
 def test_the_learner_owns_the_weights_once_it_asked_for_them(ray_clean):
     with RayCollector(
         env, mlp_policy(4, 2), frames_per_batch=16, num_collectors=1, remote_configs=SMALL
