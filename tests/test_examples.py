@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,10 +39,14 @@ TINY_ARGS = {
 
 
 @pytest.mark.parametrize("name", sorted(TINY_ARGS))
-def test_example_runs(name):
+def test_example_runs(ray_clean, name):
+    """The example joins the session's Ray through ``RAY_ADDRESS``, as a user's script joins a
+    running cluster (Ray's own rule), and leaves no actor behind (``ray_clean``)."""
+    address = ray_clean.get_runtime_context().gcs_address
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *TINY_ARGS[name]],
         capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "RAY_ADDRESS": address},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.strip(), "the example printed nothing"

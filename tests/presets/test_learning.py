@@ -33,10 +33,13 @@ def test_ppo_cartpole_beats_random(ray_clean, tmp_path, backend):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", ["impala-cartpole", "appo-cartpole"])
+@pytest.mark.parametrize("name", ["appo-cartpole"])
 def test_the_asynchronous_presets_beat_random(ray_clean, tmp_path, name):
-    """IMPALA and APPO with the preset's own settings (seed 0, its budget, its 475 target as
-    the stop): an evaluation of >= 150, which a random policy (~22) never reaches.
+    """APPO with the preset's own settings (seed 0, its budget, its 475 target as the stop):
+    an evaluation of >= 150, which a random policy (~22) never reaches. One learning check
+    for the asynchronous family: impala-cartpole shares its loop and V-trace targets and is
+    run through the API in tests/presets/test_presets.py (every frame trained on, the lag
+    bounded), its learning measured by benchmarks/impala.py.
 
     The collectors take half a CPU each (the session's Ray has 2); first-ready order is
     timing-dependent, so the run stops at a different frame count each time.

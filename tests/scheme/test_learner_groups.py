@@ -72,7 +72,9 @@ def test_the_command_refuses_a_driver_held_buffer_for_a_group_in_two_lines(ray_s
     assert "argument --buffer-location: buffer_location='driver' is invalid" in err[1]
 
 
-@pytest.mark.parametrize("name", ["sac-pendulum", "dqn-cartpole"])
+# dqn-cartpole: its epsilon annealing is the exploration state the ranks must share; SAC's
+# ranks are held to one learner bit for bit in tests/learner/test_group_replay.py
+@pytest.mark.parametrize("name", ["dqn-cartpole"])
 def test_replay_learner_groups_train_from_the_ray_held_buffer_and_resume_alone(
     ray_clean, tmp_path, name
 ):
