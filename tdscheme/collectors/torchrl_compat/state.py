@@ -204,14 +204,17 @@ class CollectorState:
         driver = driver_state(states)
         env_configs = [(s.get(WORKER_STATE_KEY) or {}).get("env_config") for s in states]
         env_version = 0 if driver is None else driver["env_config_version"]
-        # before any worker loads it: no version goes backwards (named per worker)
-        parts.pool.env_configs.check_load(
-            [0 if c is None else c["version"] for c in env_configs], env_version
-        )
+        # a plain torchrl state holds no env configs: the workers keep theirs, nothing to check
+        holds_env_configs = driver is not None or any(c is not None for c in env_configs)
+        if holds_env_configs:  # before any worker loads it: no version goes backwards
+            parts.pool.env_configs.check_load(
+                [0 if c is None else c["version"] for c in env_configs], env_version
+            )
         parts.pool.call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
             "load_state_dict", [(s, False) for s in states], parts.config.batch_timeout_s
         )
-        parts.pool.env_configs.loaded(env_configs, env_version)
+        if holds_env_configs:
+            parts.pool.env_configs.loaded(env_configs, env_version)
         if driver is not None:
             parts.stats.batches = driver["batches"]
             # the restored run's frames, all yielded; the requests in flight stay booked
