@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,7 +73,14 @@ class TrainingLoop(Protocol):
         """One iteration: ``(frames trained on, metrics)``."""
         ...
 
-    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+    def set_env_config(
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
+    ) -> int:
         """Pushes an env config to whoever collects (``RayCollector.set_env_config``'s
         arguments); returns its version."""
         ...
@@ -166,9 +173,18 @@ class CollectorEnvConfigs:
 
     collector: RayCollector
 
-    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+    def set_env_config(
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
+    ) -> int:
         """``RayCollector.set_env_config``: to the collector workers; returns the version."""
-        return self.collector.set_env_config(config, **kwargs)
+        return self.collector.set_env_config(
+            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
+        )
 
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
         """``RayCollector.wait_for_env_config``."""
