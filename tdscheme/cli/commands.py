@@ -186,11 +186,7 @@ def _process_start(fallback: float) -> float:
 
 
 def _print_summary(
-    summary: dict[str, Any],
-    setup_s: float,
-    *,
-    resumed: bool,
-    trainer: TrainerConfig,
+    summary: dict[str, Any], setup_s: float, *, resumed: bool, trainer: TrainerConfig,
     learners: int = 0,
 ) -> None:
     line = f"done: {summary['frames']} frames in {summary['elapsed_s']:.1f} s"

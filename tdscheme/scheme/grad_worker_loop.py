@@ -9,7 +9,7 @@ Each step is one coordinator step; :func:`scheme_metrics` renames its metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tdscheme.episodes import FinishedEpisodes
@@ -152,18 +152,9 @@ class GradWorkerLoop(NoReplayBuffer):
         self.episodes = FinishedEpisodes([float(mean)] * count, None) if count and mean else None
         return int(step["frames"]), metrics
 
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
         """``GradientCoordinator.set_env_config``: to every gradient worker's collectors."""
-        return self.coordinator.set_env_config(
-            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
-        )
+        return self.coordinator.set_env_config(config, **kwargs)
 
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
         """The version each worker runs: a push to gradient workers waits for their acks."""

@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,14 +73,7 @@ class TrainingLoop(Protocol):
         """One iteration: ``(frames trained on, metrics)``."""
         ...
 
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
         """Pushes an env config to whoever collects (``RayCollector.set_env_config``'s
         arguments); returns its version."""
         ...
@@ -173,18 +166,9 @@ class CollectorEnvConfigs:
 
     collector: RayCollector
 
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
         """``RayCollector.set_env_config``: to the collector workers; returns the version."""
-        return self.collector.set_env_config(
-            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
-        )
+        return self.collector.set_env_config(config, **kwargs)
 
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
         """``RayCollector.wait_for_env_config``."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -241,23 +241,15 @@ class Scheme:
         metrics.update(loop_metrics)
         return metrics
 
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
+    def set_env_config(self, config: Any, **kwargs: Any) -> int:
         """Pushes an env config to whoever collects: the collector workers, or every
-        gradient worker's collectors (the arguments of ``RayCollector.set_env_config``).
+        gradient worker's collectors (``RayCollector.set_env_config``'s arguments:
+        ``worker_ids``, ``apply="reset"`` or ``"now"``, ``apply_env_config``).
 
         Returns:
             The config's version; frames carry it in ``("collector", "env_config_version")``.
         """
-        return self.loop.set_env_config(
-            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
-        )
+        return self.loop.set_env_config(config, **kwargs)
 
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:
         """Blocks until every worker acknowledged ``version`` (``None``: the newest); returns theirs."""

@@ -217,16 +217,3 @@ def test_workers_write_stamped_frames_into_a_ray_held_buffer(ray_replay_buffer):
     assert ENV_CONFIG_VERSION_KEY in sample.keys(True)
     assert_true_stamps(sample)
     assert 1 in versions(sample) and set(versions(sample).unique().tolist()) <= {0, 1}
-
-
-def test_every_public_set_env_config_shows_its_parameters():
-    """help() and IDEs show the real parameters, not ``**kwargs`` (the same on every layer)."""
-    import inspect
-
-    from tdscheme import Scheme
-    from tdscheme.gradient_workers import GradientCoordinator
-
-    for owner in (RayCollector, Scheme, GradientCoordinator):
-        params = inspect.signature(owner.set_env_config).parameters
-        assert list(params) == ["self", "config", "worker_ids", "apply", "apply_env_config"]
-        assert params["apply"].default == "reset" and params["apply"].kind is params["apply"].KEYWORD_ONLY
