@@ -133,9 +133,9 @@ class SchemeConfig:
             buffer in the driver process, extended by the driver with each batch the
             collectors send), ``"ray"`` (a Ray-held ``RayReplayBuffer`` that the
             workers write into while they collect in the background) or ``"auto"``
-            (the default: ``"ray"`` with ``num_learners > 1``, whose ranks each sample
-            it, else ``"driver"``; :meth:`replay_location`); the ``storage_factory``
-            must build that kind of buffer.
+            (the default: ``"ray"`` with a learner group, ``num_learners > 0``, whose
+            ranks sample it, else ``"driver"``; :meth:`replay_location`); the
+            ``storage_factory`` must build that kind of buffer.
         async_learner: IMPALA / APPO (:class:`~tdscheme.scheme.async_loop.AsyncLoop`): the
             learner takes each worker's batch as soon as it is ready (``sync=False``) from
             a queue the learner paces: each worker works ``prefetch_batches`` requests
@@ -395,7 +395,7 @@ synchronous step)
         """Where an off-policy run's replay buffer lives: ``"driver"`` or ``"ray"``.
 
         ``buffer_location`` itself, or for ``"auto"``: ``"ray"`` when a learner group
-        of several ranks samples it (``num_learners > 1``), else ``"driver"``.
+        samples it (``num_learners > 0``, the runs that need it), else ``"driver"``.
 
         Example:
             >>> SchemeConfig(num_learners=2).replay_location()
@@ -405,4 +405,4 @@ synchronous step)
         """
         if self.buffer_location != "auto":
             return self.buffer_location
-        return "ray" if self.num_learners > 1 else "driver"
+        return "ray" if self.num_learners else "driver"

@@ -53,7 +53,8 @@ def test_a_replay_learner_group_needs_the_ray_held_buffer():
     sac = get_preset("sac-pendulum")
     assert sac.scheme.buffer_location == "auto"
     assert sac.storage_factory().keywords["ray_held"] is False
-    assert sac.override({"num_learners": 2}).storage_factory().keywords["ray_held"] is True
+    for ranks in (1, 2):  # every learner group needs it, one rank included
+        assert sac.override({"num_learners": ranks}).storage_factory().keywords["ray_held"] is True
     preset = sac.override({"num_learners": 2, "buffer_location": "driver"})
     with pytest.raises(
         ValueError, match=r"buffer_location='driver' is invalid with num_learners=2"
