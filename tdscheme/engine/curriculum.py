@@ -37,6 +37,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tdscheme.rollout.env_config_state import encode_env_config
 from tdscheme.validation import check_choice, check_int, invalid
 
 __all__ = ["CurriculumRunner", "RecentEpisodes", "ThresholdCurriculum"]
@@ -84,10 +85,14 @@ class ThresholdCurriculum:
         min_episodes: episodes at the current level a decision needs.
         start_level: the level a new run starts at.
         apply: ``"reset"`` (each env copy switches at its next reset) or ``"now"``.
-        apply_env_config: ``fn(env, config)`` for envs without ``set_env_config``.
+        apply_env_config: ``fn(env, config)`` for envs without ``set_env_config``: a
+            module-level function (a checkpoint stores it by its import path).
 
     Raises:
         ValueError: no levels, a bad threshold list, level or count (named).
+        TypeError: a level or ``apply_env_config`` a checkpoint cannot hold (a lambda, a
+            local function; :mod:`tdscheme.rollout.env_config_state`), or an
+            ``apply_env_config`` that is not callable: refused here, not when pushed.
     """
 
     def __init__(
@@ -113,6 +118,14 @@ class ThresholdCurriculum:
         if start_level >= len(self.levels):
             raise invalid("start_level", start_level, f"a level in 0..{len(self.levels) - 1}")
         check_choice("apply", apply, ("reset", "now"))
+        if apply_env_config is not None and not callable(apply_env_config):
+            raise TypeError(
+                f"apply_env_config={apply_env_config!r} is invalid; accepted: None or a "
+                "module-level function fn(env, config)"
+            )
+        for i, level in enumerate(self.levels):  # each is pushed, and checkpointed, later
+            encode_env_config(level, name=f"levels[{i}]")
+        encode_env_config(apply_env_config, name="apply_env_config")
         self.min_episodes = min_episodes
         self.level = start_level
         self.apply = apply

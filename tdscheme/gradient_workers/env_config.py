@@ -49,7 +49,8 @@ class GradientEnvConfigs:
 
         Raises:
             ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
-            TypeError: ``config`` cannot be pickled.
+            TypeError: ``config`` cannot be pickled, or a checkpoint cannot hold it or
+                ``apply_env_config`` (:mod:`tdscheme.rollout.env_config_state`).
             GradientWorkerError: a worker refused it (named), or did not acknowledge it
                 within ``timeout_s``.
         """
@@ -88,10 +89,7 @@ class GradientEnvConfigs:
 
     def state_dict(self) -> dict[str, Any]:
         """``{"version", "workers": {id: {"config", "version", "apply_env_config"}}}``."""
-        workers = {
-            i: {"config": p.config, "version": p.version, "apply_env_config": p.apply_env_config}
-            for i, (p, _) in self._pushes.items()
-        }
+        workers = {i: push.state() for i, (push, _) in self._pushes.items()}
         return {"version": self.version, "workers": workers}
 
     def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
@@ -99,15 +97,14 @@ class GradientEnvConfigs:
 
         Raises:
             ValueError: the state's version is older than one this pool pushed.
+            ImportError: a config's class or ``apply_env_config`` cannot be imported.
         """
         if state is None:
             return
         version = state_version(state, self.version, "these gradient workers")
         self.version = version
         for worker_id, entry in dict(state["workers"]).items():
-            push = EnvConfigPush(
-                entry["config"], int(entry["version"]), "now", entry.get("apply_env_config")
-            )
+            push = EnvConfigPush.from_state(entry)  # decoded here: it imports the driver's classes
             if self._pushes.get(int(worker_id), (None,))[0] == push:
                 continue
             ref = put(push, what=f"the env config of gradient worker {worker_id}")

@@ -56,6 +56,7 @@ from tdscheme.envs.env_config import (
     env_config_target,
 )
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
+from tdscheme.rollout.env_config_state import decode_env_config, encode_env_config
 from tdscheme.rollout.stamps import stamp_, write_
 
 __all__ = ["APPLY_MODES", "EnvConfigPush", "EnvConfigRunner", "env_config_push", "state_version"]
@@ -73,12 +74,38 @@ class EnvConfigPush:
         version: its version, newer than every one the worker received before.
         apply: ``"reset"`` or ``"now"`` (see the module).
         apply_env_config: ``fn(env, config)`` to apply it; ``None``: the env's protocol.
+        encoded: ``config`` and ``apply_env_config`` as a checkpoint holds them
+            (:mod:`tdscheme.rollout.env_config_state`), made on the driver when pushed;
+            ``None``: made when :meth:`state` is asked.
     """
 
     config: Any
     version: int
     apply: str = "reset"
     apply_env_config: Callable[[Any, Any], None] | None = None
+    encoded: tuple[Any, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def state(self) -> dict[str, Any]:
+        """``{"config", "version", "apply_env_config"}``, which a checkpoint holds.
+
+        Raises:
+            TypeError: (a push made without :func:`env_config_push`) a value a checkpoint
+                cannot hold.
+        """
+        config, apply_env_config = self.encoded or (
+            encode_env_config(self.config, name="config"),
+            encode_env_config(self.apply_env_config, name="apply_env_config"),
+        )
+        return {"config": config, "version": self.version, "apply_env_config": apply_env_config}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> EnvConfigPush:
+        """The push :meth:`state` saved, decoded (``apply="now"``: a restored worker)."""
+        config, apply_env_config = state["config"], state.get("apply_env_config")
+        return cls(
+            decode_env_config(config), int(state["version"]), "now",
+            decode_env_config(apply_env_config), encoded=(config, apply_env_config),
+        )  # fmt: skip
 
 
 def env_config_push(
@@ -92,7 +119,9 @@ def env_config_push(
 
     Raises:
         ValueError: an unknown ``apply``, or a bad task distribution.
-        TypeError: ``apply_env_config`` is neither ``None`` nor callable.
+        TypeError: ``apply_env_config`` is neither ``None`` nor callable, or ``config`` or
+            ``apply_env_config`` is a value a checkpoint cannot hold (a lambda, an object
+            of another class than those :mod:`tdscheme.rollout.env_config_state` accepts).
 
     Example:
         >>> env_config_push({"g": 2.0}, 3).version
@@ -110,7 +139,13 @@ def env_config_push(
             "fn(env, config)"
         )
     as_distribution(config)  # a bad {"levels", "probs"} fails here, before any worker
-    return EnvConfigPush(config, version, apply, apply_env_config)
+    # before anything is sent, not at a checkpoint mid-run; and here, in the driver, whose
+    # __main__ defines the user's classes and functions (a worker could not import them)
+    encoded = (
+        encode_env_config(config, name="config"),
+        encode_env_config(apply_env_config, name="apply_env_config"),
+    )
+    return EnvConfigPush(config, version, apply, apply_env_config, encoded)
 
 
 class EnvConfigRunner:
@@ -314,32 +349,23 @@ class EnvConfigRunner:
         return [self._base_version] if running is None else running.tolist()
 
     def state_dict(self) -> dict[str, Any] | None:
-        """``{"config", "version", "apply_env_config"}`` of the newest config received, or ``None``."""
+        """:meth:`EnvConfigPush.state` of the newest config received, or ``None``."""
         with self._cond:
             push = self._staged[0] if self._staged is not None else self.latest
-        if push is None:
-            return None
-        config = push.config
-        if isinstance(config, TaskDistribution):  # plain data, as a checkpoint holds
-            config = {"levels": list(config.levels), "probs": list(config.probs)}
-        return {
-            "config": config,
-            "version": push.version,
-            "apply_env_config": push.apply_env_config,
-        }
+        return None if push is None else push.state()
 
-    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`state_dict`: the config is applied to every copy now.
+    def load_state_dict(self, state: Mapping[str, Any] | EnvConfigPush | None) -> None:
+        """Restores :meth:`state_dict` (or its push, decoded by the driver): applied at once.
 
         Raises:
             ValueError: its version is older than one this worker received.
         """
         if state is None:
             return
-        version = state_version(state, self.received_version, "this worker")
+        push = state if isinstance(state, EnvConfigPush) else EnvConfigPush.from_state(state)
+        version = state_version({"version": push.version}, self.received_version, "this worker")
         if version == self.received_version:  # already running it (a reload of the same state)
             return
-        push = EnvConfigPush(state["config"], version, "now", state.get("apply_env_config"))
         self.start(push)
 
 

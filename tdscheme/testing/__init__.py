@@ -26,16 +26,24 @@ from torch import nn
 # the faulty envs are a public feature (fault drills); the kit keeps its old name for them
 from tdscheme.envs.faulty import FaultyEnv, PixelsLikeObs
 from tdscheme.envs.faulty import make_faulty_env as make_env
-from tdscheme.testing.probe_envs import EchoConfigEnv, echo_config_env, make_gated_env
+from tdscheme.testing.probe_envs import (
+    EchoConfigEnv,
+    EchoLevel,
+    apply_echo_config,
+    echo_config_env,
+    make_gated_env,
+)
 from tdscheme.testing.ray_checks import alive_actor_ids, assert_no_actors_left, kill_and_wait
 
 __all__ = [
     "CountingPolicy",
     "EchoConfigEnv",
+    "EchoLevel",
     "FaultyEnv",
     "OneHotArgmax",
     "PixelsLikeObs",
     "alive_actor_ids",
+    "apply_echo_config",
     "assert_no_actors_left",
     "assert_same",
     "bias_policy",

@@ -5,6 +5,7 @@ Importable by Ray workers (tests send these factories to actors by reference).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,27 @@ def make_gated_env(
     return GymWrapper(_StepsOnceFileHolds(env, path, text, timeout_s))
 
 
+@dataclasses.dataclass(frozen=True)
+class EchoLevel:
+    """An env config that is a dataclass: :class:`EchoConfigEnv` observes its ``level``."""
+
+    level: float
+    note: str = ""
+
+
+def apply_echo_config(env: Any, config: Any) -> None:
+    """An ``apply_env_config``: ``set_env_config`` on each copy of :func:`echo_config_env`'s env."""
+    inner = env._env  # torchrl's GymWrapper: one EchoConfigEnv or a SyncVectorEnv of them
+    for copy in getattr(inner, "envs", [inner]):
+        copy.set_env_config(config)
+
+
 class EchoConfigEnv(gym.Env):
     """Observes its env config's ``level`` (a float): a frame shows the config it ran under.
 
-    ``set_env_config({"level": x})`` (or a bare number) takes effect at once; episodes last
-    ``episode_steps`` steps, reward 1 per step, two actions that change nothing.
+    ``set_env_config({"level": x})`` (or an :class:`EchoLevel`, or a bare number) takes effect
+    at once; episodes last ``episode_steps`` steps, reward 1 per step, two actions that change
+    nothing.
     """
 
     observation_space = gym.spaces.Box(-1e9, 1e9, (1,), dtype="float32")
@@ -74,6 +91,8 @@ class EchoConfigEnv(gym.Env):
         self.level, self.episode_steps, self._t = 0.0, episode_steps, 0
 
     def set_env_config(self, config: Any) -> None:
+        if isinstance(config, EchoLevel):
+            config = config.level
         self.level = float(config["level"] if isinstance(config, dict) else config)
 
     def _obs(self) -> Any:

@@ -16,10 +16,11 @@ import torch
 
 from tdscheme import RayCollector
 from tdscheme.collectors import CollectorWorker, WorkerSpec
+from tdscheme.engine.checkpoint import load_checkpoint, save_checkpoint
 from tdscheme.errors import WorkerError
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY, WORKER_ID_KEY
 from tdscheme.rollout.env_config import EnvConfigPush
-from tdscheme.testing import echo_config_env, kill_and_wait, make_env
+from tdscheme.testing import EchoLevel, apply_echo_config, echo_config_env, kill_and_wait, make_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -165,14 +166,34 @@ def test_versions_survive_state_dict_and_never_go_backwards(ray_clean):
         assert resumed.set_env_config(level(3)) == 3  # the next version after the state's
 
 
+def test_a_dataclass_config_and_its_function_survive_a_checkpoint(ray_clean, tmp_path):
+    """Workers save the form the driver made when it pushed; the driver decodes it on load."""
+    config = EchoLevel(1.0, note="ray")
+    with echo_collector() as collector:
+        version = collector.set_env_config(config, apply="now", apply_env_config=apply_echo_config)
+        collector.wait_for_env_config(version, timeout_s=60)
+        path = save_checkpoint(tmp_path / "ckpt.pt", {"collector": collector.state_dict()})
+    torch.load(path, weights_only=True)
+    with echo_collector() as resumed:
+        resumed.load_state_dict(load_checkpoint(path)["collector"])
+        batch = next(iter(resumed))
+        assert (versions(batch) == 1).all()
+        assert_true_stamps(batch)  # the env ran level 1.0, through apply_echo_config
+        again = resumed.state_dict()  # what the resumed workers hold, checkpointed again
+        save_checkpoint(tmp_path / "again.pt", {"collector": again})
+    saved = again[1]["tdscheme"]["env_config"]
+    assert saved["config"]["path"] == "tdscheme.testing.probe_envs:EchoLevel"
+    assert saved["apply_env_config"]["path"] == "tdscheme.testing.probe_envs:apply_echo_config"
+
+
 @pytest.mark.fast
 def test_bad_configs_are_named(ray_clean):
     with RayCollector(
         functools.partial(make_env, "CartPole-v1"), None, frames_per_batch=40, total_frames=-1,
         num_collectors=2, remote_configs=SMALL,
     ) as collector:  # fmt: skip
-        with pytest.raises(
-            TypeError, match=r"for workers \[0, 1\] cannot be pickled.*_thread.lock"
+        with pytest.raises(  # refused before it is sent: a checkpoint could not hold it
+            TypeError, match=r"config\['lock'\]=.* of type _thread.lock is invalid.*accepted"
         ):
             collector.set_env_config({"lock": threading.Lock()})
         with pytest.raises(ValueError, match="apply='later' is invalid"):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+import torch
 
 from tdscheme.engine import read_metrics
-from tdscheme.engine.checkpoint import load_checkpoint
+from tdscheme.engine.checkpoint import load_checkpoint, save_checkpoint
 from tdscheme.engine.curriculum import CurriculumRunner, RecentEpisodes, ThresholdCurriculum
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.presets import get_preset
+from tdscheme.rollout.env_config import env_config_push
+from tdscheme.rollout.worker_collector import WorkerCollector
+from tdscheme.testing import EchoLevel, apply_echo_config, echo_config_env
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -80,6 +86,71 @@ def test_the_runner_feeds_recent_episodes_pushes_and_round_trips_its_state():
     assert CurriculumRunner(None).step(scheme) == {}
     with pytest.raises(TypeError, match="curriculum=3 is invalid"):
         CurriculumRunner(3)
+
+
+class RolloutScheme:
+    """What the runner uses of a Scheme, over a real in-process rollout of ``EchoConfigEnv``."""
+
+    def __init__(self) -> None:
+        self.last_episodes: FinishedEpisodes | None = None
+        self.version = 0
+        self.rollout = WorkerCollector(
+            functools.partial(echo_config_env, 2), None, frames_per_batch=8
+        )
+
+    def set_env_config(self, config, *, apply, apply_env_config) -> int:
+        self.version += 1
+        push = env_config_push(config, self.version, apply=apply, apply_env_config=apply_env_config)
+        return self.rollout.env_config.stage(push)
+
+    def state_dict(self) -> dict:
+        return {"env_config": self.rollout.env_config.state_dict()}
+
+
+def test_a_curriculum_with_an_apply_function_and_dataclass_levels_checkpoints(tmp_path):
+    """Its levels and ``apply_env_config`` are in the workers' states: a checkpoint holds
+    them, and a resumed run runs the same level with the same function."""
+    levels = [EchoLevel(1.0), EchoLevel(2.0, note="harder")]
+
+    def curriculum() -> ThresholdCurriculum:
+        return ThresholdCurriculum(
+            levels, promote_at=-1e9, min_episodes=1, apply="now", apply_env_config=apply_echo_config
+        )  # fmt: skip
+
+    scheme, runner = RolloutScheme(), CurriculumRunner(curriculum())
+    try:
+        runner.start(scheme, None)
+        scheme.last_episodes = FinishedEpisodes([1.0], None, None, None)
+        runner.step(scheme)  # promoted: version 2, level 1
+        scheme.rollout.next_batch()
+        state = {"curriculum": runner.state_dict(), "scheme": scheme.state_dict()}
+        path = save_checkpoint(tmp_path / "ckpt.pt", state)
+    finally:
+        scheme.rollout.shutdown()
+    torch.load(path, weights_only=True)
+    saved = load_checkpoint(path)
+    resumed_scheme, resumed = RolloutScheme(), CurriculumRunner(curriculum())
+    try:
+        resumed.start(resumed_scheme, saved)
+        resumed_scheme.rollout.env_config.load_state_dict(saved["scheme"]["env_config"])
+        assert (resumed.curriculum.level, resumed.version) == (1, 2)
+        batch = resumed_scheme.rollout.next_batch()
+        assert (batch["next", "observation"] == 2.0).all()  # the level it saved runs again
+        latest = resumed_scheme.rollout.env_config.latest
+        assert latest.config == levels[1] and type(latest.config) is EchoLevel
+        assert latest.apply_env_config is apply_echo_config
+    finally:
+        resumed_scheme.rollout.shutdown()
+
+
+def test_threshold_curriculum_refuses_what_a_checkpoint_cannot_hold_when_built():
+    with pytest.raises(TypeError, match=r"apply_env_config=<function .*<lambda>.*") as err:
+        ThresholdCurriculum(LEVELS, promote_at=0.0, apply_env_config=lambda env, config: None)
+    assert "accepted: a module-level function or class" in str(err.value)
+    with pytest.raises(TypeError, match=r"levels\[1\]\['g'\]=<object .* of type builtins.object"):
+        ThresholdCurriculum([{"g": 1.0}, {"g": object()}], promote_at=0.0)
+    with pytest.raises(TypeError, match="apply_env_config=3 is invalid; accepted: None or a"):
+        ThresholdCurriculum(LEVELS, promote_at=0.0, apply_env_config=3)
 
 
 def quick_curriculum() -> ThresholdCurriculum:

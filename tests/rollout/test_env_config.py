@@ -15,6 +15,7 @@ import pytest
 import torch
 from torchrl.envs import GymWrapper, RewardSum, StepCounter, TransformedEnv
 
+from tdscheme.engine.checkpoint import load_checkpoint, save_checkpoint
 from tdscheme.envs import make_env
 from tdscheme.envs.env_config import (
     EnvAttributes,
@@ -24,10 +25,10 @@ from tdscheme.envs.env_config import (
     make_configurable_env,
 )
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
-from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner
+from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner, env_config_push
 from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.rollout.worker_collector import WorkerCollector
-from tdscheme.testing import EchoConfigEnv, echo_config_env
+from tdscheme.testing import EchoConfigEnv, EchoLevel, apply_echo_config, echo_config_env
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,6 +153,50 @@ def test_a_rebuilt_worker_starts_with_its_config():
         }  # fmt: skip
     finally:
         rollout.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("config", "apply_env_config"),
+    [(EchoLevel(3.0, note="hard"), None), (level(3), apply_echo_config)],
+    ids=["dataclass config", "apply_env_config function"],
+)
+def test_a_config_and_its_function_survive_a_checkpoint_and_resume(
+    config, apply_env_config, tmp_path
+):
+    """What a worker's state holds is what ``torch.load(weights_only=True)`` reads, and a
+    resumed worker runs the config it saved: equal, of the same type, with the same function."""
+    echo = functools.partial(echo_config_env, 2)
+    push = env_config_push(config, 3, apply="now", apply_env_config=apply_env_config)
+    rollout = WorkerCollector(echo, None, frames_per_batch=8)
+    try:
+        rollout.env_config.stage(push)
+        rollout.next_batch()
+        path = save_checkpoint(
+            tmp_path / "ckpt.pt", {"env_config": rollout.env_config.state_dict()}
+        )
+    finally:
+        rollout.shutdown()
+    assert torch.load(path, weights_only=True)["state"]["env_config"]["version"] == 3
+    resumed = WorkerCollector(echo, None, frames_per_batch=8)
+    try:
+        resumed.env_config.load_state_dict(load_checkpoint(path)["env_config"])
+        batch = resumed.next_batch()
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 3).all()
+        assert_stamps_true(batch)  # the env ran level 3
+        latest = resumed.env_config.latest
+        assert latest.config == config and type(latest.config) is type(config)
+        assert latest.apply_env_config is apply_env_config
+        assert resumed.env_config.state_dict() == rollout.env_config.state_dict()
+    finally:
+        resumed.shutdown()
+
+
+def test_what_a_checkpoint_cannot_hold_is_refused_when_pushed():
+    with pytest.raises(TypeError, match=r"apply_env_config=<function .*<lambda>.*") as err:
+        env_config_push(level(1), 1, apply_env_config=lambda env, config: None)
+    assert "accepted: a module-level function or class" in str(err.value)
+    with pytest.raises(TypeError, match=r"config\['x'\]=<object .* of type builtins.object"):
+        env_config_push({"x": object()}, 1)
 
 
 def test_task_distributions_draw_per_copy_at_each_reset_and_reproduce():

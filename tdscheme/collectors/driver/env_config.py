@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tdscheme.errors import WorkerError
@@ -132,8 +132,10 @@ class EnvConfigs:
 
         Raises:
             ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
-            TypeError: ``config`` (or ``apply_env_config``) cannot be pickled, or
-                ``apply_env_config`` is not callable.
+            TypeError: ``config`` (or ``apply_env_config``) cannot be pickled, or a
+                checkpoint cannot hold it (:mod:`tdscheme.rollout.env_config_state`: a
+                lambda, an object of a class it does not accept), or ``apply_env_config``
+                is not callable.
             WorkerError: an earlier push was refused by a worker (named): an env that
                 offers no way to receive a config, a version that goes backwards.
 
@@ -300,16 +302,17 @@ class EnvConfigs:
                 "versions only go forward: load it into a collector that pushed none newer"
             )
 
-    def loaded(self, states: Sequence[Mapping[str, Any] | None], driver_version: int) -> None:
-        """The workers loaded ``states`` (each a worker's env config or ``None``)."""
+    def loaded(self, pushes: Sequence[EnvConfigPush | None], driver_version: int) -> None:
+        """The workers loaded ``pushes`` (each a worker's env config or ``None``).
+
+        Each is :meth:`EnvConfigPush.from_state` of a worker's state, decoded in the driver
+        process, which imports the classes its ``__main__`` defines (a worker cannot).
+        """
         self.version = max(self.version, driver_version)
-        for i, state in enumerate(states):
+        for i, push in enumerate(pushes):
             worker = self._worker(i)
-            if state is None:
+            if push is None:
                 continue
-            push = EnvConfigPush(
-                state["config"], int(state["version"]), "now", state.get("apply_env_config")
-            )
             worker.ref = worker.acked_ref = put(push, what=f"the env config of worker {i}")
             worker.pushed = worker.acked = worker.running = push.version
 

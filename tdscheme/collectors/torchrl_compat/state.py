@@ -27,6 +27,7 @@ from typing import Any
 
 from tdscheme.collectors.driver.stats import CollectorParts
 from tdscheme.collectors.worker.actor import WORKER_STATE_KEY
+from tdscheme.rollout.env_config import EnvConfigPush
 
 __all__ = ["CollectorState", "driver_state", "worker_states"]
 
@@ -125,6 +126,16 @@ def driver_state(states: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     return None
 
 
+def _with_env_config(state: Mapping[str, Any], push: EnvConfigPush | None) -> Mapping[str, Any]:
+    """``state`` (not changed) with its worker's env config replaced by ``push``, decoded."""
+    own = state.get(WORKER_STATE_KEY)
+    if push is None or not own:
+        return state
+    out = collections.OrderedDict(state)
+    out[WORKER_STATE_KEY] = {**own, "env_config": push}
+    return out
+
+
 def _from_legacy(state: Mapping[str, Any]) -> list[Any]:
     """tdscheme's former ``{"frames", "batches", "policy_version", "workers"}`` as the list form."""
     workers = []
@@ -210,11 +221,14 @@ class CollectorState:
             parts.pool.env_configs.check_load(
                 [0 if c is None else c["version"] for c in env_configs], env_version
             )
+        # decoded here, where the classes and functions of the driver's __main__ import
+        pushes = [None if c is None else EnvConfigPush.from_state(c) for c in env_configs]
+        states = [_with_env_config(s, p) for s, p in zip(states, pushes, strict=True)]
         parts.pool.call_every_worker(  # a worker that dies meanwhile is rebuilt and loads it again
             "load_state_dict", [(s, False) for s in states], parts.config.batch_timeout_s
         )
         if holds_env_configs:
-            parts.pool.env_configs.loaded(env_configs, env_version)
+            parts.pool.env_configs.loaded(pushes, env_version)
         if driver is not None:
             parts.stats.batches = driver["batches"]
             # the restored run's frames, all yielded; the requests in flight stay booked
