@@ -126,24 +126,6 @@ def cli_resume_not_a_run() -> dict[str, Any]:
                         ["train", "--resume", d], expect=("has no config.json",), bound_s=30.0)  # fmt: skip
 
 
-def cli_resume_prioritized() -> dict[str, Any]:
-    """A resumed off-policy run asked for --prioritized where torchrl's extension does not load:
-    one usage line, within 2 s, Ray never started (issue 38: --resume skipped the check)."""
-    from tdscheme.cli.preflight import prioritized_error
-    from tdscheme.presets import get_preset
-
-    fault = "tdscheme train --resume RUN_DIR --prioritized (torchrl's extension does not load)"
-    if prioritized_error() is None:
-        return row(fault, "survived", 0.0, 2.0, detail="torchrl's extension loads here: it runs")
-    with tempfile.TemporaryDirectory() as d:
-        run_dir = Path(d) / "run"
-        run_dir.mkdir()
-        preset = get_preset("dqn-cartpole").override({"run_dir": str(run_dir)})
-        (run_dir / "config.json").write_text(json.dumps(preset.to_dict()))
-        return _command(fault, ["train", "--resume", str(run_dir), "--prioritized"],
-                        expect=("argument --prioritized", "torchrl._torchrl"), bound_s=2.0)  # fmt: skip
-
-
 def cli_eval_fallback() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         run_dir = _saved_run(Path(d) / "run")
@@ -242,7 +224,6 @@ ROWS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
     ("cli: --resume changed shapes", cli_resume_changed),
     ("cli: --resume changed collectors", cli_resume_collectors),
     ("cli: --resume not a run", cli_resume_not_a_run),
-    ("cli: --resume --prioritized", cli_resume_prioritized),
     ("cli: eval falls back", cli_eval_fallback),
     ("cli: eval damaged file", cli_eval_damaged_file),
     ("signal: SIGTERM while training", sigterm_training),

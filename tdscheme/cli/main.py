@@ -73,16 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lease = None
     forced_line = None
     verbose = False
-    probe = None
     try:
-        from tdscheme.cli import preflight
-
-        if preflight.may_need_the_extension(argv):  # asked while the parser is imported
-            probe = preflight.start_probe()
         from tdscheme.cli.parser import bench_preset, build_parser, train_preset
 
         args = build_parser().parse_args(argv)  # a usage error exits here with status 2
-        args.extension_probe = probe
         verbose = args.verbose
         configure_driver_logging(logging.INFO if verbose else logging.WARNING)
         preset = None
@@ -108,9 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 128 + signal.Signals[name].value
     finally:
-        if probe is not None and probe.poll() is None:  # a usage error came first
-            probe.kill()
-            probe.wait()
         if lease is not None:
             lease.release()
         interrupts.uninstall()

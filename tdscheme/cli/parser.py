@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tdscheme.cli.options import add_setting_options, option_name, setting_error
-from tdscheme.cli.preflight import check_packages, check_prioritized
+from tdscheme.cli.preflight import check_packages
 from tdscheme.cli.resume import resume_overrides
 from tdscheme.engine.trainer_config import CONFIG_FILE
 from tdscheme.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset, preset_from_dict
@@ -35,7 +35,7 @@ _SHORT_USAGE = "%(prog)s [-h] [PRESET] [--SETTING VALUE ...]"
 
 #: Parsed arguments that are not settings of a preset.
 _NOT_SETTINGS = (
-    "command", "command_parser", "verbose", "preset", "resume", "seconds", "extension_probe",
+    "command", "command_parser", "verbose", "preset", "resume", "seconds",
 )  # fmt: skip
 
 
@@ -159,8 +159,7 @@ def train_preset(args: argparse.Namespace) -> Preset:
     """The preset ``tdscheme train`` runs: the named one (or the run's, with ``--resume``), overridden.
 
     Args:
-        args: ``build_parser().parse_args(...)`` of a ``train`` command; its
-            ``extension_probe``, when set, is :func:`tdscheme.cli.preflight.start_probe`'s.
+        args: ``build_parser().parse_args(...)`` of a ``train`` command.
 
     Returns:
         The preset, every setting checked (its configs validate them).
@@ -182,9 +181,7 @@ def train_preset(args: argparse.Namespace) -> Preset:
             preset = preset.override(overrides)
     except (ValueError, TypeError) as err:
         sub.error(setting_error(err, overrides))
-    # a new run and a resumed one alike: the optional packages, then torchrl's extension
-    check_packages(preset, sub)
-    check_prioritized(preset, sub, getattr(args, "extension_probe", None))
+    check_packages(preset, sub)  # a new run and a resumed one alike
     return preset
 
 

@@ -46,7 +46,14 @@ INDEX_KEY = "index"
 
 
 def is_prioritized(buffer: Any) -> bool:
-    """Whether ``buffer`` (a torchrl replay buffer, local or Ray-held) samples by priority."""
+    """Whether ``buffer`` (a torchrl replay buffer, local or Ray-held) samples by priority.
+
+    A Ray-held buffer's sampler lives in its actor: a
+    :class:`~tdscheme.replay.BoundedRayBuffer` around it says (its ``prioritized``).
+    """
+    prioritized = getattr(buffer, "prioritized", None)
+    if isinstance(prioritized, bool):
+        return prioritized
     try:
         sampler = buffer.sampler
     except (AttributeError, NotImplementedError):

@@ -30,7 +30,6 @@ from torchrl.data import (
     Bounded,
     LazyTensorStorage,
     OneHot,
-    TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
 from torchrl.modules import (
@@ -46,6 +45,7 @@ from torchrl.modules import (
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
+from tdscheme.replay.prioritized import prioritized_buffer, prioritized_sampler
 from tdscheme.replay.ray_held import ray_buffer_kwargs
 from tdscheme.validation import check_choice, invalid
 
@@ -178,7 +178,9 @@ def replay_buffer(
     Args:
         size: frames held (``LazyTensorStorage``).
         batch_size: frames per ``sample()``.
-        prioritized: ``TensorDictPrioritizedReplayBuffer`` (torchrl's ``PrioritizedSampler``).
+        prioritized: sampled by priority (torchrl's ``PrioritizedSampler``, or tdscheme's
+            sum tree where torchrl's extension does not load:
+            :func:`~tdscheme.replay.prioritized.prioritized_sampler`).
         alpha, beta: prioritized replay's exponents.
         ray_held: a ``RayReplayBuffer`` (an actor) that collector workers write into.
         ndim: the storage's batch dims per write: 2 for workers that write
@@ -186,21 +188,19 @@ def replay_buffer(
 
     Returns:
         The buffer.
-
-    Raises:
-        ValueError: ``prioritized`` with ``ray_held`` (not supported by the presets).
     """
     if ray_held:
-        if prioritized:
-            raise invalid(
-                "prioritized", True, "False", context="buffer_location='ray' in the presets"
-            )
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
         storage = functools.partial(LazyTensorStorage, size, ndim=ndim)
-        return RayReplayBuffer(storage=storage, batch_size=batch_size, **ray_buffer_kwargs())
+        if not prioritized:
+            return RayReplayBuffer(storage=storage, batch_size=batch_size, **ray_buffer_kwargs())
+        # built in the buffer's actor (torchrl's rule for a Ray-held buffer's parts)
+        sampler = functools.partial(prioritized_sampler, size, alpha, beta)
+        return RayReplayBuffer(
+            storage=storage, sampler=sampler, batch_size=batch_size,
+            **ray_buffer_kwargs(TensorDictReplayBuffer),
+        )  # fmt: skip
     if prioritized:
-        return TensorDictPrioritizedReplayBuffer(
-            alpha=alpha, beta=beta, storage=LazyTensorStorage(size), batch_size=batch_size
-        )
+        return prioritized_buffer(size=size, batch_size=batch_size, alpha=alpha, beta=beta)
     return TensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=batch_size)

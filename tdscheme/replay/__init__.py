@@ -8,6 +8,8 @@
 * :mod:`~tdscheme.replay.bounded`: the driver's calls on such a buffer, each bounded.
 * :mod:`~tdscheme.replay.compact`: a storage keeping each observation (each stacked
   plane) once, torchrl's layout when read.
+* :mod:`~tdscheme.replay.prioritized`: prioritized replay with any torch (torchrl's
+  sampler where its C++ extension loads, the same sampler on a numpy sum tree elsewhere).
 
 Used by the collector workers (writes), the driver (a dead worker's last write) and the
 off-policy training loop (samples); none of them imports another for it.
@@ -19,11 +21,20 @@ import typing
 
 from tdscheme.facades import lazy_exports
 
-__all__ = ["BoundedRayBuffer", "CompactFrameStorage", "is_ray_replay_buffer", "ray_buffer_kwargs"]
+__all__ = [
+    "BoundedRayBuffer",
+    "CompactFrameStorage",
+    "SumTreeSampler",
+    "is_ray_replay_buffer",
+    "prioritized_buffer",
+    "prioritized_sampler",
+    "ray_buffer_kwargs",
+]
 
 if typing.TYPE_CHECKING:
     from tdscheme.replay.bounded import BoundedRayBuffer
     from tdscheme.replay.compact import CompactFrameStorage
+    from tdscheme.replay.prioritized import SumTreeSampler, prioritized_buffer, prioritized_sampler
     from tdscheme.replay.ray_held import is_ray_replay_buffer, ray_buffer_kwargs
 
 __getattr__, __dir__ = lazy_exports(
@@ -31,6 +42,9 @@ __getattr__, __dir__ = lazy_exports(
     {
         "BoundedRayBuffer": "tdscheme.replay.bounded",
         "CompactFrameStorage": "tdscheme.replay.compact",
+        "SumTreeSampler": "tdscheme.replay.prioritized",
+        "prioritized_buffer": "tdscheme.replay.prioritized",
+        "prioritized_sampler": "tdscheme.replay.prioritized",
         "is_ray_replay_buffer": "tdscheme.replay.ray_held",
         "ray_buffer_kwargs": "tdscheme.replay.ray_held",
     },

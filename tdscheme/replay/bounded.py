@@ -31,7 +31,13 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from tdscheme.replay.ray_held import bounded_in_thread, buffer_actor, buffer_died, is_distributed
+from tdscheme.replay.ray_held import (
+    bounded_in_thread,
+    buffer_actor,
+    buffer_died,
+    is_distributed,
+    samples_by_priority,
+)
 
 __all__ = ["BoundedRayBuffer"]
 
@@ -59,23 +65,35 @@ class BoundedRayBuffer:
         timeout_s: the longest any call may take.
         prefetch: ``1``: each ``sample()`` (of the size of the first one) also
             asks for the next one (the ``"ray"`` transport); ``0``: no sample ahead.
+        prioritized: whether the buffer samples by priority (``None``: its actor is
+            asked, once, when :attr:`prioritized` is first read).
 
     Raises (from each call):
         TimeoutError: the buffer's actor did not answer within ``timeout_s``.
         ReplayBufferDied: the buffer's actor is dead.
     """
 
-    def __init__(self, buffer: Any, timeout_s: float, *, prefetch: int = 0) -> None:
+    def __init__(
+        self, buffer: Any, timeout_s: float, *, prefetch: int = 0, prioritized: bool | None = None
+    ) -> None:
         if prefetch not in (0, 1):
             raise ValueError(f"prefetch={prefetch!r} is invalid; accepted: 0 or 1")
         self.buffer = buffer
         self.timeout_s = timeout_s
         self.prefetch = prefetch
+        self._prioritized = prioritized
         # torchrl's actor, whatever the transport (a buffer's, or a client's)
         self._actor = getattr(buffer, "_rb", None) or buffer_actor(buffer)
         self._distributed = is_distributed(buffer)
         self._bound: set[str] = set()  # distributed calls whose schema torchrl has bound
         self._next_sample: Any = None  # the sample asked for ahead: (batch_size, ObjectRef)
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the buffer's sampler (in its actor) is a ``PrioritizedSampler``."""
+        if self._prioritized is None:
+            self._prioritized = samples_by_priority(self.buffer, self.timeout_s)
+        return self._prioritized
 
     # -- the calls ------------------------------------------------------------------------
 
@@ -193,7 +211,10 @@ class BoundedRayBuffer:
         torchrl's ``buffer.client()`` (picklable: an actor handle) in a BoundedRayBuffer
         of the same ``timeout_s`` and ``prefetch``.
         """
-        return BoundedRayBuffer(self.buffer.client(), self.timeout_s, prefetch=self.prefetch)
+        return BoundedRayBuffer(
+            self.buffer.client(), self.timeout_s, prefetch=self.prefetch,
+            prioritized=self.prioritized,  # a client has no `_rb` to ask
+        )  # fmt: skip
 
     def shutdown(self) -> None:
         """torchrl's ``shutdown`` (its actor stopped, its Ray lease released), bounded.

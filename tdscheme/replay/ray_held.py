@@ -71,6 +71,7 @@ __all__ = [
     "one_line_repr",
     "ray_buffer_kwargs",
     "ray_buffer_options",
+    "samples_by_priority",
 ]
 
 #: the attribute of the buffer (in its actor) that holds each worker's last write record
@@ -286,6 +287,28 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         return ray.get(actor.__ray_call__.remote(_last_record, worker_id), timeout=timeout_s)
     except RayActorError as err:
         raise buffer_died("the driver's look for a dead worker's last write", err) from None
+
+
+def _samples_by_priority(buffer: ReplayBuffer) -> bool:
+    from torchrl.data import PrioritizedSampler
+
+    return isinstance(buffer.sampler, PrioritizedSampler)
+
+
+def samples_by_priority(buffer: Any, timeout_s: float = WRITE_TIMEOUT_S) -> bool:
+    """Whether the Ray-held ``buffer``'s sampler (in its actor) is a ``PrioritizedSampler``.
+
+    Raises:
+        ReplayBufferDied: the buffer's actor is dead.
+        ray.exceptions.GetTimeoutError: it did not answer within ``timeout_s``.
+    """
+    actor = getattr(buffer, "_rb", None) or buffer_actor(buffer)
+    if not isinstance(actor, ray.actor.ActorHandle):
+        return False
+    try:
+        return ray.get(actor.__ray_call__.remote(_samples_by_priority), timeout=timeout_s)
+    except RayActorError as err:
+        raise buffer_died("the driver's look at its sampler", err) from None
 
 
 def buffer_actor(client: Any) -> Any:

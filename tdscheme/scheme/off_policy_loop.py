@@ -43,7 +43,7 @@ from tdscheme.learner.group import LearnerGroup
 from tdscheme.learner.snapshots import cpu_module
 from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.frames import without_nonfinite
-from tdscheme.replay.ray_held import is_ray_replay_buffer
+from tdscheme.replay.ray_held import is_ray_replay_buffer, samples_by_priority
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.loop import CollectorEnvConfigs, PushInterval
@@ -140,16 +140,17 @@ class OffPolicyLoop(CollectorEnvConfigs):
         try:
             buffer = storage_factory()
             check_buffer(buffer, location)
-            self.prioritized = is_prioritized(buffer)
             # the learner's and the checkpoints' calls on a Ray-held buffer are bounded, its
             # samples prefetched (not a prioritized buffer's: see BoundedRayBuffer)
-            self.replay_buffer = (
-                BoundedRayBuffer(
-                    buffer, config.batch_timeout_s, prefetch=0 if self.prioritized else 1
-                )
-                if self.ray_held
-                else buffer
-            )
+            if self.ray_held:
+                self.prioritized = samples_by_priority(buffer, config.batch_timeout_s)
+                self.replay_buffer = BoundedRayBuffer(
+                    buffer, config.batch_timeout_s, prefetch=0 if self.prioritized else 1,
+                    prioritized=self.prioritized,
+                )  # fmt: skip
+            else:
+                self.prioritized = is_prioritized(buffer)
+                self.replay_buffer = buffer
             self.collector = RayCollector.from_config(
                 config.collector_config(
                     env_factory,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
 from tdscheme.cli.main import main
-from tdscheme.cli.preflight import prioritized_error
 from tdscheme.engine import CheckpointManager, Trainer, TrainerConfig
 from tdscheme.presets import PRESETS, get_preset
 
@@ -106,30 +104,6 @@ def test_a_resumed_run_goes_through_the_same_checks(monkeypatch, capsys, no_ray)
     assert "argument --logger: " in line and "tdscheme[loggers]" in line
     assert [p.name for p in no_ray.iterdir()] == ["run"]
     assert [p.name for p in (no_ray / "run").iterdir()] == ["config.json"]
-
-
-@pytest.mark.timeout(120)
-def test_a_resumed_prioritized_run_fails_before_ray_when_torchrls_extension_does_not_load(
-    capsys, no_ray
-):
-    from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
-
-    if SumSegmentTreeFp32 is not None:
-        pytest.skip("torchrl's C++ extension loads here: --prioritized runs")
-    run_dir = saved_run(no_ray / "run", get_preset("dqn-cartpole").override({"run_dir": "x"}))
-    start = time.perf_counter()
-    line = usage_error(capsys, ["train", "--resume", run_dir, "--prioritized"])
-    seconds = time.perf_counter() - start
-    assert "argument --prioritized: " in line and "torchrl._torchrl" in line, line
-    assert seconds < 10.0  # the probe loads libraries (~1 s), it does not import torchrl
-
-
-def test_the_extension_probe_agrees_with_torchrl():
-    """The child process's answer (no torch import) is torchrl's own."""
-    from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
-
-    error = prioritized_error()
-    assert (error is None) == (SumSegmentTreeFp32 is not None), error
 
 
 def test_eval_checks_its_packages_before_it_evaluates(monkeypatch, capsys, tmp_path):

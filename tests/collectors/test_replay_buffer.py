@@ -461,3 +461,45 @@ def test_written_episodes_kept_for_a_loop_that_never_takes_them_are_bounded():
     stats.written_episodes.extend((float(i), 1.0) for i in range(KEPT_EPISODES + 5))
     taken = stats.take_written_episodes()
     assert len(taken.returns) == KEPT_EPISODES and taken.returns[0] == 5.0  # the newest kept
+
+
+def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority(ray_clean):
+    """Workers write in the background while the driver samples by priority and writes priorities back."""
+    import numpy as np
+
+    from tdscheme.replay.prioritized import prioritized_sampler
+
+    alpha, frames = 0.5, 1000
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 2000),
+        sampler=functools.partial(prioritized_sampler, 2000, alpha, 0.4),
+        batch_size=32, **ray_buffer_kwargs(TensorDictReplayBuffer),
+    )  # fmt: skip
+    buffer = BoundedRayBuffer(rb, timeout_s=60.0)
+    try:
+        with RayCollector(
+            env, mlp_policy(4, 2), frames_per_batch=100, total_frames=frames,
+            num_collectors=2, replay_buffer=rb, **SMALL,
+        ) as collector:  # fmt: skip
+            collector.start()
+            _wait_for(lambda: written(rb) >= 100)
+            sample = buffer.sample()
+            sample["td_error"] = torch.full((32,), 100.0)  # the new max priority
+            before = written(rb)
+            buffer.update_tensordict_priority(sample)
+            after = written(rb)  # the actor runs one call at a time: writes are before or after
+            _wait_for(lambda: not collector.is_running)
+            assert collector.stats(timeout=5)["frames"] == written(rb) == frames
+        assert buffer.prioritized
+
+        def read(held):
+            return np.asarray(held.sampler._sum_tree[np.arange(frames)], dtype=np.float64)
+
+        leaves = ray.get(rb._rb.__ray_call__.remote(read), timeout=60)
+        top = 100.0**alpha
+        assert np.isclose(leaves[sample["index"].numpy()], top, rtol=1e-5).all()
+        # every frame written after the update came in at the max priority (100 ** alpha)
+        assert after < frames and np.isclose(leaves[after:], top, rtol=1e-5).all()
+        assert np.isclose(leaves[:before], 1.0).sum() >= before - 32  # the rest: 1 ** alpha
+    finally:
+        buffer.shutdown()

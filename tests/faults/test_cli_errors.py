@@ -58,30 +58,6 @@ def test_usage_errors_are_one_line_before_ray_starts(tmp_path, case):
     assert list(ray_tmp.iterdir()) == [], "Ray was started before the usage error"
 
 
-@pytest.mark.timeout(60)
-def test_prioritized_without_torchrls_extension_is_one_line_before_ray_starts(tmp_path):
-    """torchrl's segment trees do not load with the pinned torch here: say so before Ray starts."""
-    from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
-
-    if SumSegmentTreeFp32 is not None:
-        pytest.skip("torchrl's C++ extension loads here: --prioritized runs")
-    ray_tmp = tmp_path / "r"
-    ray_tmp.mkdir()
-    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-    env.pop("RAY_ADDRESS", None)
-    result = subprocess.run(
-        [*TDSCHEME, "train", "dqn-cartpole", "--prioritized"],
-        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1, result.stderr
-    # one usage line above it, not every preset's options (55 lines before)
-    assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
-    assert "argument --prioritized" in errors[0] and "torchrl._torchrl" in errors[0], errors[0]
-    assert list(ray_tmp.iterdir()) == [], "Ray was started before the usage error"
-
-
 def heavy_modules_after(code: str, modules: tuple[str, ...]) -> str:
     """Runs ``code`` in a fresh Python; returns its ``heavy: [...]`` line (``modules`` imported)."""
     code += f"heavy = sorted(m for m in {modules!r} if m in sys.modules)\nprint('heavy:', heavy)\n"

@@ -156,3 +156,43 @@ def test_a_killed_replay_rank_is_rebuilt_with_its_buffer_and_the_ranks_stay_iden
 def rank_pid(group: LearnerGroup, rank: int) -> int:
     actor = group.pool.actors()[rank]
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
+
+
+def test_each_replay_rank_writes_its_priorities_back_to_a_prioritized_ray_held_buffer(ray_clean):
+    """Two ranks sample their halves of a prioritized Ray-held buffer; both write td_errors back."""
+    import numpy as np
+
+    from tdscheme.replay.prioritized import prioritized_sampler
+
+    policy_factory, learner_factory = sac_factories()
+    held = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, FRAMES),
+        sampler=functools.partial(prioritized_sampler, FRAMES, 0.6, 0.4),
+        batch_size=BATCH, **ray_buffer_kwargs(TensorDictReplayBuffer),
+    )  # fmt: skip
+    buffer = BoundedRayBuffer(held, timeout_s=60.0)
+    group = None
+
+    def leaves() -> np.ndarray:
+        def read(rb):
+            return np.asarray(rb.sampler._sum_tree[np.arange(FRAMES)], dtype=np.float64)
+
+        return ray.get(held._rb.__ray_call__.remote(read), timeout=60)
+
+    try:
+        buffer.extend(pendulum_frames())
+        assert buffer.prioritized and np.all(leaves() == 1.0)  # new frames at the max priority, 1
+        group = LearnerGroup(
+            fresh_learner(policy_factory, learner_factory), num_learners=2,
+            policy_factory=policy_factory, learner_factory=learner_factory,
+            resources={"num_cpus": 0.5},
+        )  # fmt: skip
+        metrics = group.replay_updates(buffer, 1)
+        assert float(metrics[0]["num_frames"]) == BATCH
+        written = int((leaves() != 1.0).sum())
+        # each rank sampled BATCH / 2 = 32 frames; more than 32 frames rewritten: both ranks wrote
+        assert 32 < written <= BATCH, written
+    finally:
+        if group is not None:
+            group.shutdown()
+        buffer.shutdown()

@@ -13,10 +13,8 @@ from torchrl.data import (
     LazyTensorStorage,
     OneHot,
     PrioritizedSampler,
-    TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
-from torchrl.data.replay_buffers.samplers.prioritized import SumSegmentTreeFp32
 from torchrl.modules import (
     MLP,
     AdditiveGaussianModule,
@@ -29,6 +27,7 @@ from torchrl.modules import (
 from torchrl.objectives import DDPGLoss, DQNLoss, SACLoss, TD3Loss
 
 from tdscheme.learner import Learner, OffPolicyLearner, make_target_updater
+from tdscheme.replay.prioritized import prioritized_buffer
 
 OBS, ACT = 3, 2
 
@@ -171,16 +170,9 @@ def test_priorities_written_back_are_the_loss_td_errors():
     assert index.shape == td_error.shape == (16,) and (td_error > 0).all()
 
 
-@pytest.mark.skipif(
-    SumSegmentTreeFp32 is None,
-    reason="torchrl's C++ extension (its segment trees, which PrioritizedSampler needs) does "
-    "not load with the pinned torch in this environment",
-)
 def test_prioritized_sampler_gets_the_loss_priorities():
     learner, _ = dqn()
-    rb = TensorDictPrioritizedReplayBuffer(
-        alpha=0.7, beta=0.5, storage=LazyTensorStorage(1000), batch_size=16
-    )
+    rb = prioritized_buffer(size=1000, alpha=0.7, beta=0.5, batch_size=16)
     rb.extend(frames(64, discrete=True))
     sampler = rb.sampler
     assert isinstance(sampler, PrioritizedSampler)

@@ -1,0 +1,182 @@
+"""Prioritized replay: the sampler's speed, and DQN on CartPole with and without it.
+
+Sections:
+
+* ``sampler``: one ``sample`` of 512 frames and one ``update_tensordict_priority`` of
+  them, from a ``TensorDictReplayBuffer`` holding 1,000,000 frames (4 floats each): tdscheme's
+  ``SumTreeSampler`` (a numpy sum tree), torchrl's ``PrioritizedSampler`` (its C++ trees;
+  n/a where its extension does not load with the installed torch) and torchrl's uniform
+  ``RandomSampler`` (whose update does nothing), measured in turn, 5 rounds of 200 calls
+  each after a warm-up round; the median of the rounds and their spread;
+* ``learning``: ``tdscheme train dqn-cartpole`` to its target (475) with and without
+  ``--prioritized``, seed by seed (the two runs of a seed one after the other, in
+  alternating order): frames and seconds to the target, median and spread over the seeds.
+
+Run from the repository root: ``.venv/bin/python benchmarks/prioritized.py [--quick]``
+(``--sections sampler`` alone takes under a minute; ``learning`` ~2-3 min a run).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from harness import in_turn, tdscheme_executable, turn_order
+from report import (
+    Measurement,
+    Recorder,
+    parse_section_args,
+    run_process,
+    run_sections,
+    train_result,
+)
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
+
+from tdscheme.replay.prioritized import SumTreeSampler, extension_loads
+
+SECTIONS = ("sampler", "learning")
+TITLE = "Prioritized replay"
+SAMPLERS = ("SumTreeSampler", "PrioritizedSampler", "RandomSampler")
+
+
+@dataclass
+class Settings:
+    """What one run measures."""
+
+    capacity: int = 1_000_000
+    batch: int = 512
+    calls: int = 200
+    rounds: int = 5
+    seeds: tuple[int, ...] = (0, 1, 2)
+    total_frames: int = 100_000
+
+    @classmethod
+    def make(cls, quick: bool, frames: int | None) -> Settings:
+        s = (
+            cls(capacity=100_000, calls=50, rounds=3, seeds=(0,), total_frames=4_096)
+            if quick
+            else cls()
+        )
+        if frames is not None:
+            s.capacity = frames
+        return s
+
+
+def filled_buffer(sampler: Any, capacity: int) -> TensorDictReplayBuffer:
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler)
+    chunk = min(capacity, 100_000)
+    for start in range(0, capacity, chunk):
+        buffer.extend(
+            TensorDict(
+                {"obs": torch.zeros(min(chunk, capacity - start), 4)},
+                [min(chunk, capacity - start)],
+            )
+        )
+    return buffer
+
+
+def sampler_section(rec: Recorder, s: Settings) -> None:
+    config = f"{s.capacity:,} frames, batches of {s.batch}, {s.calls} calls a round"
+    makers = {
+        "SumTreeSampler": lambda: SumTreeSampler(s.capacity, alpha=0.6, beta=0.4),
+        "RandomSampler": RandomSampler,
+    }
+    if extension_loads():
+        from torchrl.data import PrioritizedSampler
+
+        makers["PrioritizedSampler"] = lambda: PrioritizedSampler(s.capacity, alpha=0.6, beta=0.4)
+    else:
+        rec.add(Measurement("sampler", "PrioritizedSampler", "us_per_sample_and_update", None, "us",
+                            config, "n/a: torchrl's C++ extension does not load with this torch"))  # fmt: skip
+    buffers = {name: filled_buffer(make(), s.capacity) for name, make in makers.items()}
+    generator = torch.Generator().manual_seed(0)
+
+    def measure(name: str) -> float:
+        buffer = buffers[name]
+        start = time.perf_counter()
+        for _ in range(s.calls):
+            sample = buffer.sample(s.batch)
+            sample["td_error"] = torch.rand(s.batch, generator=generator)
+            buffer.update_tensordict_priority(sample)
+        return 1e6 * (time.perf_counter() - start) / s.calls
+
+    values = in_turn(
+        {name: (lambda n=name: measure(n)) for name in buffers}, repeats=s.rounds, alternate=True
+    )
+    for name, runs in values.items():
+        spread = f"rounds {', '.join(f'{v:,.0f}' for v in runs)}"
+        rec.add(Measurement("sampler", name, "us_per_sample_and_update", statistics.median(runs),
+                            "us", config, spread))  # fmt: skip
+
+
+def learning_section(rec: Recorder, s: Settings) -> None:
+    config = f"dqn-cartpole, target 475, at most {s.total_frames:,} frames"
+    runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "prioritized": []}
+    for i, seed in enumerate(s.seeds):
+        for kind in turn_order(list(runs), i):
+            with tempfile.TemporaryDirectory() as d:
+                command = [tdscheme_executable(), "train", "dqn-cartpole", "--seed", str(seed),
+                           "--total-frames", str(s.total_frames), "--progress", "False", "--run-dir", f"{d}/run"]  # fmt: skip
+                if kind == "prioritized":
+                    command.append("--prioritized")
+                stdout, _, exit_s = run_process(
+                    command, f"dqn-cartpole {kind} seed {seed}", timeout_s=1800
+                )
+                result = train_result(stdout, exit_s)
+            runs[kind].append(result)
+            rec.add(Measurement("learning", kind, f"frames_to_475_seed{seed}",
+                                result["frames"] if result["reached"] else None, "frames", config,
+                                f"reached={result['reached']}, {result['wall_s']:.0f} s, eval {result['eval_return']:.0f}"))  # fmt: skip
+    for kind, results in runs.items():
+        reached = [r for r in results if r["reached"]]
+        frames = [r["frames"] for r in reached]
+        note = (
+            f"{len(reached)}/{len(results)} reached; frames {', '.join(f'{f:,}' for f in frames)}"
+        )
+        rec.add(Measurement("learning", kind, "median_frames_to_475",
+                            statistics.median(frames) if frames else None, "frames", config, note))  # fmt: skip
+        seconds = [r["wall_s"] for r in reached]
+        rec.add(Measurement("learning", kind, "median_s_to_475",
+                            statistics.median(seconds) if seconds else None, "s", config,
+                            f"runs {', '.join(f'{x:.0f}' for x in seconds)}"))  # fmt: skip
+
+
+def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
+    out: dict[str, list[list[str]]] = {}
+    for m in ms:
+        table = out.setdefault(m.section, [["impl", "metric", "value", "vs first", "note"]])
+        first = next((p for p in ms if p.section == m.section and p.metric == m.metric
+                      and p.value), None)  # fmt: skip
+        ratio = f"{m.value / first.value:.2f}x" if m.value and first else ""
+        value = "n/a" if m.value is None else f"{m.value:,.1f} {m.unit}"
+        table.append([m.impl, m.metric, value, ratio, m.note or m.config])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_section_args(
+        __doc__.split("\n")[0], SECTIONS, "the sampler section's buffer size", argv
+    )
+    s = Settings.make(args.quick, args.frames)
+
+    def run(rec: Recorder) -> None:
+        if "sampler" in args.sections:
+            sampler_section(rec, s)
+        if "learning" in args.sections:
+            learning_section(rec, s)
+
+    return run_sections(
+        run, tables=tables, out=args.out, title=TITLE, script="prioritized.py", argv=argv,
+        intro=__doc__.split("\n\n", 1)[1],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
