@@ -267,8 +267,9 @@ class OffPolicyConfig(AlgoConfig):
         lr: Adam learning rate (one optimizer over every trained parameter).
         batch_size: frames per gradient step (the replay buffer's sample size).
         buffer_size: frames the replay buffer holds (the oldest are overwritten).
-        prioritized: prioritized replay (torchrl's ``PrioritizedSampler``, the loss's
-            ``td_error`` written back after every step); driver-held buffers only.
+        prioritized: prioritized replay (torchrl's ``PrioritizedSampler``, or tdscheme's
+            sum tree where torchrl's extension does not load; the loss's ``td_error``
+            written back after every step), driver-held or Ray-held.
         priority_alpha: prioritized replay's exponent on priorities.
         priority_beta: prioritized replay's importance-sampling exponent.
         target_update: ``"soft"`` (torchrl's ``SoftUpdate`` every step) or ``"hard"``

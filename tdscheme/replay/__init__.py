@@ -10,6 +10,9 @@
   plane) once, torchrl's layout when read.
 * :mod:`~tdscheme.replay.prioritized`: prioritized replay with any torch (torchrl's
   sampler where its C++ extension loads, the same sampler on a numpy sum tree elsewhere).
+* :mod:`~tdscheme.replay.sharded`: Ape-X's replay: K prioritized Ray-held shards that
+  workers write into, with priorities they compute (:mod:`~tdscheme.replay.priorities`),
+  sampled as one buffer.
 
 Used by the collector workers (writes), the driver (a dead worker's last write) and the
 off-policy training loop (samples); none of them imports another for it.
@@ -24,6 +27,8 @@ from tdscheme.facades import lazy_exports
 __all__ = [
     "BoundedRayBuffer",
     "CompactFrameStorage",
+    "QLearningPriority",
+    "ShardedReplayBuffer",
     "SumTreeSampler",
     "is_ray_replay_buffer",
     "prioritized_buffer",
@@ -34,14 +39,18 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from tdscheme.replay.bounded import BoundedRayBuffer
     from tdscheme.replay.compact import CompactFrameStorage
+    from tdscheme.replay.priorities import QLearningPriority
     from tdscheme.replay.prioritized import SumTreeSampler, prioritized_buffer, prioritized_sampler
     from tdscheme.replay.ray_held import is_ray_replay_buffer, ray_buffer_kwargs
+    from tdscheme.replay.sharded import ShardedReplayBuffer
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "BoundedRayBuffer": "tdscheme.replay.bounded",
         "CompactFrameStorage": "tdscheme.replay.compact",
+        "QLearningPriority": "tdscheme.replay.priorities",
+        "ShardedReplayBuffer": "tdscheme.replay.sharded",
         "SumTreeSampler": "tdscheme.replay.prioritized",
         "prioritized_buffer": "tdscheme.replay.prioritized",
         "prioritized_sampler": "tdscheme.replay.prioritized",

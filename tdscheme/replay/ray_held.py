@@ -280,6 +280,9 @@ def last_write(buffer: Any, worker_id: int, timeout_s: float = WRITE_TIMEOUT_S) 
         ReplayBufferDied: the buffer's actor is dead.
         ray.exceptions.GetTimeoutError: it did not answer within ``timeout_s``.
     """
+    shard_for_worker = getattr(buffer, "shard_for_worker", None)
+    if callable(shard_for_worker):  # a ShardedReplayBuffer: the shard this worker writes into
+        buffer = shard_for_worker(worker_id)
     actor = getattr(buffer, "_rb", None)  # torchrl's actor (a "distributed" client() waits)
     if not isinstance(actor, ray.actor.ActorHandle):
         return None

@@ -44,6 +44,7 @@ from tdscheme.learner.snapshots import cpu_module
 from tdscheme.replay.bounded import BoundedRayBuffer
 from tdscheme.replay.frames import without_nonfinite
 from tdscheme.replay.ray_held import is_ray_replay_buffer, samples_by_priority
+from tdscheme.replay.sharded import ShardedReplayBuffer
 from tdscheme.runtime import RayLease
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.loop import CollectorEnvConfigs, PushInterval
@@ -142,7 +143,10 @@ class OffPolicyLoop(CollectorEnvConfigs):
             check_buffer(buffer, location)
             # the learner's and the checkpoints' calls on a Ray-held buffer are bounded, its
             # samples prefetched (not a prioritized buffer's: see BoundedRayBuffer)
-            if self.ray_held:
+            if isinstance(buffer, ShardedReplayBuffer):  # its calls bounded, sampled by priority
+                self.prioritized = True
+                self.replay_buffer = buffer
+            elif self.ray_held:
                 self.prioritized = samples_by_priority(buffer, config.batch_timeout_s)
                 self.replay_buffer = BoundedRayBuffer(
                     buffer, config.batch_timeout_s, prefetch=0 if self.prioritized else 1,

@@ -136,6 +136,12 @@ class RayCollectorConfig:
         drop_nonfinite_frames: with ``replay_buffer``: a worker leaves out the
             frames holding NaN or inf (any floating-point entry) when it writes,
             counted as dropped (``frames_dropped``, the ledger's ``dropped``).
+        replay_priority_fn: with a prioritized ``replay_buffer``: ``fn(frames, policy)``
+            run in each worker on the frames it is about to write, with its policy; the
+            result is written as their priorities (Ape-X's initial priorities, e.g.
+            :class:`~tdscheme.replay.priorities.QLearningPriority`), so that new frames
+            do not all come in at the buffer's max priority. ``None``: the buffer's own
+            ``priority_fn`` if it has one (:class:`~tdscheme.replay.sharded.ShardedReplayBuffer`).
         trajs_per_batch: each worker's collector assembles whole trajectories
             (torchrl's argument); with a replay buffer each is written flat
             (``SliceSampler``-ready) and never cut: a trajectory that does not
@@ -198,6 +204,7 @@ class RayCollectorConfig:
     min_workers: int | None = None
     replay_buffer: Any = None
     drop_nonfinite_frames: bool = False
+    replay_priority_fn: Callable[[Any, Any], Any] | None = None
     trajs_per_batch: int | None = None
     # torchrl's arguments about each worker's collector and its weight path (torchrl_args.py)
     trust_policy: bool | None = None
@@ -252,6 +259,15 @@ class RayCollectorConfig:
                 f"accepted: a Ray-held torchrl buffer, RayReplayBuffer(...) or "
                 f"ReplayBuffer(..., service_backend='ray')"
             )
+        if self.replay_priority_fn is None:  # a buffer may say how its writes are prioritized
+            self.replay_priority_fn = getattr(self.replay_buffer, "priority_fn", None)
+        if self.replay_priority_fn is not None and (
+            self.replay_buffer is None or not callable(self.replay_priority_fn)
+        ):
+            raise invalid(
+                "replay_priority_fn", self.replay_priority_fn, "None, or fn(frames, policy) "
+                "with a replay_buffer", context=f"replay_buffer={self.replay_buffer!r}",
+            )  # fmt: skip
         TensorDictCodec(self.compress)  # validates `compress`
         if self.prefetch_batches is None:
             on_policy = self.max_policy_lag == 0 or self.update_after_each_batch

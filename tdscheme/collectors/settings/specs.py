@@ -70,6 +70,8 @@ class WorkerSpec:
             are not written (they are dropped and counted).
         drop_nonfinite_frames: with a replay buffer, frames holding NaN or inf are
             not written (dropped and counted).
+        priority_fn: with a replay buffer, ``fn(frames, policy)``: the priorities
+            written with the frames (:mod:`tdscheme.replay.priorities`).
     """
 
     create_env_fn: Any
@@ -86,6 +88,7 @@ class WorkerSpec:
     replay_buffer: Any = None
     max_policy_lag: int | None = None
     drop_nonfinite_frames: bool = False
+    priority_fn: Callable[[Any, Any], Any] | None = None
 
     def fold_next_bytes(self) -> int | None:
         """The codec's ``fold_next_bytes`` in this worker (called in its process): a node
@@ -261,6 +264,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 replay_buffer=clients[i],
                 max_policy_lag=config.max_policy_lag,
                 drop_nonfinite_frames=config.drop_nonfinite_frames,
+                priority_fn=config.replay_priority_fn,
             )
         )
     return specs

@@ -24,6 +24,7 @@ from tdscheme.collectors.worker.env_config import EnvConfigCalls
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
+from tdscheme.replay.priorities import with_priorities
 from tdscheme.replay.ray_held import BufferWriter
 from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.rollout.input_checks import count_all_nonfinite, describe_nonfinite
@@ -220,6 +221,8 @@ class BaseCollectorWorker(EnvConfigCalls):
                     # the reply goes with the write: if this worker dies before replying,
                     # the driver finds it in the buffer (replay.last_write)
                     batch.episodes = finished_episodes(td)
+                    if self.spec.priority_fn is not None:  # Ape-X: the worker's own TD errors
+                        td = with_priorities(td, self.spec.priority_fn, self._collector.policy)
                     self._writer.extend(td, record=batch)
         batch.encode_s = time.perf_counter() - collected
         return batch
