@@ -8,9 +8,11 @@ Sections:
   n/a where its extension does not load with the installed torch) and torchrl's uniform
   ``RandomSampler`` (whose update does nothing), measured in turn, 5 rounds of 200 calls
   each after a warm-up round; the median of the rounds and their spread;
-* ``learning``: ``tdscheme train dqn-cartpole`` to its target (475) with and without
-  ``--prioritized``, seed by seed (the two runs of a seed one after the other, in
-  alternating order): frames and seconds to the target, median and spread over the seeds.
+* ``learning``: ``tdscheme train dqn-cartpole`` to its target (475) without and with
+  ``--prioritized``, and ``tdscheme train apex-dqn-cartpole`` (Ape-X's sharded replay,
+  worker-computed priorities, per-worker epsilons, dueling head), seed by seed (the runs of
+  a seed one after the other, in alternating order): frames and seconds to the target,
+  median and spread over the seeds.
 
 Run from the repository root: ``.venv/bin/python benchmarks/prioritized.py [--quick]``
 (``--sections sampler`` alone takes under a minute; ``learning`` ~2-3 min a run).
@@ -116,12 +118,13 @@ def sampler_section(rec: Recorder, s: Settings) -> None:
 
 
 def learning_section(rec: Recorder, s: Settings) -> None:
-    config = f"dqn-cartpole, target 475, at most {s.total_frames:,} frames"
-    runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "prioritized": []}
+    config = f"CartPole, target 475, at most {s.total_frames:,} frames"
+    runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "prioritized": [], "apex": []}
     for i, seed in enumerate(s.seeds):
         for kind in turn_order(list(runs), i):
             with tempfile.TemporaryDirectory() as d:
-                command = [tdscheme_executable(), "train", "dqn-cartpole", "--seed", str(seed),
+                preset = "apex-dqn-cartpole" if kind == "apex" else "dqn-cartpole"
+                command = [tdscheme_executable(), "train", preset, "--seed", str(seed),
                            "--total-frames", str(s.total_frames), "--progress", "False", "--run-dir", f"{d}/run"]  # fmt: skip
                 if kind == "prioritized":
                     command.append("--prioritized")

@@ -5,8 +5,8 @@ setting of the preset can be overridden (``Preset.override``).
 
 Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
-    ['a2c-cartpole', 'a3c-cartpole', 'appo-cartpole', 'appo-pong', 'dqn-cartpole',
-     'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-mountaincar',
+    ['a2c-cartpole', 'a3c-cartpole', 'apex-dqn-cartpole', 'appo-cartpole', 'appo-pong',
+     'dqn-cartpole', 'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-mountaincar',
      'ppo-mountaincar-curriculum', 'ppo-pendulum', 'ppo-pendulum-curriculum', 'ppo-pong',
      'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
@@ -25,6 +25,7 @@ from tdscheme.presets.grad_workers import a3c_cartpole, ppo_cartpole_dd
 from tdscheme.presets.impala import appo_cartpole, impala_cartpole
 from tdscheme.presets.offpolicy import (
     OffPolicyPreset,
+    apex_dqn_cartpole,
     dqn_cartpole,
     sac_halfcheetah,
     sac_pendulum,
@@ -59,6 +60,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "a3c-cartpole": a3c_cartpole,
     "ppo-cartpole-dd": ppo_cartpole_dd,
     "dqn-cartpole": dqn_cartpole,
+    "apex-dqn-cartpole": apex_dqn_cartpole,
     "sac-pendulum": sac_pendulum,
     "td3-pendulum": td3_pendulum,
     "sac-halfcheetah": sac_halfcheetah,

@@ -26,6 +26,7 @@ from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import OffPolicyConfig
 from tdscheme.scheme.config import SchemeConfig
+from tdscheme.validation import invalid
 
 if TYPE_CHECKING:
     from torch import nn
@@ -119,6 +120,19 @@ class OffPolicyPreset(Preset):
 
     algo_name: str = "dqn"
 
+    def __post_init__(self) -> None:
+        shards = getattr(self.algo, "replay_shards", 0)
+        if shards and self.algo_name != "dqn":
+            raise invalid(
+                "replay_shards", shards, "0", context=f"algo {self.algo_name!r} (Ape-X's replay is DQN's)"
+            )  # fmt: skip
+        if shards and self.scheme.buffer_location == "driver":
+            raise invalid(
+                "replay_shards", shards, "0", context="buffer_location='driver' (shards are Ray-held)"
+            )  # fmt: skip
+        if shards and self.scheme.buffer_location == "auto":  # the shards are actors
+            self.scheme = dataclasses.replace(self.scheme, buffer_location="ray")
+
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
         """Builds ``{"actor": collection policy, "qvalue": ..., ...}``."""
         from tdscheme.presets.offpolicy_modules import offpolicy_modules
@@ -128,7 +142,7 @@ class OffPolicyPreset(Preset):
             offpolicy_modules, a.env_id, algo=self.algo_name, hidden_sizes=a.hidden_sizes,
             activation=a.activation, eps_init=a.eps_init, eps_end=a.eps_end,
             exploration_frames=a.exploration_frames, noise_sigma=a.noise_sigma,
-            noise_sigma_end=a.noise_sigma_end,
+            noise_sigma_end=a.noise_sigma_end, dueling=a.dueling, worker_eps=a.worker_eps,
         )  # fmt: skip
 
     def learner_factory(self) -> Callable[..., OffPolicyLearner]:
@@ -145,6 +159,7 @@ class OffPolicyPreset(Preset):
             replay_buffer, size=a.buffer_size, batch_size=a.batch_size,
             prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
             ray_held=ray_held, ndim=2 if ray_held and a.num_envs > 1 else 1,
+            shards=a.replay_shards, gamma=a.gamma,
         )  # fmt: skip
 
     def factories(self) -> dict[str, Callable[..., Any]]:
@@ -169,6 +184,21 @@ def dqn_cartpole() -> OffPolicyPreset:
         trainer=TrainerConfig(
             total_frames=100_000, eval_every_frames=10_000, eval_episodes=10, target_return=475.0
         ),
+    )  # fmt: skip
+
+
+def apex_dqn_cartpole() -> OffPolicyPreset:
+    """Ape-X DQN on CartPole-v1, scaled to 2 cores: dqn-cartpole's learner and workers with Ape-X's replay.
+
+    Two prioritized replay shards (actors) that the two workers write into with the
+    one-step TD errors they compute with their own copy of the network (Horgan et al.
+    2018; alpha 0.6, beta 0.4), a dueling double-DQN head, and a fixed epsilon per worker,
+    ``0.4 ** (1 + 7 i / (N - 1))`` (0.4 and 0.0007 for two workers). Not yet: n-step
+    returns (Ape-X's n = 3; one-step TD errors here).
+    """
+    return dqn_cartpole().derive(
+        "apex-dqn-cartpole", prioritized=True, replay_shards=2, dueling=True, worker_eps=0.4,
+        buffer_location="ray",
     )  # fmt: skip
 
 

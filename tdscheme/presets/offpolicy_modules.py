@@ -41,12 +41,14 @@ from torchrl.modules import (
     TanhNormal,
     ValueOperator,
 )
+from torchrl.modules.models import DuelingMlpDQNet
 
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
 from tdscheme.replay.prioritized import prioritized_buffer, prioritized_sampler
 from tdscheme.replay.ray_held import ray_buffer_kwargs
+from tdscheme.rollout.exploration import PerWorkerEGreedy
 from tdscheme.validation import check_choice, invalid
 
 __all__ = [
@@ -86,6 +88,8 @@ def offpolicy_modules(
     exploration_frames: int = 10_000,
     noise_sigma: float = 0.1,
     noise_sigma_end: float = 0.1,
+    dueling: bool = False,
+    worker_eps: float | None = None,
 ) -> dict[str, nn.Module]:
     """The networks of ``algo`` for ``env_id``'s spaces.
 
@@ -96,6 +100,9 @@ def offpolicy_modules(
         eps_init, eps_end, exploration_frames: DQN's epsilon-greedy schedule.
         noise_sigma, noise_sigma_end, exploration_frames: TD3's and DDPG's Gaussian
             action noise.
+        dueling: DQN: a dueling Q-network (torchrl's ``DuelingMlpDQNet``).
+        worker_eps: DQN: Ape-X's epsilon per worker (``PerWorkerEGreedy``) instead of
+            the annealed schedule.
 
     Returns:
         ``{"actor": the collection policy, "qvalue": the Q-network}``; DQN's actor is
@@ -119,12 +126,17 @@ def offpolicy_modules(
     if algo == "dqn":
         if not isinstance(action_spec, OneHot):
             raise invalid("env_id", env_id, "an env with discrete actions", context="algo='dqn'")
-        qvalue = QValueActor(
-            mlp(obs_dim, action_spec.shape[-1]), in_keys=["observation"], spec=action_spec
-        )
-        greedy = EGreedyModule(
-            action_spec, eps_init=eps_init, eps_end=eps_end, annealing_num_steps=exploration_frames
-        )
+        actions = action_spec.shape[-1]
+        net = dueling_mlp(obs_dim, actions, hidden_sizes, act) if dueling else mlp(obs_dim, actions)
+        qvalue = QValueActor(net, in_keys=["observation"], spec=action_spec)
+        greedy = (
+            EGreedyModule(
+                action_spec, eps_init=eps_init, eps_end=eps_end,
+                annealing_num_steps=exploration_frames,
+            )
+            if worker_eps is None
+            else PerWorkerEGreedy(action_spec, eps=worker_eps)
+        )  # fmt: skip
         return {"actor": TensorDictSequential(qvalue, greedy), "qvalue": qvalue}
     if not (isinstance(action_spec, Bounded) and action_spec.ndim == 1):
         raise invalid("env_id", env_id, "an env with a 1-D box action", context=f"algo={algo!r}")
@@ -150,6 +162,21 @@ def offpolicy_modules(
     return {"actor": TensorDictSequential(policy, noise), "policy": policy, "qvalue": qvalue}
 
 
+def dueling_mlp(
+    obs_dim: int, actions: int, hidden_sizes: Sequence[int], act: type[nn.Module]
+) -> nn.Module:
+    """torchrl's dueling Q-network: a shared trunk of ``hidden_sizes``, one hidden layer of the
+    last size in each of the value and advantage heads (sizes given: no lazy layers)."""
+    width = hidden_sizes[-1]
+    return DuelingMlpDQNet(
+        actions,
+        mlp_kwargs_feature={"in_features": obs_dim, "num_cells": list(hidden_sizes[:-1]),
+                            "out_features": width, "activation_class": act},
+        mlp_kwargs_output={"in_features": width, "depth": 1, "num_cells": width,
+                           "activation_class": act},
+    )  # fmt: skip
+
+
 class _Rescale(nn.Module):
     """Maps ``[-1, 1]`` onto the box ``[low, high]`` of an action spec (buffers, so they travel)."""
 
@@ -172,6 +199,8 @@ def replay_buffer(
     beta: float = 0.4,
     ray_held: bool = False,
     ndim: int = 1,
+    shards: int = 0,
+    gamma: float = 0.99,
 ) -> Any:
     """A torchrl replay buffer of TensorDicts (``index`` in each sample).
 
@@ -185,10 +214,21 @@ def replay_buffer(
         ray_held: a ``RayReplayBuffer`` (an actor) that collector workers write into.
         ndim: the storage's batch dims per write: 2 for workers that write
             ``[num_envs, time]`` batches into a Ray-held buffer (sampled frame by frame).
+        shards: Ape-X's replay: a :class:`~tdscheme.replay.sharded.ShardedReplayBuffer` of
+            ``shards`` prioritized shards of ``size / shards`` frames, the workers writing
+            their own one-step TD errors (``gamma``) as priorities; 0: one buffer.
 
     Returns:
         The buffer.
     """
+    if shards > 0:
+        from tdscheme.replay.priorities import QLearningPriority
+        from tdscheme.replay.sharded import ShardedReplayBuffer
+
+        return ShardedReplayBuffer(
+            num_shards=shards, frames_per_shard=max(1, size // shards), batch_size=batch_size,
+            alpha=alpha, beta=beta, priority_fn=QLearningPriority(gamma),
+        )  # fmt: skip
     if ray_held:
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 

@@ -272,6 +272,14 @@ class OffPolicyConfig(AlgoConfig):
             written back after every step), driver-held or Ray-held.
         priority_alpha: prioritized replay's exponent on priorities.
         priority_beta: prioritized replay's importance-sampling exponent.
+        replay_shards: Ape-X's replay (DQN): ``K > 0`` prioritized shards of
+            ``buffer_size / K`` frames each, written by the workers with the TD errors
+            they compute (:class:`~tdscheme.replay.sharded.ShardedReplayBuffer`; needs
+            ``buffer_location="ray"`` or ``"auto"``); 0: one buffer.
+        dueling: DQN: a dueling Q-network (torchrl's ``DuelingMlpDQNet``).
+        worker_eps: DQN: Ape-X's fixed epsilon per worker, ``worker_eps ** (1 + 7 i /
+            (N - 1))`` for worker ``i`` of ``N`` (:mod:`tdscheme.rollout.exploration`),
+            instead of the annealed ``eps_init`` -> ``eps_end``; ``None``: annealed.
         target_update: ``"soft"`` (torchrl's ``SoftUpdate`` every step) or ``"hard"``
             (``HardUpdate``, a copy every ``hard_update_interval`` steps).
         tau: the soft update's rate.
@@ -301,6 +309,9 @@ class OffPolicyConfig(AlgoConfig):
     prioritized: bool = False
     priority_alpha: float = 0.6
     priority_beta: float = 0.4
+    replay_shards: int = 0
+    dueling: bool = False
+    worker_eps: float | None = None
     target_update: str = dataclasses.field(default="soft", metadata={"choices": TARGET_UPDATES})
     tau: float = 0.005
     hard_update_interval: int = 500
@@ -316,6 +327,10 @@ class OffPolicyConfig(AlgoConfig):
             check_int(name, getattr(self, name), minimum=1)
         check_choice("target_update", self.target_update, TARGET_UPDATES)
         check_bool("prioritized", self.prioritized)
+        check_bool("dueling", self.dueling)
+        check_int("replay_shards", self.replay_shards, minimum=0)
+        if self.worker_eps is not None:
+            _check_number("worker_eps", self.worker_eps, 0, 1)
         _check_number("tau", self.tau, 0, 1, low_open=True)
         for name in ("eps_init", "eps_end", "priority_alpha", "priority_beta"):
             _check_number(name, getattr(self, name), 0, 1)

@@ -56,7 +56,7 @@ from tdscheme.replay.prioritized import prioritized_sampler
 from tdscheme.replay.ray_held import ray_buffer_kwargs
 from tdscheme.validation import check_int, invalid
 
-__all__ = ["SHARD_KEY", "ShardedReplayBuffer"]
+__all__ = ["SHARD_KEY", "FrameReplayBuffer", "ShardedReplayBuffer"]
 
 #: the key of each sampled frame's shard (beside torchrl's ``index`` within the shard)
 SHARD_KEY = "shard"
@@ -64,6 +64,23 @@ SHARD_KEY = "shard"
 WRITTEN_AT_KEY = "_shard_write_count"
 #: priority updates a shard may have in flight before the driver waits for the oldest
 MAX_UPDATES_IN_FLIGHT = 8
+
+
+class FrameReplayBuffer(TensorDictReplayBuffer):
+    """torchrl's ``TensorDictReplayBuffer`` holding frames one by one: a ``[num_envs, time]`` write
+    is flattened (a shard samples, and prioritizes, single transitions, as Ape-X does), and a
+    write's priorities (its ``priority_key``) set the frames' priorities without being stored
+    (a loss writes its own ``td_error`` into each sample)."""
+
+    def extend(self, tensordicts: TensorDictBase, **kwargs: Any) -> torch.Tensor:
+        if tensordicts.ndim > 1:
+            tensordicts = tensordicts.reshape(-1)
+        priority = tensordicts.get(self.priority_key, None)
+        if priority is None:
+            return super().extend(tensordicts, **kwargs)
+        index = super().extend(tensordicts.exclude(self.priority_key), update_priority=False)
+        self.update_priority(index, priority.reshape(-1))
+        return index
 
 
 def _priority_stats(buffer: Any) -> tuple[float, float, int, int]:
@@ -77,12 +94,15 @@ def _priority_stats(buffer: Any) -> tuple[float, float, int, int]:
     return total, low, held, int(buffer.write_count)
 
 
-def _sample_with_leaves(buffer: Any, count: int) -> tuple[TensorDictBase, np.ndarray, int]:
-    """Runs in a shard's actor: ``count`` frames by priority, their ``p ** alpha``, the write count."""
+def _sample_with_leaves(buffer: Any, count: int) -> tuple[Any, Any, tuple[float, float, int, int]]:
+    """Runs in a shard's actor: ``count`` frames by priority (``None`` for 0), their ``p ** alpha``,
+    and the shard's :func:`_priority_stats` (one round trip a minibatch)."""
+    stats = _priority_stats(buffer)
+    if count == 0 or stats[2] == 0:
+        return None, None, stats
     sample = buffer.sample(count)
-    index = sample.get("index")
-    leaves = np.asarray(buffer.sampler._sum_tree[index], dtype=np.float64)
-    return sample, leaves, int(buffer.write_count)
+    leaves = np.asarray(buffer.sampler._sum_tree[sample.get("index")], dtype=np.float64)
+    return sample, leaves, stats
 
 
 def _update_fresh(
@@ -154,6 +174,7 @@ class ShardedReplayBuffer:
         self._rng = np.random.default_rng(seed)
         self._clients_handed = 0
         self._driver_writes = 0
+        self._sums: np.ndarray | None = None  # each shard's total priority, as last seen
         self._updates: list[tuple[int, Any]] = []  # (shard, ObjectRef) in flight
         self._dropped = 0
         self._updated = 0
@@ -165,7 +186,7 @@ class ShardedReplayBuffer:
                         storage=functools.partial(LazyTensorStorage, frames_per_shard),
                         sampler=functools.partial(prioritized_sampler, frames_per_shard, alpha, beta, eps),
                         priority_key=priority_key,  # no batch_size: each sample says its own
-                        **ray_buffer_kwargs(TensorDictReplayBuffer, num_cpus=num_cpus),
+                        **ray_buffer_kwargs(FrameReplayBuffer, num_cpus=num_cpus),
                     )
                 )  # fmt: skip
         except BaseException:
@@ -212,22 +233,30 @@ class ShardedReplayBuffer:
             TimeoutError: a shard did not answer within ``timeout_s``.
         """
         count = self.batch_size if batch_size is None else batch_size
-        stats = self._on_every_shard(_priority_stats, "sample (priority sums)")
-        sums = np.array([s[0] for s in stats])
-        held = sum(s[2] for s in stats)
-        if held == 0:
-            raise RuntimeError("Cannot sample from an empty storage: no shard holds a frame")
-        per_shard = self._rng.multinomial(count, sums / sums.sum())
-        asked = [k for k, n in enumerate(per_shard) if n > 0]
-        parts = self._get(
-            [self._actor(k).__ray_call__.remote(_sample_with_leaves, int(per_shard[k])) for k in asked],
-            asked, "sample",
+        every = list(range(len(self.shards)))
+        if self._sums is None or not self._sums.sum() > 0:  # the first minibatch: ask first
+            self._sums = np.array([s[0] for s in self._on_every_shard(_priority_stats, "sample")])
+            if not self._sums.sum() > 0:
+                raise RuntimeError("Cannot sample from an empty storage: no shard holds a frame")
+        # the split follows each shard's total priority as of the last minibatch (one round
+        # trip a minibatch); the weights use the probabilities each frame was drawn with
+        share = self._sums / self._sums.sum()
+        per_shard = self._rng.multinomial(count, share)
+        answers = self._get(
+            [self._actor(k).__ray_call__.remote(_sample_with_leaves, int(per_shard[k])) for k in every],
+            every, "sample",
         )  # fmt: skip
-        total, lowest = float(sums.sum()), min(s[1] for s in stats if s[2] > 0)
+        stats = [stats for _, _, stats in answers]
+        self._sums = np.array([s[0] for s in stats])
+        held = sum(s[2] for s in stats)
+        # P(i) = share of i's shard * p_i / that shard's sum; the largest weight is the least likely frame's
+        least = min(share[k] * s[1] / s[0] for k, s in enumerate(stats) if s[2] > 0 and share[k] > 0)
         frames = []
-        for k, (part, leaves, written) in zip(asked, parts, strict=True):
-            probability = torch.as_tensor(leaves / total)
-            weight = (held * probability) ** -self.beta / (held * lowest / total) ** -self.beta
+        for k, (part, leaves, (total, _, _, written)) in enumerate(answers):
+            if part is None:
+                continue
+            probability = torch.as_tensor(share[k] * leaves / total)
+            weight = (held * probability) ** -self.beta / (held * least) ** -self.beta
             part.set("priority_weight", weight.to(torch.float32))
             part.set(SHARD_KEY, torch.full(part.batch_size, k, dtype=torch.long))
             part.set(WRITTEN_AT_KEY, torch.full(part.batch_size, written, dtype=torch.long))

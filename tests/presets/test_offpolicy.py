@@ -377,3 +377,32 @@ def test_prioritized_replay_writes_priorities_checkpoints_and_resumes(ray_clean,
     with resumed.build_trainer() as trainer:
         np.testing.assert_allclose(sum_tree_leaves(trainer.scheme.replay_buffer, 384), leaves)
         assert trainer.run()["frames"] == 512
+
+
+@pytest.mark.timeout(300)
+def test_apex_dqn_cartpole_writes_worker_priorities_into_its_shards(ray_clean, tmp_path):
+    """Ape-X's replay: two shards, each worker's frames into its own with its own TD errors."""
+    import numpy as np
+    import ray
+
+    preset = get_preset("apex-dqn-cartpole").override(
+        {**TINY, "num_collectors": 2, "collector_resources": {"num_cpus": 0.5},
+         "run_dir": str(tmp_path)}  # fmt: skip
+    )
+    assert preset.scheme.buffer_location == "ray"
+    with preset.build_trainer() as trainer:
+        buffer = trainer.scheme.replay_buffer
+        assert type(buffer).__name__ == "ShardedReplayBuffer" and trainer.scheme.loop.prioritized
+        summary = trainer.run()
+        stats = buffer.stats()
+        # each worker runs its own epsilon (0.4 ** (1 + 7 i)), through the learner's pushes
+        assert trainer.scheme.collector.policy_version > 0
+        epsilons = [
+            float(ray.get(actor.__ray_call__.remote(lambda w: w._collector.policy[1].eps), timeout=60))
+            for actor in trainer.scheme.collector.remote_collectors
+        ]
+        np.testing.assert_allclose(epsilons, [0.4, 0.4**8], rtol=1e-5)
+    assert summary["frames"] == 384 and sum(stats["writes_per_shard"]) >= 384
+    assert min(stats["writes_per_shard"]) > 0 and stats["priority_updates"] > 0
+    with pytest.raises(ValueError, match="replay_shards"):
+        get_preset("apex-dqn-cartpole").override({"buffer_location": "driver"})

@@ -22,7 +22,7 @@ from tdscheme.presets import (
 
 def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
-                            "ppo-cartpole-dd", "dqn-cartpole", "sac-pendulum", "td3-pendulum",
+                            "ppo-cartpole-dd", "dqn-cartpole", "apex-dqn-cartpole", "sac-pendulum", "td3-pendulum",
                             "sac-halfcheetah", "impala-cartpole", "appo-cartpole", "impala-pong",
                             "appo-pong", "ppo-pong", "ppo-pendulum-curriculum",
                             "ppo-mountaincar", "ppo-mountaincar-curriculum"}  # fmt: skip

@@ -115,11 +115,13 @@ def test_workers_write_to_their_shards_with_their_own_td_errors(ray_clean):
         by_shard = buffer.stats()["writes_per_shard"]
         by_worker = [stats[f"worker_{w}/frames"] for w in (0, 1)]
         assert by_shard == by_worker and sum(by_shard) == 800 and min(by_shard) > 0
-        # every frame holds the TD error its worker computed, none the max priority (1.0)
+        # every frame holds the TD error its worker computed (weights never pushed: the
+        # policy sent), none the max priority (1.0); the priorities are not stored as data
         for k, shard in enumerate(buffer.shards):
             data = shard[: by_shard[k]]
+            assert "td_error" not in data.keys()
             p = leaves(shard, by_shard[k])
-            expected = (data["td_error"].double() + 1e-8) ** 0.6
+            expected = (QLearningPriority(gamma=0.9)(data, q_policy()).double() + 1e-8) ** 0.6
             np.testing.assert_allclose(p, expected.numpy(), rtol=1e-5)
             assert not np.isclose(p, 1.0).any()
         sample = buffer.sample()

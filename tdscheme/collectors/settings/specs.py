@@ -24,6 +24,7 @@ from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.torchrl_args import for_worker_collector, is_policy_service
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.replay.ray_held import is_ray_replay_buffer
+from tdscheme.rollout.exploration import per_worker_policies
 from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.torchrl_names import is_multi_collector
 from tdscheme.transport import Payload
@@ -223,7 +224,8 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
         if config.replay_buffer is not None
         else [None] * config.num_collectors
     )
-    policies = [config.policy] * config.num_collectors
+    # a copy each where the policy explores per worker (Ape-X's epsilons): rollout/exploration.py
+    policies = per_worker_policies(config.policy, config.num_collectors)
     if is_policy_service(config.policy):  # each worker calls the server through a client
         policies = config.policy.clients(config.num_collectors)
     driver_node = ray.get_runtime_context().get_node_id()
