@@ -18,5 +18,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # (SB3 and the RL Zoo's settings) tests run too
   .venv/bin/python -m pip install -q -c constraints.txt \
     -e ".[test,plot,envpool,atari,mujoco,loggers,tensorboard,video,peers]"
+  # The install leaves 1-2 GB of new files in memory, not yet on disk (1.0-1.8 GB "Dirty" in
+  # /proc/meminfo at the end of it on our 2-core machine); the kernel writes them out from 30 s
+  # on (vm.dirty_expire_centisecs), which is when a first `tdscheme train` starts Ray and its
+  # workers. Waiting for those writes here (about 5 s) keeps them out of the first run.
+  echo "setup.sh: writing the new .venv to disk (sync) ..."
+  sync
   echo "$want" > "$stamp"
 fi
+# pip byte-compiled every installed package but tdscheme itself (an editable install): compile it
+# here (0.05 s when up to date), or every process of a run (the driver, each Ray worker) compiles
+# the modules it imports, on every run where PYTHONDONTWRITEBYTECODE is set (as on our machines).
+.venv/bin/python -m compileall -q tdscheme

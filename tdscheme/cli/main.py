@@ -20,8 +20,9 @@ signal handlers first (a Ctrl-C in the first second is a stop request, not a
 traceback from inside an import). It parses the command
 line and, for ``train``, makes the preset (:mod:`tdscheme.cli.parser`), which
 checks every setting: a usage error is one line within a second or two, before
-Ray starts. Then it starts Ray (the preset's ``ray_init_config``) in the main
-thread while a second thread imports the commands (torch, torchrl), and a local
+Ray starts. Then it says in one line what the next seconds wait for, and starts Ray
+(the preset's ``ray_init_config``) in the main thread while a second thread imports
+the commands (torch, torchrl), and a local
 Ray's worker processes import torch and torchrl as soon as they are spawned
 (:mod:`tdscheme.runtime.ray_lease`): the seconds each of these takes overlap
 instead of adding up.
@@ -83,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("train", "bench"):
             # every setting checked, still before Ray
             preset = train_preset(args) if args.command == "train" else bench_preset(args)
+            if args.command == "train":  # the seconds until the run directory line are silent
+                print(_startup_line(preset.name), flush=True)
             lease = _start_ray_while_importing(preset.scheme.ray_init_config)
         from tdscheme.cli import commands
 
@@ -107,6 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupts.uninstall()
         if forced_line is not None:
             print(forced_line, file=sys.stderr, flush=True)
+
+
+def _startup_line(preset_name: str) -> str:
+    """What the first seconds of ``train`` wait for, said before they start.
+
+    Measured on a 2-core machine (issue 64): the driver's import of torch and torchrl,
+    and each Ray worker's (Ray starts one per CPU, each importing the collector's
+    modules), take about 5 CPU-seconds apiece, and Ray's own processes about 4 more;
+    the driver's import and ``ray.init`` overlap (:func:`_start_ray_while_importing`).
+    """
+    return (
+        f"tdscheme train {preset_name}: starting or joining Ray while torch and torchrl load, "
+        f"here and in each Ray worker process (about 5 CPU-seconds each)"
+    )
 
 
 def _start_ray_while_importing(ray_init_config: dict[str, Any] | None) -> RayLease | None:
