@@ -135,6 +135,11 @@ class ShardedReplayBuffer:
             for the frames they write (e.g. :class:`~tdscheme.replay.priorities.QLearningPriority`;
             a ``RayCollector`` writing into this buffer takes it unless given its own
             ``replay_priority_fn``); ``None``: new frames come in at the max priority.
+        draws_per_call: minibatches of ``batch_size`` drawn in one round trip to the
+            shards (handed out one per :meth:`sample`): a Ray call costs more than a
+            small DQN step; their priorities then reach the shards up to that many
+            steps after they were drawn (Ape-X's learner samples ahead alike). 1: one
+            round trip a minibatch.
 
     Raises:
         ValueError: a bad count or exponent (named).
@@ -157,6 +162,7 @@ class ShardedReplayBuffer:
         seed: int | None = None,
         num_cpus: float = 0,
         priority_fn: Any = None,
+        draws_per_call: int = 8,
     ) -> None:
         check_int("num_shards", num_shards, minimum=1)
         check_int("frames_per_shard", frames_per_shard, minimum=1)
@@ -166,8 +172,12 @@ class ShardedReplayBuffer:
                 raise invalid(name, value, "a number >= 0")
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
+        check_int("draws_per_call", draws_per_call, minimum=1)
         self.batch_size = batch_size
         self.priority_fn = priority_fn
+        self.draws_per_call = draws_per_call
+        self._drawn: list[TensorDictBase] = []  # minibatches drawn ahead, handed out by sample()
+        self._pending: list[TensorDictBase] = []  # priority updates not sent yet
         self.beta = beta
         self.priority_key = priority_key
         self.timeout_s = timeout_s
@@ -233,6 +243,20 @@ class ShardedReplayBuffer:
             TimeoutError: a shard did not answer within ``timeout_s``.
         """
         count = self.batch_size if batch_size is None else batch_size
+        if count == self.batch_size and self._drawn:
+            return self._drawn.pop()
+        block = self.draws_per_call if count == self.batch_size else 1
+        frames = self._draw(count * block)
+        if block == 1:
+            return frames
+        # a random split of i.i.d. draws: each minibatch is i.i.d. draws too
+        order = torch.from_numpy(self._rng.permutation(count * block))
+        self._drawn = list(frames[order].split(count))
+        return self._drawn.pop()
+
+    def _draw(self, count: int) -> TensorDictBase:
+        """``count`` frames by priority over every shard, in one round trip to each."""
+        self._send_updates()  # the last block's priorities go first (each shard runs calls in order)
         every = list(range(len(self.shards)))
         if self._sums is None or not self._sums.sum() > 0:  # the first minibatch: ask first
             self._sums = np.array([s[0] for s in self._on_every_shard(_priority_stats, "sample")])
@@ -266,14 +290,25 @@ class ShardedReplayBuffer:
     def update_tensordict_priority(self, sample: TensorDictBase) -> None:
         """Sends each shard the new priorities (``priority_key``) of its frames in ``sample``; does not wait.
 
+        The updates of ``draws_per_call`` minibatches go in one call to each shard (and
+        any still held go before the next draw, a checkpoint or :meth:`stats`).
+
         Raises (for an earlier update, collected here):
             ReplayBufferDied: a shard's actor is dead (named).
             TimeoutError: more than ``MAX_UPDATES_IN_FLIGHT`` updates waited past ``timeout_s``.
         """
-        priority = sample.get(self.priority_key).detach().reshape(-1).float().cpu()
-        shard = sample.get(SHARD_KEY).reshape(-1)
-        index = sample.get("index").reshape(-1)
-        written_at = sample.get(WRITTEN_AT_KEY).reshape(-1)
+        self._pending.append(
+            sample.select(self.priority_key, SHARD_KEY, "index", WRITTEN_AT_KEY).reshape(-1)
+        )
+        if len(self._pending) >= self.draws_per_call:
+            self._send_updates()
+
+    def _send_updates(self) -> None:
+        if not self._pending:
+            return
+        held, self._pending = torch.cat(self._pending), []
+        priority = held.get(self.priority_key).detach().float().cpu()
+        shard, index, written_at = held.get(SHARD_KEY), held.get("index"), held.get(WRITTEN_AT_KEY)
         for k in shard.unique().tolist():
             mine = shard == k
             ref = self._actor(k).__ray_call__.remote(
@@ -285,7 +320,8 @@ class ShardedReplayBuffer:
         )
 
     def flush(self) -> None:
-        """Waits for every priority update sent (before a checkpoint, or to read :meth:`stats`)."""
+        """Sends the priority updates held and waits for every one (before a checkpoint, or to read :meth:`stats`)."""
+        self._send_updates()
         self._collect_updates(wait_for=len(self._updates))
 
     # -- counts, checkpoints, shutdown ----------------------------------------------------------
