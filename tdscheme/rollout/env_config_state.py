@@ -46,10 +46,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import sys
 from typing import Any
 
 import numpy as np
-import torch
 
 __all__ = ["TAG", "decode_env_config", "encode_env_config"]
 
@@ -120,13 +120,21 @@ def decode_env_config(form: Any) -> Any:
     raise TypeError(f"a checkpoint's {kind!r} names {form['path']!r}, which is not one")
 
 
+def _is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (no tensor exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def _encode(value: Any, path: str) -> Any:
     kind = type(value)
-    if kind in _PLAIN or isinstance(value, torch.Tensor):
+    if kind in _PLAIN or _is_tensor(value):
         return value
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in _NUMPY_KINDS:
         if isinstance(value, np.generic):
             return {TAG: "numpy", "dtype": value.dtype.str, "value": value.item()}
+        import torch  # here: a curriculum is checked before Ray starts, where torch is not loaded
+
         try:
             data = torch.from_numpy(np.ascontiguousarray(value))
         except TypeError as err:  # a dtype torch has no tensor of
