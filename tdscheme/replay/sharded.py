@@ -49,14 +49,20 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 from tensordict import TensorDictBase
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import LazyTensorStorage
 
 from tdscheme.errors import ReplayBufferDied
 from tdscheme.replay.prioritized import prioritized_sampler
 from tdscheme.replay.ray_held import ray_buffer_kwargs
+from tdscheme.replay.shard import (
+    FrameReplayBuffer,
+    priority_stats,
+    sample_with_leaves,
+    update_fresh,
+)
 from tdscheme.validation import check_int, invalid
 
-__all__ = ["SHARD_KEY", "FrameReplayBuffer", "ShardedReplayBuffer"]
+__all__ = ["SHARD_KEY", "ShardedReplayBuffer"]
 
 #: the key of each sampled frame's shard (beside torchrl's ``index`` within the shard)
 SHARD_KEY = "shard"
@@ -64,59 +70,6 @@ SHARD_KEY = "shard"
 WRITTEN_AT_KEY = "_shard_write_count"
 #: priority updates a shard may have in flight before the driver waits for the oldest
 MAX_UPDATES_IN_FLIGHT = 8
-
-
-class FrameReplayBuffer(TensorDictReplayBuffer):
-    """torchrl's ``TensorDictReplayBuffer`` holding frames one by one: a ``[num_envs, time]`` write
-    is flattened (a shard samples, and prioritizes, single transitions, as Ape-X does), and a
-    write's priorities (its ``priority_key``) set the frames' priorities without being stored
-    (a loss writes its own ``td_error`` into each sample)."""
-
-    def extend(self, tensordicts: TensorDictBase, **kwargs: Any) -> torch.Tensor:
-        if tensordicts.ndim > 1:
-            tensordicts = tensordicts.reshape(-1)
-        priority = tensordicts.get(self.priority_key, None)
-        if priority is None:
-            return super().extend(tensordicts, **kwargs)
-        index = super().extend(tensordicts.exclude(self.priority_key), update_priority=False)
-        self.update_priority(index, priority.reshape(-1))
-        return index
-
-
-def _priority_stats(buffer: Any) -> tuple[float, float, int, int]:
-    """Runs in a shard's actor: (sum of p ** alpha, min of it, frames held, frames written)."""
-    held = len(buffer)
-    if held == 0:
-        return 0.0, float("inf"), 0, int(buffer.write_count)
-    sampler = buffer.sampler
-    total = float(sampler._sum_tree.query(0, held))
-    low = float(sampler._min_tree.query(0, held))
-    return total, low, held, int(buffer.write_count)
-
-
-def _sample_with_leaves(buffer: Any, count: int) -> tuple[Any, Any, tuple[float, float, int, int]]:
-    """Runs in a shard's actor: ``count`` frames by priority (``None`` for 0), their ``p ** alpha``,
-    and the shard's :func:`_priority_stats` (one round trip a minibatch)."""
-    stats = _priority_stats(buffer)
-    if count == 0 or stats[2] == 0:
-        return None, None, stats
-    sample = buffer.sample(count)
-    leaves = np.asarray(buffer.sampler._sum_tree[sample.get("index")], dtype=np.float64)
-    return sample, leaves, stats
-
-
-def _update_fresh(
-    buffer: Any, index: torch.Tensor, priority: torch.Tensor, written_at: torch.Tensor
-) -> int:
-    """Runs in a shard's actor: new priorities for frames not overwritten since sampled; returns those dropped."""
-    capacity = buffer._storage.max_size
-    written_since = int(buffer.write_count) - written_at
-    # slot i was written again iff a write position p in [written_at, now) has p % capacity == i
-    stale = (written_since >= capacity) | ((index - written_at) % capacity < written_since)
-    fresh = ~stale
-    if fresh.any():
-        buffer.update_priority(index[fresh], priority[fresh])
-    return int(stale.sum())
 
 
 class ShardedReplayBuffer:
@@ -259,7 +212,7 @@ class ShardedReplayBuffer:
         self._send_updates()  # the last block's priorities go first (each shard runs calls in order)
         every = list(range(len(self.shards)))
         if self._sums is None or not self._sums.sum() > 0:  # the first minibatch: ask first
-            self._sums = np.array([s[0] for s in self._on_every_shard(_priority_stats, "sample")])
+            self._sums = np.array([s[0] for s in self._on_every_shard(priority_stats, "sample")])
             if not self._sums.sum() > 0:
                 raise RuntimeError("Cannot sample from an empty storage: no shard holds a frame")
         # the split follows each shard's total priority as of the last minibatch (one round
@@ -267,14 +220,16 @@ class ShardedReplayBuffer:
         share = self._sums / self._sums.sum()
         per_shard = self._rng.multinomial(count, share)
         answers = self._get(
-            [self._actor(k).__ray_call__.remote(_sample_with_leaves, int(per_shard[k])) for k in every],
+            [self._actor(k).__ray_call__.remote(sample_with_leaves, int(per_shard[k])) for k in every],
             every, "sample",
         )  # fmt: skip
         stats = [stats for _, _, stats in answers]
         self._sums = np.array([s[0] for s in stats])
         held = sum(s[2] for s in stats)
         # P(i) = share of i's shard * p_i / that shard's sum; the largest weight is the least likely frame's
-        least = min(share[k] * s[1] / s[0] for k, s in enumerate(stats) if s[2] > 0 and share[k] > 0)
+        least = min(
+            share[k] * s[1] / s[0] for k, s in enumerate(stats) if s[2] > 0 and share[k] > 0
+        )
         frames = []
         for k, (part, leaves, (total, _, _, written)) in enumerate(answers):
             if part is None:
@@ -312,7 +267,7 @@ class ShardedReplayBuffer:
         for k in shard.unique().tolist():
             mine = shard == k
             ref = self._actor(k).__ray_call__.remote(
-                _update_fresh, index[mine], priority[mine], written_at[mine]
+                update_fresh, index[mine], priority[mine], written_at[mine]
             )
             self._updates.append((k, ref))
         self._collect_updates(
@@ -327,7 +282,7 @@ class ShardedReplayBuffer:
     # -- counts, checkpoints, shutdown ----------------------------------------------------------
 
     def __len__(self) -> int:
-        return sum(s[2] for s in self._on_every_shard(_priority_stats, "len"))
+        return sum(s[2] for s in self._on_every_shard(priority_stats, "len"))
 
     @property
     def write_count(self) -> int:
@@ -336,12 +291,12 @@ class ShardedReplayBuffer:
 
     def write_counts(self) -> list[int]:
         """Frames written into each shard (the ledger's writes, shard by shard)."""
-        return [s[3] for s in self._on_every_shard(_priority_stats, "write counts")]
+        return [s[3] for s in self._on_every_shard(priority_stats, "write counts")]
 
     def stats(self) -> dict[str, Any]:
         """``writes_per_shard``, ``frames_held``, ``priority_updates`` and ``stale_updates_dropped`` (after a flush)."""
         self.flush()
-        stats = self._on_every_shard(_priority_stats, "stats")
+        stats = self._on_every_shard(priority_stats, "stats")
         return {
             "writes_per_shard": [s[3] for s in stats],
             "frames_held": sum(s[2] for s in stats),
