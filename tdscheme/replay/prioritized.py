@@ -263,6 +263,26 @@ class SumTreeSampler(PrioritizedSampler):
     def _maybe_init_from_storage(self, storage: Any) -> None:
         pass  # CPU trees whatever the storage's device (torchrl's would move to CUDA)
 
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        """torchrl's ``update_priority``, after refusing a NaN, infinite or negative priority.
+
+        Raises:
+            ValueError: a priority that is not finite and >= 0, naming its frame's index
+                (nothing is written: the trees are unchanged).
+        """
+        values = torch.as_tensor(priority).detach()
+        bad = ~torch.isfinite(values) | (values < 0)
+        if bool(bad.any()):
+            flat = bad.reshape(-1).nonzero()[0].item()
+            where = torch.as_tensor(index).reshape(-1)
+            at = where[flat].item() if where.numel() > flat else where.reshape(-1)[0].item()
+            raise ValueError(
+                f"priority={values.reshape(-1)[flat].item()!r} for the frame at index {at} is "
+                f"invalid ({int(bad.sum())} of {bad.numel()} bad); accepted: finite priorities "
+                f">= 0 (e.g. |td_error|); no priority of this update was written"
+            )
+        super().update_priority(index, priority, storage=storage)
+
 
 def extension_loads() -> bool:
     """Whether torchrl's C++ segment trees loaded in this process (its own sampler works)."""

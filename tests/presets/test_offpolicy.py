@@ -406,3 +406,16 @@ def test_apex_dqn_cartpole_writes_worker_priorities_into_its_shards(ray_clean, t
     assert min(stats["writes_per_shard"]) > 0 and stats["priority_updates"] > 0
     with pytest.raises(ValueError, match="replay_shards"):
         get_preset("apex-dqn-cartpole").override({"buffer_location": "driver"})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "command", [["dqn-cartpole", "--prioritized"], ["apex-dqn-cartpole"]], ids=["per", "apex"]
+)
+def test_prioritized_presets_reach_475_through_the_cli(ray_clean, tmp_path, command):
+    """Issue 67: prioritized replay (tdscheme's sum tree here) and Ape-X's replay learn CartPole."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *command, "--progress", "False", "--run-dir", str(run_dir)]) == 0
+    returns = [value for _, value in read_metrics(run_dir)["eval/return"]]
+    assert max(returns) >= 475, returns
