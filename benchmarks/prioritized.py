@@ -8,6 +8,10 @@ Sections:
   n/a where its extension does not load with the installed torch) and torchrl's uniform
   ``RandomSampler`` (whose update does nothing), measured in turn, 5 rounds of 200 calls
   each after a warm-up round; the median of the rounds and their spread;
+* ``shards``: a ``ShardedReplayBuffer`` of 1, 2 and 4 shards (100,000 CartPole-sized frames
+  in all): frames written per second from the driver (batches of 1,024 with their
+  priorities, round-robin over the shards), and frames sampled per second by a learner
+  drawing minibatches of 128 and writing their priorities back; 3 rounds, the median;
 * ``learning``: ``tdscheme train dqn-cartpole`` to its target (475) without and with
   ``--prioritized``, and ``tdscheme train apex-dqn-cartpole`` (Ape-X's sharded replay,
   worker-computed priorities, per-worker epsilons, dueling head), seed by seed (the runs of
@@ -42,7 +46,7 @@ from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffe
 
 from tdscheme.replay.prioritized import SumTreeSampler, extension_loads
 
-SECTIONS = ("sampler", "learning")
+SECTIONS = ("sampler", "shards", "learning")
 TITLE = "Prioritized replay"
 SAMPLERS = ("SumTreeSampler", "PrioritizedSampler", "RandomSampler")
 
@@ -117,6 +121,53 @@ def sampler_section(rec: Recorder, s: Settings) -> None:
                             "us", config, spread))  # fmt: skip
 
 
+def cartpole_frames(count: int) -> TensorDict:
+    """``count`` frames shaped as CartPole's (4 floats each way, reward, flags) with priorities."""
+    return TensorDict(
+        {"observation": torch.rand(count, 4), "action": torch.zeros(count, 2, dtype=torch.long),
+         "td_error": torch.rand(count),
+         "next": {"observation": torch.rand(count, 4), "reward": torch.ones(count, 1),
+                  "done": torch.zeros(count, 1, dtype=torch.bool),
+                  "terminated": torch.zeros(count, 1, dtype=torch.bool)}},
+        [count],
+    )  # fmt: skip
+
+
+def shards_section(rec: Recorder, s: Settings) -> None:
+    from tdscheme.replay.sharded import ShardedReplayBuffer
+
+    frames, write, minibatch = 100_000, 1024, 128
+    batches = s.calls // 4 if s.calls < 200 else 100
+    for k in (1, 2, 4):
+        config = (
+            f"{k} shard(s), {frames:,} frames in all; writes of {write}, minibatches of {minibatch}"
+        )
+        with ShardedReplayBuffer(
+            num_shards=k, frames_per_shard=frames // k, batch_size=minibatch, seed=0
+        ) as buffer:
+            data = cartpole_frames(write)
+
+            def writes(buffer: Any = buffer, data: TensorDict = data) -> float:
+                start = time.perf_counter()
+                for _ in range(batches):
+                    buffer.extend(data)
+                return batches * write / (time.perf_counter() - start)
+
+            def samples(buffer: Any = buffer) -> float:
+                start = time.perf_counter()
+                for _ in range(batches * 4):
+                    sample = buffer.sample()
+                    sample["td_error"] = torch.rand(minibatch)
+                    buffer.update_tensordict_priority(sample)
+                buffer.flush()
+                return batches * 4 * minibatch / (time.perf_counter() - start)
+
+            values = in_turn({"write": writes, "sample": samples}, repeats=3)
+        for metric, runs in values.items():
+            rec.add(Measurement("shards", f"{k} shard(s)", f"{metric}_frames_per_s", statistics.median(runs),
+                                "frames/s", config, f"rounds {', '.join(f'{v:,.0f}' for v in runs)}"))  # fmt: skip
+
+
 def learning_section(rec: Recorder, s: Settings) -> None:
     config = f"CartPole, target 475, at most {s.total_frames:,} frames"
     runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "prioritized": [], "apex": []}
@@ -172,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     def run(rec: Recorder) -> None:
         if "sampler" in args.sections:
             sampler_section(rec, s)
+        if "shards" in args.sections:
+            shards_section(rec, s)
         if "learning" in args.sections:
             learning_section(rec, s)
 

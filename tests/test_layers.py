@@ -387,6 +387,8 @@ LONGER_MODULES: dict[str, tuple[int, str]] = {
         450, "the actor's whole remote surface: the one class Ray exposes to the driver"),
     "runtime/actor_pool.py": (
         450, "every pool's Ray calls in one place (docs/ARCHITECTURE.md, 'Who calls Ray')"),
+    "replay/sharded.py": (
+        450, "the driver's one view of K shards: draws, priorities back, restarts, checkpoints"),
     "scheme/config.py": (
         450, "every setting of a run declared and documented once, and its one conversion"),
     "scheme/scheme.py": (

@@ -64,7 +64,12 @@ def update_fresh(
     capacity = buffer._storage.max_size
     written_since = int(buffer.write_count) - written_at
     # slot i was written again iff a write position p in [written_at, now) has p % capacity == i
-    stale = (written_since >= capacity) | ((index - written_at) % capacity < written_since)
+    # a negative count: the shard was restarted empty since (its frames are gone)
+    stale = (
+        (written_since < 0)
+        | (written_since >= capacity)
+        | ((index - written_at) % capacity < written_since)
+    )
     fresh = ~stale
     if fresh.any():
         buffer.update_priority(index[fresh], priority[fresh])

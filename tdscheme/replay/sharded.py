@@ -21,9 +21,13 @@ prioritized sampler (:func:`~tdscheme.replay.prioritized.prioritized_sampler`), 
   shard its frames' new priorities without waiting (the next call collects the answers);
   a frame whose slot was written again since it was sampled keeps the new frame's
   priority: its update is dropped in the shard and counted (:meth:`stats`).
-* **Failure**: every call waits ``timeout_s`` at most; a shard found dead is a
-  :class:`~tdscheme.errors.ReplayBufferDied` naming it (its frames are gone: resume from a
-  checkpoint, which holds every shard with ``dumps``).
+* **Failure**: a shard whose actor dies is restarted empty by Ray (``max_restarts``; the
+  calls in flight are retried on it, a worker's write included, so no write is lost with
+  the actor): its frames are lost, counted (``stats()["frames_lost"]``: those it held at the
+  driver's last look, which a training loop takes every minibatch) and named in one
+  warning; collection and learning go on. Past ``max_restarts`` a call is a
+  :class:`~tdscheme.errors.ReplayBufferDied` naming the shard. Every call waits ``timeout_s``
+  at most.
 
 Example (with Ray; see ``tests/replay/test_sharded.py``)::
 
@@ -39,6 +43,7 @@ Example (with Ray; see ``tests/replay/test_sharded.py``)::
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +68,8 @@ from tdscheme.replay.shard import (
 from tdscheme.validation import check_int, invalid
 
 __all__ = ["SHARD_KEY", "ShardedReplayBuffer"]
+
+logger = logging.getLogger(__name__)
 
 #: the key of each sampled frame's shard (beside torchrl's ``index`` within the shard)
 SHARD_KEY = "shard"
@@ -93,6 +100,8 @@ class ShardedReplayBuffer:
             small DQN step; their priorities then reach the shards up to that many
             steps after they were drawn (Ape-X's learner samples ahead alike). 1: one
             round trip a minibatch.
+        max_restarts: times Ray restarts a dead shard's actor (empty); 0: a dead shard
+            ends the run (``ReplayBufferDied``).
 
     Raises:
         ValueError: a bad count or exponent (named).
@@ -116,6 +125,7 @@ class ShardedReplayBuffer:
         num_cpus: float = 0,
         priority_fn: Any = None,
         draws_per_call: int = 8,
+        max_restarts: int = 3,
     ) -> None:
         check_int("num_shards", num_shards, minimum=1)
         check_int("frames_per_shard", frames_per_shard, minimum=1)
@@ -126,6 +136,7 @@ class ShardedReplayBuffer:
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
         check_int("draws_per_call", draws_per_call, minimum=1)
+        check_int("max_restarts", max_restarts, minimum=0)
         self.batch_size = batch_size
         self.priority_fn = priority_fn
         self.draws_per_call = draws_per_call
@@ -141,6 +152,14 @@ class ShardedReplayBuffer:
         self._updates: list[tuple[int, Any]] = []  # (shard, ObjectRef) in flight
         self._dropped = 0
         self._updated = 0
+        self._seen = [(0, 0)] * num_shards  # (frames written, frames held) at the last look
+        self._lost = 0
+        self._restarts = 0
+        kwargs = ray_buffer_kwargs(FrameReplayBuffer, num_cpus=num_cpus)
+        # Ray restarts a dead shard (its constructor again: empty) and retries the calls in flight
+        kwargs["remote_config"].update(
+            max_restarts=max_restarts, max_task_retries=1 if max_restarts else 0
+        )
         self.shards: list[Any] = []
         try:
             for _ in range(num_shards):
@@ -149,7 +168,7 @@ class ShardedReplayBuffer:
                         storage=functools.partial(LazyTensorStorage, frames_per_shard),
                         sampler=functools.partial(prioritized_sampler, frames_per_shard, alpha, beta, eps),
                         priority_key=priority_key,  # no batch_size: each sample says its own
-                        **ray_buffer_kwargs(FrameReplayBuffer, num_cpus=num_cpus),
+                        **kwargs,
                     )
                 )  # fmt: skip
         except BaseException:
@@ -223,10 +242,12 @@ class ShardedReplayBuffer:
             [self._actor(k).__ray_call__.remote(sample_with_leaves, int(per_shard[k])) for k in every],
             every, "sample",
         )  # fmt: skip
-        stats = [stats for _, _, stats in answers]
+        stats = self._observe([stats for _, _, stats in answers])
         self._sums = np.array([s[0] for s in stats])
         held = sum(s[2] for s in stats)
         # P(i) = share of i's shard * p_i / that shard's sum; the largest weight is the least likely frame's
+        if all(part is None for part, _, _ in answers):  # found empty (restarted since the last look)
+            return self._draw(count)
         least = min(
             share[k] * s[1] / s[0] for k, s in enumerate(stats) if s[2] > 0 and share[k] > 0
         )
@@ -240,6 +261,9 @@ class ShardedReplayBuffer:
             part.set(SHARD_KEY, torch.full(part.batch_size, k, dtype=torch.long))
             part.set(WRITTEN_AT_KEY, torch.full(part.batch_size, written, dtype=torch.long))
             frames.append(part)
+        drawn = sum(part.numel() for part in frames)
+        if drawn < count:  # a shard found empty (restarted since the last look): draw the rest again
+            frames.append(self._draw(count - drawn))
         return torch.cat(frames)
 
     def update_tensordict_priority(self, sample: TensorDictBase) -> None:
@@ -294,7 +318,8 @@ class ShardedReplayBuffer:
         return [s[3] for s in self._on_every_shard(priority_stats, "write counts")]
 
     def stats(self) -> dict[str, Any]:
-        """``writes_per_shard``, ``frames_held``, ``priority_updates`` and ``stale_updates_dropped`` (after a flush)."""
+        """``writes_per_shard``, ``frames_held``, ``priority_updates``, ``stale_updates_dropped``,
+        ``shard_restarts`` and ``frames_lost`` (after a flush)."""
         self.flush()
         stats = self._on_every_shard(priority_stats, "stats")
         return {
@@ -302,6 +327,8 @@ class ShardedReplayBuffer:
             "frames_held": sum(s[2] for s in stats),
             "priority_updates": self._updated,
             "stale_updates_dropped": self._dropped,
+            "shard_restarts": self._restarts,
+            "frames_lost": self._lost,
         }
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
@@ -342,7 +369,25 @@ class ShardedReplayBuffer:
 
     def _on_every_shard(self, fn: Any, what: str) -> list[Any]:
         shards = list(range(len(self.shards)))
-        return self._get([self._actor(k).__ray_call__.remote(fn) for k in shards], shards, what)
+        values = self._get([self._actor(k).__ray_call__.remote(fn) for k in shards], shards, what)
+        return self._observe(values) if fn is priority_stats else values
+
+    def _observe(
+        self, stats: list[tuple[float, float, int, int]]
+    ) -> list[tuple[float, float, int, int]]:
+        """Notes each shard's counts; a write count that went back is a shard Ray restarted empty."""
+        for k, (_, _, held, written) in enumerate(stats):
+            seen_written, seen_held = self._seen[k]
+            if written < seen_written:
+                self._lost += seen_held
+                self._restarts += 1
+                logger.warning(
+                    "replay shard %d of %d died and was restarted empty: %d frames lost (those it "
+                    "held at the last look); collection and learning go on",
+                    k, len(self.shards), seen_held,
+                )  # fmt: skip
+            self._seen[k] = (written, held)
+        return stats
 
     def _get(self, refs: Sequence[Any], shards: Sequence[int], what: str) -> list[Any]:
         values = []
@@ -355,8 +400,9 @@ class ShardedReplayBuffer:
                 ) from None
             except RayActorError as err:
                 raise ReplayBufferDied(
-                    f"replay shard {k} of {len(self.shards)} died (during {what}); its frames "
-                    f"went with it. Resume from the last checkpoint. Ray: {str(err).splitlines()[0]}"
+                    f"replay shard {k} of {len(self.shards)} died (during {what}) and was not "
+                    f"restarted (max_restarts used up); its frames went with it. Resume from the "
+                    f"last checkpoint. Ray: {str(err).splitlines()[0]}"
                 ) from None
         return values
 

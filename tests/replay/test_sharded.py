@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -128,14 +129,54 @@ def test_workers_write_to_their_shards_with_their_own_td_errors(ray_clean):
         assert set(sample[SHARD_KEY].tolist()) == {0, 1}
 
 
-def test_a_killed_shard_is_named_not_waited_on(ray_clean):
-    buffer = ShardedReplayBuffer(num_shards=2, frames_per_shard=8, batch_size=4, timeout_s=30)
+def shard_pid(shard) -> int:
+    return ray.get(shard._rb.__ray_call__.remote(lambda rb: os.getpid()), timeout=60)
+
+
+def test_a_shard_killed_mid_run_is_restarted_empty_and_the_run_reaches_its_budget(ray_clean, caplog):
+    """SIGKILL one shard's process while two workers write and a learner samples: the run goes on."""
+    total = 4000
+    with ShardedReplayBuffer(num_shards=2, frames_per_shard=5000, batch_size=32,
+                             timeout_s=60) as buffer:  # fmt: skip
+        with RayCollector(
+            functools.partial(make_env, "CartPole-v1"), q_policy(), frames_per_batch=100,
+            total_frames=total, num_collectors=2, replay_buffer=buffer,
+            replay_priority_fn=QLearningPriority(gamma=0.9), remote_configs={"num_cpus": 0.5},
+        ) as collector:  # fmt: skip
+            collector.start()
+            deadline = time.monotonic() + 120
+            while buffer.write_count < 800 and time.monotonic() < deadline:
+                if len(buffer) >= 200:
+                    buffer.sample()  # a learner's draws, its last look at each shard's counts
+                time.sleep(0.01)
+            in_shard_1 = buffer.stats()["writes_per_shard"][1]
+            os.kill(shard_pid(buffer.shards[1]), signal.SIGKILL)  # as a lost machine would
+            while collector.is_running:
+                sample = buffer.sample()
+                sample["td_error"] = torch.rand(32)
+                buffer.update_tensordict_priority(sample)
+            stats = collector.stats(timeout=30)
+        assert stats["frames"] == total and stats["ledger"]["balanced"], stats["ledger"]
+        after = buffer.stats()
+        # counted: what shard 1 held at the last look (at least what it held before the kill),
+        # at most what it lost (writes may land between the last look and the kill)
+        assert after["shard_restarts"] == 1 and 0 < in_shard_1 <= after["frames_lost"]
+        assert after["frames_lost"] <= total - sum(after["writes_per_shard"]), after
+        sample = buffer.sample()
+        assert set(sample[SHARD_KEY].tolist()) == {0, 1}  # the restarted shard is sampled again
+    warnings = [r for r in caplog.records if "replay shard 1 of 2 died and was restarted" in r.message]
+    assert len(warnings) == 1
+
+
+def test_a_killed_shard_without_restarts_is_named_not_waited_on(ray_clean):
+    buffer = ShardedReplayBuffer(
+        num_shards=2, frames_per_shard=8, batch_size=4, timeout_s=30, max_restarts=0
+    )
     try:
         for shard in buffer.shards:
             shard.extend(frames([1.0] * 4))
-        pid = ray.get(buffer.shards[1]._rb.__ray_call__.remote(lambda rb: os.getpid()), timeout=60)
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(ReplayBufferDied, match=r"replay shard 1 of 2 died"):
+        os.kill(shard_pid(buffer.shards[1]), signal.SIGKILL)
+        with pytest.raises(ReplayBufferDied, match=r"replay shard 1 of 2 died .*max_restarts"):
             buffer.sample()
     finally:
         buffer.shutdown()
