@@ -16,7 +16,8 @@ Sections:
   ``--prioritized``, and ``tdscheme train apex-dqn-cartpole`` (Ape-X's sharded replay,
   worker-computed priorities, per-worker epsilons, dueling head), seed by seed (the runs of
   a seed one after the other, in alternating order): frames and seconds to the target,
-  median and spread over the seeds.
+  median and spread over the seeds; beside them SB3's DQN with the RL Zoo's CartPole-v1 entry
+  (``--kinds``: which of uniform, prioritized, apex, sb3-dqn; the ``peers`` extra for SB3).
 
 Run from the repository root: ``.venv/bin/python benchmarks/prioritized.py [--quick]``
 (``--sections sampler`` alone takes under a minute; ``learning`` ~2-3 min a run).
@@ -24,11 +25,15 @@ Run from the repository root: ``.venv/bin/python benchmarks/prioritized.py [--qu
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,6 +66,7 @@ class Settings:
     rounds: int = 5
     seeds: tuple[int, ...] = (0, 1, 2)
     total_frames: int = 100_000
+    kinds: tuple[str, ...] = ("uniform", "prioritized", "apex", "sb3-dqn")
 
     @classmethod
     def make(cls, quick: bool, frames: int | None) -> Settings:
@@ -168,11 +174,42 @@ def shards_section(rec: Recorder, s: Settings) -> None:
                                 "frames/s", config, f"rounds {', '.join(f'{v:,.0f}' for v in runs)}"))  # fmt: skip
 
 
+def sb3_dqn(seed: int, budget: int) -> dict[str, Any]:
+    """SB3's DQN with the RL Zoo's CartPole-v1 entry, evaluated as the presets are (every 10,240
+    steps, 10 episodes), stopped at 475: through ``learning_peers.py sb3`` in its own process."""
+    from learning_peers import Sb3Spec, read_curve
+
+    with tempfile.TemporaryDirectory() as d:
+        spec = Sb3Spec(
+            algo="dqn", env_id="CartPole-v1", zoo_key="CartPole-v1", seed=seed,
+            budget_steps=budget, eval_every_steps=10_240, eval_episodes=10, eval_num_envs=1,
+            target_return=475.0, stop_at_target=True, curve_path=f"{d}/curve.jsonl",
+            torch_threads=1,
+        )  # fmt: skip
+        Path(f"{d}/spec.json").write_text(json.dumps(dataclasses.asdict(spec)))
+        script = str(Path(__file__).resolve().parent / "learning_peers.py")
+        _, _, exit_s = run_process([sys.executable, script, "sb3", f"{d}/spec.json"],
+                                   f"SB3 DQN seed {seed}", timeout_s=1800)  # fmt: skip
+        evals = read_curve(spec.curve_path)["eval"]
+    hit = next(((steps, wall) for steps, wall, ret in evals if ret >= 475.0), None)
+    return {
+        "frames": hit[0] if hit else budget, "wall_s": hit[1] if hit else exit_s,
+        "reached": hit is not None, "eval_return": evals[-1][2] if evals else float("nan"),
+    }
+
+
 def learning_section(rec: Recorder, s: Settings) -> None:
     config = f"CartPole, target 475, at most {s.total_frames:,} frames"
-    runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "prioritized": [], "apex": []}
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in s.kinds}
     for i, seed in enumerate(s.seeds):
         for kind in turn_order(list(runs), i):
+            if kind == "sb3-dqn":
+                result = sb3_dqn(seed, s.total_frames)
+                runs[kind].append(result)
+                rec.add(Measurement("learning", kind, f"frames_to_475_seed{seed}",
+                                    result["frames"] if result["reached"] else None, "frames",
+                                    config, f"reached={result['reached']}, {result['wall_s']:.0f} s"))  # fmt: skip
+                continue
             with tempfile.TemporaryDirectory() as d:
                 preset = "apex-dqn-cartpole" if kind == "apex" else "dqn-cartpole"
                 command = [tdscheme_executable(), "train", preset, "--seed", str(seed),
@@ -215,10 +252,18 @@ def tables(ms: list[Measurement]) -> dict[str, list[list[str]]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--kinds", default=None, help="learning: comma-separated runs to make")
+    extra.add_argument("--seeds", default=None, help="learning: comma-separated seeds")
+    own, rest = extra.parse_known_args(argv)
     args = parse_section_args(
-        __doc__.split("\n")[0], SECTIONS, "the sampler section's buffer size", argv
+        __doc__.split("\n")[0], SECTIONS, "the sampler section's buffer size", rest
     )
     s = Settings.make(args.quick, args.frames)
+    if own.kinds:
+        s.kinds = tuple(k.strip() for k in own.kinds.split(",") if k.strip())
+    if own.seeds:
+        s.seeds = tuple(int(x) for x in own.seeds.split(","))
 
     def run(rec: Recorder) -> None:
         if "sampler" in args.sections:
