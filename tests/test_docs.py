@@ -46,11 +46,16 @@ def walk_toctree(docname: str = "index") -> list[str]:
     return seen
 
 
-def test_every_toctree_page_exists():
+def test_every_toctree_page_exists(tmp_path, monkeypatch):
+    # the API pages (docs/api/, git-ignored) are written by the build: a fresh clone has none yet
+    monkeypatch.syspath_prepend(str(DOCS / "_ext"))
+    generated = {f"api/{name}" for name in importlib.import_module("api_pages").write_pages(tmp_path)}
     missing = [
         name
         for name in walk_toctree()
-        if not (DOCS / f"{name}.md").exists() and not (DOCS / f"{name}.rst").exists()
+        if name not in generated
+        and not (DOCS / f"{name}.md").exists()
+        and not (DOCS / f"{name}.rst").exists()
     ]
     assert missing == []
 
