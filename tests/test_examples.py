@@ -35,6 +35,7 @@ TINY_ARGS = {
     "train_ppo_cartpole.py": ["--total-frames", "4096", "--num-collectors", "1"],
     "impala_cartpole.py": ["--total-frames", "8192", "--num-collectors", "1"],
     "learner_group_cartpole.py": ["--updates", "3", "--num-envs", "4"],
+    "ppo_own_loop.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
 }
 
 
