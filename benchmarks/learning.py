@@ -515,10 +515,16 @@ def markdown_table(table: list[list[str]]) -> list[str]:
 def build_page(data_dir: Path, out: Path) -> dict[str, list[list[str]]]:
     """Writes ``out`` and one PNG per section from every kept run; returns the tables."""
     intro = "\n\n".join((__doc__ or "").split("\n\n")[1:4])
-    lines = ["# Learning curves: tdscheme, Stable-Baselines3 (RL Zoo), CleanRL", "", intro, ""]
+    final = ('"Final (@100%)" in the tables is the return where a run stopped: for runs that stop '
+             "at their target (CartPole, Pendulum) the value at the target, not at the end of the "
+             "budget; otherwise at the end of the budget, or the last evaluation before a run was "
+             "stopped.")
+    lines = ["# Learning curves: tdscheme and Stable-Baselines3 (RL Zoo)", "", intro, "", final, ""]
     tables, everything = {}, []
     for section in sections().values():
         by_framework = section_records(section, data_dir)
+        if CLEANRL_NAME in by_framework:  # the title names the peers the page holds
+            lines[0] = "# Learning curves: tdscheme, Stable-Baselines3 (RL Zoo), CleanRL"
         own = any(section.framework(p) in by_framework for p in section.presets)
         if not by_framework or (section.peers_from and not own):  # only another section's peers
             continue
