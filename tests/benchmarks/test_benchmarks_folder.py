@@ -87,3 +87,51 @@ def test_the_checks_flag_a_wrong_folder(tmp_path: Path) -> None:
     assert tools_imported_from_the_top(tmp_path) == ["user.py: probe"]
     assert tools_without_the_path_line(tmp_path) == ["late.py", "none.py"]
     assert unlisted(tmp_path) == ["none.py"]
+
+
+def table_cells(text: str) -> list[list[str]]:
+    """The cells of each Markdown table row of ``text`` (a ``|`` inside backticks stays in its cell)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("|") or set(line) <= set("|- "):
+            continue
+        cells, cell, in_code = [], "", False
+        for char in line.strip()[1:-1]:
+            if char == "`":
+                in_code = not in_code
+            if char == "|" and not in_code:
+                cells.append(cell.strip())
+                cell = ""
+            else:
+                cell += char
+        rows.append([*cells, cell.strip()])
+    return rows
+
+
+def results_page_problems(text: str, max_cell: int = 400) -> list[str]:
+    """Why a RESULTS page does not read at a glance: long cells, a free-text ``met?`` column."""
+    header, *rows = table_cells(text)
+    met = header.index("met?")
+    problems = []
+    for number, row in enumerate(rows, 1):
+        long = [i for i, cell in enumerate(row) if len(cell) > max_cell]
+        if long:
+            problems.append(f"row {number}: cell(s) {long} over {max_cell} characters")
+        if not row[met].startswith(("met", "not met", "measured")):
+            problems.append(f"row {number}: met? is {row[met][:40]!r}; accepted: met, not met, measured")
+    return problems
+
+
+def test_results_read_at_a_glance():
+    """Issue 65: RESULTS.md holds the current figure of each target; the history is on its page."""
+    text = (BENCHMARKS / "RESULTS.md").read_text(encoding="utf-8")
+    assert len(table_cells(text)) > 50
+    assert results_page_problems(text) == []
+
+
+def test_a_long_or_free_text_row_is_named():
+    bad = "| target | latest figure | met? |\n|---|---|---|\n| a | " + "x" * 401 + " | yes, mostly |\n"
+    assert results_page_problems(bad) == [
+        "row 1: cell(s) [1] over 400 characters",
+        "row 1: met? is 'yes, mostly'; accepted: met, not met, measured",
+    ]
