@@ -88,6 +88,28 @@ def hung_worker_hangs_again_first_ready() -> dict[str, Any]:
     )  # fmt: skip
 
 
+def hung_worker_every_build_retired() -> dict[str, Any]:
+    """Issue 64's case: one of two workers' envs hangs at the first step of every build, no
+    ``min_workers``: past ``max_restarts`` it is retired and the healthy worker finishes the run."""
+    from tdscheme.envs import make_faulty_env
+
+    healthy = functools.partial(make_faulty_env, sleep_s=0.01)
+    hangs = functools.partial(make_faulty_env, hang_at_step=1)
+
+    def check(stats: dict[str, Any]) -> str:
+        wrong = [] if stats["workers_retired"] == [1] else [f"retired {stats['workers_retired']}"]
+        if set(stats["frames_per_worker"]) != {0}:
+            wrong.append(f"frames per worker {stats['frames_per_worker']}")
+        return ", ".join(wrong)
+
+    return collect_row(
+        "an env hangs at every build of one worker, no min_workers (first-ready, "
+        "worker_stall_timeout_s=3, max_restarts=1): retired, the healthy worker finishes",
+        120.0, total_frames=2000, create_env_fn=[healthy, hangs], frames_per_batch=40,
+        num_collectors=2, worker_stall_timeout_s=3.0, max_restarts=1, check=check,
+    )  # fmt: skip
+
+
 def hung_worker_stacked() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         return collect_row(
@@ -270,6 +292,7 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
     for fn in (
         hung_worker_first_ready,
         hung_worker_hangs_again_first_ready,
+        hung_worker_every_build_retired,
         hung_worker_stacked,
         hung_worker_stacked_preemption,
         worker_process_frozen_stacked,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -195,9 +195,18 @@ class RayCollector(TorchrlSurface, BaseCollector):
         return self._pusher.wait(timeout_s)
 
     @documented_by(EnvConfigs.push)
-    def set_env_config(self, config: Any, **kwargs: Any) -> int:
+    def set_env_config(
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
+    ) -> int:
         self._check_open()
-        return self._pool.env_configs.push(config, **kwargs)
+        return self._pool.env_configs.push(
+            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
+        )
 
     @documented_by(EnvConfigs.wait)
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:

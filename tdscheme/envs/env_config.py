@@ -18,7 +18,9 @@ torchrl env takes it in the first of these ways that it offers (:func:`env_confi
    * another vector env (``AsyncVectorEnv``): ``env.call("set_env_config", config)``,
      every copy at once.
 
-An env that offers none is a ``ValueError`` naming its class and these ways.
+An env that offers none is a ``ValueError`` naming its class and these ways. An env may
+also offer ``check_env_config(config)`` (the same places, changing nothing): a worker
+calls it when a config arrives and refuses one that raises (:class:`EnvConfigTarget`).
 :class:`EnvAttributes` is a gymnasium wrapper whose ``set_env_config`` sets the env's
 attributes (``{"g": 12.0}`` on Pendulum), through gymnasium's ``set_wrapper_attr``.
 
@@ -64,6 +66,8 @@ __all__ = [
 
 #: The method an env (gymnasium or torchrl) offers to receive an env config.
 METHOD = "set_env_config"
+#: The method an env may offer to check a config without applying it (called at staging).
+CHECK = "check_env_config"
 
 #: ``hook(copies)``: copies about to reset (``None``: every copy, or copies not addressable).
 ResetHook = Callable[[Sequence[int] | None], None]
@@ -163,14 +167,20 @@ class EnvAttributes(gym.Wrapper):
     """
 
     def set_env_config(self, config: Mapping[str, Any]) -> None:
-        """Sets each ``name: value`` of ``config`` on the env."""
+        """Sets each ``name: value`` of ``config`` on the env (checked first: all or none)."""
+        self.check_env_config(config)
+        for name, value in config.items():
+            self.env.set_wrapper_attr(name, value, force=False)
+
+    def check_env_config(self, config: Any) -> None:
+        """Raises what :meth:`set_env_config` would, changing nothing (a worker's staging)."""
         if not isinstance(config, Mapping):
             raise TypeError(
                 f"env config {config!r} is invalid for EnvAttributes; accepted: a mapping of "
                 "attribute names to values"
             )
-        for name, value in config.items():
-            if not self.env.set_wrapper_attr(name, value, force=False):
+        for name in config:
+            if not self.env.has_wrapper_attr(name):
                 raise AttributeError(
                     f"env config {dict(config)!r}: {type(self.unwrapped).__name__} has no "
                     f"attribute {name!r} (EnvAttributes sets existing attributes only)"
@@ -212,7 +222,8 @@ def _attributes_env(env_id: str, make_kwargs: dict[str, Any]) -> EnvAttributes:
 class EnvConfigTarget:
     """Where an env's configs go: its copies, one by one where they can be addressed.
 
-    Built by :func:`env_config_target`. :meth:`apply` sets a config; :meth:`on_reset`
+    Built by :func:`env_config_target`. :meth:`apply` sets a config; :meth:`check` raises
+    what it would, where the env says (its ``check_env_config``); :meth:`on_reset`
     installs the hook a rollout uses to apply configs as copies reset.
 
     Attributes:
@@ -230,6 +241,7 @@ class EnvConfigTarget:
         reset_objects: Sequence[Any],
         step_object: Any = None,
         description: str,
+        check: Callable[[Any], None] | None = None,
     ) -> None:
         self.num_copies = num_copies
         self.per_copy = apply_one is not None
@@ -237,7 +249,13 @@ class EnvConfigTarget:
         self._apply_one, self._apply_all = apply_one, apply_all
         self._reset_objects = list(reset_objects)
         self._step_object = step_object
+        self._check = check
         self._hooked = False
+
+    def check(self, config: Any) -> None:
+        """Raises the error :meth:`apply` would, where the env can tell without applying."""
+        if self._check is not None:
+            self._check(config)
 
     def apply(self, config: Any, copies: Sequence[int] | None = None) -> None:
         """Gives ``config`` to ``copies`` (``None``: every copy; only with :attr:`per_copy`)."""
@@ -291,10 +309,10 @@ def _wrap_step(obj: Any, hook: ResetHook) -> None:
     object.__setattr__(obj, "step", hooked_step)
 
 
-def _gym_method(env: Any) -> Callable[[Any], None] | None:
-    """A gymnasium env's ``set_env_config``, found through its wrappers (``None``: none)."""
+def _gym_method(env: Any, name: str = METHOD) -> Callable[[Any], None] | None:
+    """A gymnasium env's ``set_env_config`` (or ``name``), found through its wrappers."""
     try:
-        method = env.get_wrapper_attr(METHOD)
+        method = env.get_wrapper_attr(name)
     except AttributeError:
         return None
     return method if callable(method) else None
@@ -337,15 +355,17 @@ def env_config_target(
     if own is not None:
         return EnvConfigTarget(
             num_copies=n, apply_one=None, apply_all=own, reset_objects=[env],
-            description=f"{type(base).__name__}.{METHOD}",
+            description=f"{type(base).__name__}.{METHOD}", check=getattr(base, CHECK, None),
         )  # fmt: skip
     if isinstance(inner, gym.vector.SyncVectorEnv):
         methods = [_gym_method(copy) for copy in inner.envs]
+        checks = [c for c in (_gym_method(copy, CHECK) for copy in inner.envs) if c]
         if all(methods):
             return EnvConfigTarget(
                 num_copies=len(methods), apply_one=lambda i, config: methods[i](config),
                 apply_all=lambda config: [m(config) for m in methods], reset_objects=resets,
                 description=f"{METHOD} of each SyncVectorEnv copy",
+                check=lambda config: [c(config) for c in checks],
             )  # fmt: skip
     elif isinstance(inner, gym.vector.VectorEnv):
         return EnvConfigTarget(
@@ -360,6 +380,7 @@ def env_config_target(
             return EnvConfigTarget(
                 num_copies=1, apply_one=lambda i, config: method(config), apply_all=method,
                 reset_objects=[inner], description=f"{type(inner.unwrapped).__name__}.{METHOD}",
+                check=_gym_method(inner, CHECK),
             )  # fmt: skip
     raise ValueError(_no_protocol(env, inner))
 

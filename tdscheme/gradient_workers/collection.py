@@ -17,6 +17,7 @@ gradient is computed, which on a few cores costs less than extra actors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from tdscheme.rollout.lean import LeanCollector
 from tdscheme.rollout.worker_collector import WorkerCollector
 
 __all__ = ["LocalCollection"]
+
+logger = logging.getLogger(__name__)
 
 
 class LocalCollection:
@@ -124,6 +127,12 @@ class LocalCollection:
         batches, returns = [], []
         for rollout, tracker in zip(self._rollouts, self._trackers, strict=True):
             batch = rollout.next_batch()
+            for version, back, error in rollout.env_config.take_refused():
+                # the collector went back to its last config and goes on: a restart would
+                # meet the same error (the push's own acknowledgement catches what a
+                # check_env_config sees; this is what only applying shows)
+                logger.warning("env config version %d refused when applied (back to version "
+                               "%d): %s", version, back, error)  # fmt: skip
             returns.extend(tracker.update(batch))
             batches.append(batch)
         if len(batches) == 1:

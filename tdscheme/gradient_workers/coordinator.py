@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tdscheme.facades import documented_by
@@ -290,8 +290,17 @@ class GradientCoordinator:
         return seed
 
     @documented_by(GradientEnvConfigs.push)
-    def set_env_config(self, config: Any, **kwargs: Any) -> int:
-        return self.env_configs.push(config, **kwargs)
+    def set_env_config(
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
+    ) -> int:
+        return self.env_configs.push(
+            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
+        )
 
     # -- state --------------------------------------------------------------------------------
 

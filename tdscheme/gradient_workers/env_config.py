@@ -6,12 +6,16 @@ each worker acknowledges it (its ``set_env_config`` is served in its ``control``
 while it computes), every collector of the worker applies it per env copy at its reset
 (or at once) and stamps its frames, and a rebuilt worker starts with the newest config.
 A push here waits for the acknowledgements (a gradient worker answers between steps of
-its rollout), so an error (a worker whose env takes no config) is raised by the push.
+its rollout), so an error (a worker whose env takes no config, or whose env's
+``check_env_config`` raises) is raised by the push, and the workers that refused it keep
+their previous config: a rebuilt worker starts with it, and :meth:`GradientEnvConfigs.
+acked_versions` and the checkpoint hold it. A config the env raises on only when its
+rollout applies it is logged by the worker, which goes back to its last config.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tdscheme.errors import GradientWorkerError
@@ -36,13 +40,17 @@ class GradientEnvConfigs:
         self._pushes: dict[int, tuple[EnvConfigPush, Any]] = {}  # worker -> newest (push, ref)
 
     def push(
-        self, config: Any, *, worker_ids: int | Sequence[int] | None = None, **how: Any
+        self,
+        config: Any,
+        *,
+        worker_ids: int | Sequence[int] | None = None,
+        apply: str = "reset",
+        apply_env_config: Callable[[Any, Any], None] | None = None,
     ) -> int:
         """Sends an env config to the gradient workers and waits for their acknowledgements.
 
         The arguments are ``RayCollector.set_env_config``'s (see
-        :meth:`tdscheme.collectors.driver.env_config.EnvConfigs.push`): ``how`` is its
-        ``apply`` and ``apply_env_config`` (:func:`~tdscheme.rollout.env_config.env_config_push`).
+        :meth:`tdscheme.collectors.driver.env_config.EnvConfigs.push`).
 
         Returns:
             The version of this config.
@@ -55,15 +63,18 @@ class GradientEnvConfigs:
                 within ``timeout_s``.
         """
         ids = _worker_ids(worker_ids, len(self.pool))
-        push = env_config_push(config, self.version + 1, **how)
+        push = env_config_push(
+            config, self.version + 1, apply=apply, apply_env_config=apply_env_config
+        )
         ref = put(push, what=f"the env config {config!r} for gradient workers {ids}")
         self.version = push.version
         self._send(push, ref, ids)
         return push.version
 
     def _send(self, push: EnvConfigPush, ref: Any, ids: Sequence[int]) -> None:
-        for worker_id in ids:
-            self._pushes[worker_id] = (push, ref)  # a rebuilt worker starts with it
+        before = {worker_id: self._pushes.get(worker_id) for worker_id in ids}
+        for worker_id in ids:  # before the call: a worker that dies in it restarts with it
+            self._pushes[worker_id] = (push, ref)
         refs = [self.pool.submit(worker_id, "set_env_config", ref) for worker_id in ids]
         ready = self.pool.wait(refs, num_returns=len(refs), timeout_s=self.timeout_s)
         if len(ready) < len(refs):
@@ -73,8 +84,23 @@ class GradientEnvConfigs:
                 silent[0], f"workers {silent} did not acknowledge env config version "
                 f"{push.version} in {self.timeout_s} s",
             )  # fmt: skip
-        for r in refs:  # a refusal raises, named; a death: its restart starts with this config
-            self.pool.outcome(r)
+        refused: list[GradientWorkerError] = []
+        for worker_id, r in zip(ids, refs, strict=True):
+            try:  # a death: its restart starts with this config
+                self.pool.outcome(r)
+            except GradientWorkerError as err:  # it keeps what it ran; a rebuilt worker too
+                refused.append(err)
+                if before[worker_id] is None:
+                    self._pushes.pop(worker_id, None)
+                else:
+                    self._pushes[worker_id] = before[worker_id]
+        if refused:
+            err, others = refused[0], [e.worker_id for e in refused[1:]]
+            also = f" (workers {others} too)" if others else ""
+            raise GradientWorkerError(
+                err.worker_id, f"refused env config version {push.version}{also}: {err.message}",
+                err.remote_traceback, method=err.method, remote_type=err.remote_type,
+            )  # fmt: skip
 
     def start_kwargs(self, worker_id: int) -> dict[str, Any]:
         """The constructor argument of a rebuilt worker: the newest config pushed to it."""

@@ -5,14 +5,22 @@ worker, through :class:`~tdscheme.rollout.worker_collector.WorkerCollector`), no
 
 * :meth:`~EnvConfigRunner.stage` receives an :class:`EnvConfigPush` (from the actor's
   control thread while the rollout steps): its version must be newer than every one
-  received before, and the env must offer the protocol of
-  :mod:`tdscheme.envs.env_config` (else a ``ValueError`` naming the env class);
+  received before, the env must offer the protocol of :mod:`tdscheme.envs.env_config`
+  (else a ``ValueError`` naming the env class), and where the env can check a config
+  without applying it (its ``check_env_config``: :class:`~tdscheme.envs.EnvAttributes`
+  checks its attributes exist) the config (each level of a distribution) must pass: a
+  refused push raises there, so the worker's acknowledgement is its refusal;
 * the rollout applies it: ``apply="now"`` to every copy before the next step;
   ``apply="reset"`` to each copy at its own next reset (a hook on each copy's ``reset``,
   so torchrl's rollout, the lean rollout and gymnasium's autoreset all honour it); a
   copy in the middle of an episode keeps the config it started with. A config received
   before a reset is always applied at that reset: an episode that starts after the
   acknowledgement runs the new config;
+* a config the env raises on when the rollout applies it (no check could see it) is
+  refused then: the copies go back to the last config applied without error (none: they
+  are stamped version 0 and keep what the failed call left), the rollout goes on, and :meth:`~EnvConfigRunner.take_refused` hands
+  the refusal to the worker, which reports it with its next batch (never a crash, so
+  never a restart with the same config);
 * a :class:`~tdscheme.envs.env_config.TaskDistribution` (or ``{"levels", "probs"}``)
   draws a level for each copy at each of its resets, with the worker's seed;
 * :meth:`~EnvConfigRunner.stamp` writes ``("collector", "env_config_version")`` and
@@ -42,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,96 +64,15 @@ from tdscheme.envs.env_config import (
     env_config_target,
 )
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
-from tdscheme.rollout.env_config_state import decode_env_config, encode_env_config
+from tdscheme.rollout.env_config_push import (  # the message, re-exported: imported from here
+    APPLY_MODES,
+    EnvConfigPush,
+    env_config_push,
+    state_version,
+)
 from tdscheme.rollout.stamps import stamp_, write_
 
 __all__ = ["APPLY_MODES", "EnvConfigPush", "EnvConfigRunner", "env_config_push", "state_version"]
-
-#: When a worker applies a new env config: at each copy's next reset, or before its next step.
-APPLY_MODES = ("reset", "now")
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvConfigPush:
-    """One env config sent to a worker.
-
-    Attributes:
-        config: what the env receives (or a task distribution over levels).
-        version: its version, newer than every one the worker received before.
-        apply: ``"reset"`` or ``"now"`` (see the module).
-        apply_env_config: ``fn(env, config)`` to apply it; ``None``: the env's protocol.
-        encoded: ``config`` and ``apply_env_config`` as a checkpoint holds them
-            (:mod:`tdscheme.rollout.env_config_state`), made on the driver when pushed;
-            ``None``: made when :meth:`state` is asked.
-    """
-
-    config: Any
-    version: int
-    apply: str = "reset"
-    apply_env_config: Callable[[Any, Any], None] | None = None
-    encoded: tuple[Any, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    def state(self) -> dict[str, Any]:
-        """``{"config", "version", "apply_env_config"}``, which a checkpoint holds.
-
-        Raises:
-            TypeError: (a push made without :func:`env_config_push`) a value a checkpoint
-                cannot hold.
-        """
-        config, apply_env_config = self.encoded or (
-            encode_env_config(self.config, name="config"),
-            encode_env_config(self.apply_env_config, name="apply_env_config"),
-        )
-        return {"config": config, "version": self.version, "apply_env_config": apply_env_config}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> EnvConfigPush:
-        """The push :meth:`state` saved, decoded (``apply="now"``: a restored worker)."""
-        config, apply_env_config = state["config"], state.get("apply_env_config")
-        return cls(
-            decode_env_config(config), int(state["version"]), "now",
-            decode_env_config(apply_env_config), encoded=(config, apply_env_config),
-        )  # fmt: skip
-
-
-def env_config_push(
-    config: Any,
-    version: int,
-    *,
-    apply: str = "reset",
-    apply_env_config: Callable[[Any, Any], None] | None = None,
-) -> EnvConfigPush:
-    """An :class:`EnvConfigPush`, its arguments checked on the driver before it is sent.
-
-    Raises:
-        ValueError: an unknown ``apply``, or a bad task distribution.
-        TypeError: ``apply_env_config`` is neither ``None`` nor callable, or ``config`` or
-            ``apply_env_config`` is a value a checkpoint cannot hold (a lambda, an object
-            of another class than those :mod:`tdscheme.rollout.env_config_state` accepts).
-
-    Example:
-        >>> env_config_push({"g": 2.0}, 3).version
-        3
-        >>> env_config_push({"g": 2.0}, 3, apply="later")
-        Traceback (most recent call last):
-        ...
-        ValueError: apply='later' is invalid; accepted: 'reset', 'now'
-    """
-    if apply not in APPLY_MODES:
-        raise ValueError(f"apply={apply!r} is invalid; accepted: 'reset', 'now'")
-    if apply_env_config is not None and not callable(apply_env_config):
-        raise TypeError(
-            f"apply_env_config={apply_env_config!r} is invalid; accepted: None or a callable "
-            "fn(env, config)"
-        )
-    as_distribution(config)  # a bad {"levels", "probs"} fails here, before any worker
-    # before anything is sent, not at a checkpoint mid-run; and here, in the driver, whose
-    # __main__ defines the user's classes and functions (a worker could not import them)
-    encoded = (
-        encode_env_config(config, name="config"),
-        encode_env_config(apply_env_config, name="apply_env_config"),
-    )
-    return EnvConfigPush(config, version, apply, apply_env_config, encoded)
 
 
 class EnvConfigRunner:
@@ -176,6 +103,9 @@ class EnvConfigRunner:
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []  # per step since the last stamp
         self._batch_low = 0  # the lowest version a copy ran since the last stamp
         self._rng = np.random.default_rng()
+        self._accepted: tuple[EnvConfigPush, EnvConfigTarget, TaskDistribution | None] | None
+        self._accepted = None  # the newest config applied without error (a refusal's fallback)
+        self._refused: list[tuple[int, int, str]] = []  # (version, back to, error) not reported
 
     # -- receiving (any thread) ---------------------------------------------------------
 
@@ -188,6 +118,7 @@ class EnvConfigRunner:
         Raises:
             ValueError: the version is not newer than one received before, ``apply`` is
                 unknown, a bad task distribution, or the env offers no way to receive it.
+            Exception: the env's ``check_env_config`` refused it (its own error).
         """
         with self._cond:
             try:
@@ -201,6 +132,8 @@ class EnvConfigRunner:
                     )
                 dist = as_distribution(push.config)
                 target = self._resolve(push)
+                for config in [push.config] if dist is None else dist.levels:
+                    target.check(config)  # read-only: the env is the rollout's thread's
             finally:  # refused or not, a request made after it waits no longer
                 self._answered = max(self._answered, push.version)
                 self._cond.notify_all()
@@ -240,11 +173,30 @@ class EnvConfigRunner:
     # -- applying (the rollout's thread) --------------------------------------------------
 
     def start(self, push: EnvConfigPush | None) -> None:
-        """Applies ``push`` to every copy now (a rebuilt or restored worker); ``None``: nothing."""
+        """Applies ``push`` to every copy now (a rebuilt or restored worker); ``None``: nothing.
+
+        A config the env refuses is recorded (:meth:`take_refused`), not raised: the worker
+        starts with the env as built rather than fail at every restart.
+        """
         if push is None:
             return
-        self.stage(dataclasses.replace(push, apply="now"))
+        try:
+            self.stage(dataclasses.replace(push, apply="now"))
+        except Exception as err:  # noqa: BLE001 - reported with the next batch
+            self._refuse(push.version, err)
+            return
         self.before_step(record=False)
+
+    def take_refused(self) -> list[tuple[int, int, str]]:
+        """The refusals since the last call: ``(version, version gone back to, error)``."""
+        with self._cond:
+            refused, self._refused = self._refused, []
+        return refused
+
+    def _refuse(self, version: int, err: Exception) -> None:
+        back = 0 if self._accepted is None else self._accepted[0].version
+        with self._cond:
+            self._refused.append((version, back, f"{type(err).__name__}: {err}"))
 
     def seed(self, seed: int) -> None:
         """Seeds the draws of task distributions (call it before the envs reset with ``seed``)."""
@@ -269,7 +221,7 @@ class EnvConfigRunner:
             self._take_staged()
         if self._now:
             self._now = False
-            self._give(range(len(self._running)), every=True)
+            self._give_or_refuse(range(len(self._running)), every=True)
         if record and self._running is not None:
             self._rows.append((self._running.copy(), self._tasks.copy()))
             self._batch_low = min(self._batch_low, int(self._running.min()))
@@ -280,10 +232,24 @@ class EnvConfigRunner:
             self._take_staged()
         if self.latest is None:
             return
-        self._give(range(len(self._running)) if copies is None else copies, every=False)
+        self._give_or_refuse(range(len(self._running)) if copies is None else copies, every=False)
 
-    def _give(self, copies: Sequence[int], *, every: bool) -> None:
-        """Applies the newest config to ``copies`` that do not run it yet (or draws levels)."""
+    def _give_or_refuse(self, copies: Sequence[int], *, every: bool) -> None:
+        """:meth:`_give`; a config the env raises on is refused and the copies go back."""
+        try:
+            if self._give(copies, every=every):
+                self._accepted = (self.latest, self._target, self._dist)
+        except Exception as err:  # noqa: BLE001 - the env's error, reported by the worker
+            self._refuse(self.latest.version, err)
+            hit = self._running == self.latest.version  # copies that took it before the error
+            self._running[hit], self._tasks[hit] = self._base_version, -1
+            self.latest, self._target, self._dist = self._accepted or (None, self._target, None)
+            if self.latest is not None and hit.any():  # the fallback again, where it was left
+                self._give([int(i) for i in np.flatnonzero(hit)], every=False)
+
+    def _give(self, copies: Sequence[int], *, every: bool) -> bool:
+        """Applies the newest config to ``copies`` that do not run it yet (or draws levels);
+        returns whether any copy took it."""
         latest, target, dist, running = self.latest, self._target, self._dist, self._running
         version = latest.version
         if not target.per_copy:  # one call reaches every copy
@@ -293,16 +259,19 @@ class EnvConfigRunner:
             if todo:
                 target.apply(latest.config, todo if target.per_copy else None)
                 running[todo], self._tasks[todo] = version, -1
-            return
+            return bool(todo)
         if target.per_copy:
             for i in copies:
                 task = dist.sample(self._rng)
                 target.apply(dist.levels[task], [i])
                 running[i], self._tasks[i] = version, task
-        elif every or len(copies):
+            return bool(len(copies))
+        if every or len(copies):
             task = dist.sample(self._rng)
             target.apply(dist.levels[task])
             running[:], self._tasks[:] = version, task
+            return True
+        return False
 
     # -- stamping -------------------------------------------------------------------------
 
@@ -367,18 +336,3 @@ class EnvConfigRunner:
         if version == self.received_version:  # already running it (a reload of the same state)
             return
         self.start(push)
-
-
-def state_version(state: Mapping[str, Any], received: int, receiver: str) -> int:
-    """The env config version a state holds, checked not to go back past ``received``.
-
-    Raises:
-        ValueError: the state's version is older than ``received`` (``receiver`` named).
-    """
-    version = int(state["version"])
-    if version < received:
-        raise ValueError(
-            f"env config version {version} of the state is older than version {received}, "
-            f"which {receiver} already received; versions only go forward"
-        )
-    return version

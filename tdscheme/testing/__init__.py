@@ -30,10 +30,16 @@ from tdscheme.testing.probe_envs import (
     EchoConfigEnv,
     EchoLevel,
     apply_echo_config,
+    apply_echo_level_at_least_0,
     echo_config_env,
     make_gated_env,
 )
-from tdscheme.testing.ray_checks import alive_actor_ids, assert_no_actors_left, kill_and_wait
+from tdscheme.testing.ray_checks import (
+    alive_actor_ids,
+    assert_no_actors_left,
+    kill_and_wait,
+    prestart_workers,
+)
 
 __all__ = [
     "CountingPolicy",
@@ -44,6 +50,7 @@ __all__ = [
     "PixelsLikeObs",
     "alive_actor_ids",
     "apply_echo_config",
+    "apply_echo_level_at_least_0",
     "assert_no_actors_left",
     "assert_same",
     "bias_policy",
@@ -54,6 +61,7 @@ __all__ = [
     "make_env",
     "make_gated_env",
     "mlp_policy",
+    "prestart_workers",
     "seed_collector",
 ]
 

@@ -76,6 +76,14 @@ def apply_echo_config(env: Any, config: Any) -> None:
         copy.set_env_config(config)
 
 
+def apply_echo_level_at_least_0(env: Any, config: Any) -> None:
+    """:func:`apply_echo_config` that raises on a negative ``level``: a config the env
+    refuses only when it is applied (nothing can check it before)."""
+    if config["level"] < 0:
+        raise ValueError(f"level {config['level']} is below 0")
+    apply_echo_config(env, config)
+
+
 class EchoConfigEnv(gym.Env):
     """Observes its env config's ``level`` (a float): a frame shows the config it ran under.
 

@@ -17,10 +17,18 @@ import torch
 from tdscheme import RayCollector
 from tdscheme.collectors import CollectorWorker, WorkerSpec
 from tdscheme.engine.checkpoint import load_checkpoint, save_checkpoint
+from tdscheme.envs.env_config import make_configurable_env
 from tdscheme.errors import WorkerError
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY, WORKER_ID_KEY
 from tdscheme.rollout.env_config import EnvConfigPush
-from tdscheme.testing import EchoLevel, apply_echo_config, echo_config_env, kill_and_wait, make_env
+from tdscheme.testing import (
+    EchoLevel,
+    apply_echo_config,
+    apply_echo_level_at_least_0,
+    echo_config_env,
+    kill_and_wait,
+    make_env,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -238,3 +246,82 @@ def test_workers_write_stamped_frames_into_a_ray_held_buffer(ray_replay_buffer):
     assert ENV_CONFIG_VERSION_KEY in sample.keys(True)
     assert_true_stamps(sample)
     assert 1 in versions(sample) and set(versions(sample).unique().tolist()) <= {0, 1}
+
+
+def test_a_config_the_env_cannot_take_is_refused_and_the_worker_keeps_its_config(ray_clean):
+    """Issue 64, points 2 and 6: refused at the acknowledgement, raised by every wait for
+    it; the worker goes on with its config, and a rebuilt one starts with it, not the refused."""
+    pendulum = functools.partial(make_configurable_env, "Pendulum-v1", num_envs=2)
+    with RayCollector(
+        pendulum, None, frames_per_batch=2 * 10, total_frames=-1, num_collectors=2,
+        remote_configs=SMALL, prefetch_batches=1,
+    ) as collector:  # fmt: skip
+        batches = iter(collector)
+        next(batches)
+        good = collector.set_env_config({"g": 3.0}, apply="now")
+        assert collector.wait_for_env_config(good, timeout_s=60) == [1, 1]
+        bad = collector.set_env_config({"gravity": 1.0}, apply="now")
+        refused = r"collector worker \d: refused env config version 2.*PendulumEnv has no attribute"
+        with pytest.raises(WorkerError, match=refused):  # before: acknowledged, then a loop
+            collector.wait_for_env_config(bad, timeout_s=60)
+        with pytest.raises(WorkerError, match=refused):  # reported to every wait for it
+            collector.wait_for_env_config(version=bad, timeout_s=60)
+        assert collector.wait_for_env_config(good, timeout_s=60) == [1, 1]
+        kill_and_wait(collector.workers[0])
+        seen, rebuilt = {0: 0, 1: 0}, 0
+        while rebuilt < 3 or seen[1] < PREDATING + 3:  # worker 1 and the rebuilt 0 go on
+            batch = next(batches)
+            worker = int(batch[WORKER_ID_KEY].flatten()[0])
+            seen[worker] += 1
+            if worker == 0 and collector.stats()["restarts_per_worker"][0] == 1:
+                rebuilt += 1
+                assert (versions(batch) == 1).all()  # from its first step: the config it took
+            elif worker == 1 and seen[1] > PREDATING:  # requested after the ack of version 1
+                assert (versions(batch) == 1).all()
+        stats = collector.stats()
+        assert stats["restarts_per_worker"] == [1, 0]
+        assert stats["worker_env_config_versions"] == [1, 1]
+        assert stats["worker_running_env_config_versions"] == [1, 1]
+
+
+def test_a_config_the_env_raises_on_when_applied_is_refused_with_the_next_batch(ray_clean):
+    """Issue 64, point 2: what no check sees is refused when applied; the worker goes back."""
+    with echo_collector(num_collectors=1) as collector:
+        batches = iter(collector)
+        next(batches)
+        checked = {"apply_env_config": apply_echo_level_at_least_0, "apply": "now"}
+        good = collector.set_env_config(level(1), **checked)
+        collector.wait_for_env_config(good, timeout_s=60)
+        # applied, not only received: a refusal goes back to the last config applied (a push
+        # superseded before any step ran it is not one)
+        for _ in range(PREDATING + 2):
+            if (versions(next(batches)) == 1).all():
+                break
+        else:
+            raise AssertionError("version 1 never ran")
+        bad = collector.set_env_config(level(-2), **checked)
+        assert collector.wait_for_env_config(bad, timeout_s=60) == [2]  # received, not applied
+        for _ in range(PREDATING + 2):  # the rollout goes on (it raised out of it before)
+            batch = next(batches)
+            assert_true_stamps(batch)
+        assert (versions(batch) == 1).all()  # back to version 1
+        when_applied = r"collector worker 0: refused env config version 2: .*below 0 \(when applied"
+        with pytest.raises(WorkerError, match=when_applied):  # the next call that looks
+            collector.stats()
+        for _ in range(2):  # ... did not take it from the calls that wait for it
+            with pytest.raises(WorkerError, match=when_applied):
+                collector.wait_for_env_config(bad, timeout_s=60)
+        stats = collector.stats()
+        assert stats["restarts_per_worker"] == [0]
+        assert stats["worker_env_config_versions"] == [1]  # a rebuilt worker runs version 1
+
+
+def test_set_env_config_and_wait_for_env_config_show_their_parameters():
+    """Issue 64, point 6: help() and IDEs show the parameters, not ``**kwargs``."""
+    import inspect
+
+    push = inspect.signature(RayCollector.set_env_config).parameters
+    assert list(push) == ["self", "config", "worker_ids", "apply", "apply_env_config"]
+    wait = inspect.signature(RayCollector.wait_for_env_config).parameters
+    assert list(wait) == ["self", "version", "timeout_s"]
+    assert "refused" in RayCollector.wait_for_env_config.__doc__

@@ -185,3 +185,106 @@ def test_a_worker_that_hangs_again_after_its_rebuild_does_not_hold_first_ready_o
     assert stats["workers_hung"] == stats["restarts"]
     assert stats["frames_per_worker"][0] > stats["frames_per_worker"][1]
     _assert_balanced(stats["ledger"], 800)
+
+
+def _hung_at(caplog, worker_id: int) -> list[float]:
+    """When the driver declared ``worker_id`` hung, oldest first (its warnings' times)."""
+    prefix = f"collector worker {worker_id} declared hung"
+    return [r.created for r in caplog.records if r.getMessage().startswith(prefix)]
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_that_hangs_at_every_rebuild_rests_before_its_next_request(
+    ray_clean, tmp_path, caplog
+):
+    """From its second hang in a row, a rebuilt worker gets no request for a rest that doubles.
+
+    Worker 1's env hangs at the first step of every build and writes when that step began:
+    the moment its request reached the env. After its k-th hang in a row (k >= 2) the next
+    build's first step comes at least ``worker_stall_timeout_s * 2 ** (k - 2)`` after the hang
+    was declared. Without the rest it comes one actor start (a few seconds) after, every time:
+    the 5th hang's rest (8 s) is past that.
+    """
+    stall_s = 1.0
+    steps_at = str(tmp_path / "first_steps")
+
+    def hangs_at_every_build() -> object:  # local: Ray ships it by value (tests/ is no package)
+        import gymnasium as gym
+        from torchrl.envs import GymWrapper
+
+        class HangsAtFirstStep(gym.Wrapper):
+            def step(self, action):
+                with open(steps_at, "a") as f:
+                    f.write(f"{time.time()}\n")
+                time.sleep(24 * 3600.0)
+
+        return GymWrapper(HangsAtFirstStep(gym.make("CartPole-v1")))
+
+    def first_steps() -> list[float]:
+        if not os.path.exists(steps_at):  # no build has had its request yet
+            return []
+        with open(steps_at) as f:
+            return [float(line) for line in f.read().split()]
+
+    caplog.set_level(logging.WARNING, logger="tdscheme")
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)
+    deadline = time.monotonic() + 120
+    with RayCollector(
+        [slow, hangs_at_every_build], frames_per_batch=40, num_collectors=2, sync=False, seed=0,
+        worker_stall_timeout_s=stall_s, max_restarts=10, batch_timeout_s=120,
+    ) as collector:  # fmt: skip
+        for _ in collector:  # no frame budget: it ends when the 6th build had its request
+            if len(first_steps()) >= 6 or time.monotonic() > deadline:
+                break
+        stats = collector.stats(timeout=5)
+    starts, hung = first_steps(), _hung_at(caplog, 1)
+    assert len(starts) >= 6, (starts, hung)
+    for k in range(2, len(starts)):  # the k-th hang (hung[k - 1]), then the next build's request
+        gap_s = starts[k] - hung[k - 1]
+        assert gap_s >= stall_s * 2 ** (k - 2), (k, gap_s, starts, hung)
+    assert stats["frames_per_worker"][0] > 0 and stats["frames_per_worker"].get(1, 0) == 0
+    assert stats["workers_retired"] == [] and stats["restarts_per_worker"][0] == 0
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_worker_that_hangs_at_every_build_is_retired_beside_a_healthy_one(
+    ray_clean, caplog, sync
+):
+    """No ``min_workers``: a worker hung past ``max_restarts`` retires, and the run goes on.
+
+    Worker 1's env hangs at the first step of every build (a simulator that never answers
+    on its node); worker 0 is healthy. At its second hang (``max_restarts=1``) worker 1 is
+    retired, named in one warning and counted in ``stats()``; the run then finishes its
+    budget on worker 0.
+    """
+    caplog.set_level(logging.WARNING, logger="tdscheme")
+    hangs = functools.partial(make_env, "CartPole-v1", hang_at_step=1)
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)
+    deadline = time.monotonic() + 100
+
+    def retirements() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("retiring")]
+
+    with RayCollector(
+        [slow, hangs], frames_per_batch=40, num_collectors=2, sync=sync, seed=0,
+        worker_stall_timeout_s=1.0, max_restarts=1, batch_timeout_s=120,
+    ) as collector:  # fmt: skip
+        seen, after = 0, 0
+        for batch in collector:
+            _assert_books_agree(collector)
+            seen += batch.numel()
+            if after:
+                assert (batch[WORKER_ID_KEY] == 0).all()  # the healthy worker alone
+            if retirements() and not after:  # 200 frames more, then the run ends
+                after = seen + 200
+                collector.set_total_frames(after)
+            assert time.monotonic() < deadline, "worker 1 was never retired"
+        stats = collector.stats(timeout=5)
+    assert seen == after
+    assert stats["workers_retired"] == [1] and stats["restarts_per_worker"] == [0, 1]
+    assert stats["workers_hung"] == 2
+    assert stats["frames_per_worker"] == {0: after}
+    [warning] = retirements()
+    assert "collector worker 1" in warning and "hangs at every rebuild" in warning, warning
+    _assert_balanced(stats["ledger"], after)

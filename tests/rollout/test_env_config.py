@@ -28,7 +28,13 @@ from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
 from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner, env_config_push
 from tdscheme.rollout.torchrl_names import Collector
 from tdscheme.rollout.worker_collector import WorkerCollector
-from tdscheme.testing import EchoConfigEnv, EchoLevel, apply_echo_config, echo_config_env
+from tdscheme.testing import (
+    EchoConfigEnv,
+    EchoLevel,
+    apply_echo_config,
+    apply_echo_level_at_least_0,
+    echo_config_env,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -355,5 +361,72 @@ def test_a_torchrl_env_with_its_own_method_takes_configs_at_its_resets():
         assert batches[-1][ENV_CONFIG_VERSION_KEY][-1] == 1
         for batch in batches:
             assert_changes_at_resets(batch)
+    finally:
+        rollout.shutdown()
+
+
+def test_a_config_the_env_can_check_is_refused_when_staged_and_changes_nothing():
+    """Issue 64, point 2: EnvAttributes checks its attributes when a config arrives."""
+    rollout = WorkerCollector(
+        functools.partial(make_configurable_env, "Pendulum-v1", num_envs=2), None,
+        frames_per_batch=8,
+    )  # fmt: skip
+    runner = rollout.env_config
+    try:
+        runner.stage(EnvConfigPush({"g": 3.0}, version=1, apply="now"))
+        rollout.next_batch()
+        with pytest.raises(AttributeError, match="PendulumEnv has no attribute 'gravity'"):
+            runner.stage(EnvConfigPush({"g": 5.0, "gravity": 1.0}, version=2, apply="now"))
+        with pytest.raises(AttributeError, match="no attribute 'gravity'"):  # in a level too
+            runner.stage(EnvConfigPush({"levels": [{"g": 4.0}, {"gravity": 1.0}]}, version=3))
+        batch = rollout.next_batch()
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 1).all()
+        assert [copy.unwrapped.g for copy in rollout.collector.env._env.envs] == [3.0, 3.0]
+        assert runner.state_dict()["version"] == 1
+    finally:
+        rollout.shutdown()
+
+
+@pytest.mark.parametrize("apply", ["reset", "now"])
+def test_a_config_the_env_raises_on_is_refused_and_the_copies_go_back(apply):
+    """Issue 64, point 2: the rollout goes on with the last config applied, the refusal kept."""
+    rollout = WorkerCollector(
+        functools.partial(echo_config_env, 2, lengths=[3, 5]), None, frames_per_batch=2 * 10
+    )
+    runner = rollout.env_config
+    try:
+        runner.stage(
+            EnvConfigPush(
+                level(1), version=1, apply="now", apply_env_config=apply_echo_level_at_least_0
+            )
+        )
+        rollout.next_batch()
+        runner.stage(
+            EnvConfigPush(
+                level(-2), version=2, apply=apply, apply_env_config=apply_echo_level_at_least_0
+            )
+        )
+        batch = rollout.next_batch()  # raised out of the rollout before
+        assert_stamps_true(batch)
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 1).all()
+        assert runner.take_refused() == [(2, 1, "ValueError: level -2.0 is below 0")]
+        assert runner.take_refused() == []  # reported once
+        assert runner.state_dict()["version"] == 1  # a checkpoint keeps the config applied
+        runner.stage(EnvConfigPush(level(3), version=3, apply="now"))
+        assert (rollout.next_batch()[ENV_CONFIG_VERSION_KEY] == 3).all()
+    finally:
+        rollout.shutdown()
+
+
+def test_a_rebuilt_worker_whose_config_the_env_refuses_starts_as_built():
+    push = EnvConfigPush(level(-1), version=4, apply_env_config=apply_echo_level_at_least_0)
+    rollout = WorkerCollector(
+        functools.partial(echo_config_env, 2), None, frames_per_batch=8, env_config=push
+    )  # raised in the constructor before: a restart loop
+    try:
+        batch = rollout.next_batch()
+        assert_stamps_true(batch)
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 0).all()
+        assert [r[:2] for r in rollout.env_config.take_refused()] == [(4, 0)]
     finally:
         rollout.shutdown()

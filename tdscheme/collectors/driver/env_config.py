@@ -6,7 +6,18 @@ whichever workers it goes to), is put once into Ray's object store and sent to e
 worker's ``set_env_config`` (served in the actor's ``control`` group, so while it
 collects); each worker acknowledges the version. A request made after a push waits for
 it in the worker (``min_env_config_version``), a rebuilt worker starts with the newest
-config pushed to it, and the versions go into the collector's state.
+config it took (pushed and not refused), and the versions go into the collector's state.
+
+Acknowledged or refused: a worker checks a config when it arrives wherever the env can
+tell without applying it (its ``check_env_config``; :class:`~tdscheme.envs.EnvAttributes`
+checks its attributes exist), so a config it cannot apply is refused by the
+acknowledgement itself and :meth:`EnvConfigs.wait` raises it. A config the env raises on
+only when applied (no check could see it) is refused then: the worker goes back to the
+last config it applied and goes on collecting, and reports it with its next batch. Either
+way the worker keeps its previous config (a rebuilt one too: never a restart loop), and a
+refusal is a :class:`~tdscheme.errors.WorkerError` naming the worker and the env's error,
+raised by every :meth:`EnvConfigs.wait` for that version and, once, by the next other
+call that looks (a push, a batch request, ``stats()``).
 
 The worker's half is :mod:`tdscheme.collectors.worker.env_config` over
 :mod:`tdscheme.rollout.env_config` (what "apply at reset" means per env copy).
@@ -38,6 +49,9 @@ class _Worker:
     acked_ref: Any = None
     pending: Any = None  # the acknowledgement in flight
     running: int = 0  # the oldest version its env copies ran at its latest batch
+    # the pushes it acknowledged that it may go back to (a config its env raises on when
+    # applied sends it back to the last one applied): none older than ``running``
+    refs: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 class EnvConfigs:
@@ -55,7 +69,8 @@ class EnvConfigs:
         self.pushes = 0
         self.push_s = 0.0
         self._workers: list[_Worker] = []
-        self._refused: list[tuple[int, WorkerError]] = []  # (version, error) not raised yet
+        self._refusals: dict[int, list[WorkerError]] = {}  # version -> every worker's refusal
+        self._unreported: list[tuple[int, WorkerError]] = []  # not raised by any call yet
         # a collector started in the background (start()) polls from its own thread while
         # the driver pushes and waits: each acknowledgement is read once, under the lock
         self._lock = threading.RLock()
@@ -76,6 +91,7 @@ class EnvConfigs:
             worker = self._worker(worker_id)
             self.pool.forget([worker.pending])  # an acknowledgement of the actor it replaces
             worker.pending, worker.acked, worker.acked_ref = None, worker.pushed, worker.ref
+            worker.refs[worker.acked] = worker.ref
             return {} if worker.ref is None else {"env_config": worker.ref}
 
     def min_version(self, worker_id: int) -> int:
@@ -88,9 +104,25 @@ class EnvConfigs:
             self.poll()  # a refused config is reported at the next request
         return self._workers[worker_id].pushed
 
-    def on_batch(self, worker_id: int, env_config_version: int) -> None:
-        """A batch arrived: its worker's env copies run ``env_config_version`` or newer."""
-        self._worker(worker_id).running = env_config_version
+    def on_batch(
+        self, worker_id: int, env_config_version: int, refused: Sequence[tuple[int, int, str]] = ()
+    ) -> None:
+        """A batch arrived: its worker's env copies run ``env_config_version`` or newer.
+
+        ``refused``: configs its env raised on when applied, ``(version, version gone back
+        to, error)``: recorded as refusals (see :meth:`poll`), and the worker's newest
+        config (a rebuilt worker's) is the one it went back to.
+        """
+        with self._lock:
+            worker = self._worker(worker_id)
+            for version, back, message in refused:
+                err = WorkerError(worker_id, f"{message} (when applied)", method="set_env_config")
+                self._record_refusal(version, err)
+                if worker.pushed == version:  # no newer push since: it runs ``back``
+                    worker.ref = worker.acked_ref = worker.refs.get(back)
+                    worker.pushed = worker.acked = back
+            worker.running = env_config_version
+            worker.refs = {v: r for v, r in worker.refs.items() if v >= env_config_version}
 
     # -- pushes ---------------------------------------------------------------------------
 
@@ -106,9 +138,10 @@ class EnvConfigs:
 
         Versioned like weights: each push gets the next version (one integer per push,
         starting at 1), each worker acknowledges it when it arrives (even while it
-        collects: :meth:`wait_for_env_config` blocks until all did), and every frame
-        carries ``("collector", "env_config_version")``: the version its env copy ran.
-        A worker rebuilt after a death starts with the newest config pushed to it.
+        collects: :meth:`wait_for_env_config` blocks until all did) or refuses it (an
+        env whose ``check_env_config`` raises; see the module), and every frame carries
+        ``("collector", "env_config_version")``: the version its env copy ran. A worker
+        rebuilt after a death starts with the newest config it took (not a refused one).
 
         How an env receives it: its ``set_env_config(config)`` (the gymnasium env's,
         through its wrappers and on every copy of a vector env, or the torchrl env's), or
@@ -136,8 +169,9 @@ class EnvConfigs:
                 checkpoint cannot hold it (:mod:`tdscheme.rollout.env_config_state`: a
                 lambda, an object of a class it does not accept), or ``apply_env_config``
                 is not callable.
-            WorkerError: an earlier push was refused by a worker (named): an env that
-                offers no way to receive a config, a version that goes backwards.
+            WorkerError: an earlier push was refused by a worker (named) and no call
+                raised it yet: an env that offers no way to receive a config, a config
+                the env raised on, a version that goes backwards.
 
         Example:
             >>> # Needs Ray; see the README's "Env configs and curricula"
@@ -185,8 +219,10 @@ class EnvConfigs:
         reports the death.
 
         Raises:
-            WorkerError: a worker refused a config (a version that goes backwards, an env
-                without the protocol, ...), named with the worker and its traceback.
+            WorkerError: a worker refused a config not reported yet (a version that goes
+                backwards, an env without the protocol, a config the env raised on, ...),
+                named with the worker and its traceback. Each refusal is raised here once;
+                :meth:`wait` raises it again whenever it waits for its version.
         """
         self._collect(timeout_s)
         self._raise_refused()
@@ -207,17 +243,28 @@ class EnvConfigs:
                 try:
                     value = self.pool.outcome(ref)
                 except WorkerError as err:
-                    self._refused.append((worker.pushed, err))
+                    self._record_refusal(worker.pushed, err)
                     # it runs what it ran; a rebuilt worker too
                     worker.ref, worker.pushed = worker.acked_ref, worker.acked
                     continue
                 if value is not DIED:
                     worker.acked, worker.acked_ref = max(worker.acked, value), worker.ref
+                    worker.refs[worker.acked] = worker.ref
 
-    def _raise_refused(self) -> None:
-        """Raises one error for the refusals recorded, naming every worker that refused."""
+    def _record_refusal(self, version: int, err: WorkerError) -> None:
+        """Keeps a refusal for every :meth:`wait` of ``version`` and for the next :meth:`poll`."""
+        self._refusals.setdefault(version, []).append(err)
+        self._unreported.append((version, err))
+
+    def _raise_refused(self, version: int | None = None) -> None:
+        """Raises one error for the refusals not reported yet (or every refusal of
+        ``version``, however often asked), naming every worker that refused."""
         with self._lock:
-            refused, self._refused = self._refused, []
+            if version is None:
+                refused, self._unreported = self._unreported, []
+            else:
+                refused = [(version, e) for e in self._refusals.get(version, [])]
+                self._unreported = [(v, e) for v, e in self._unreported if v != version]
         if not refused:
             return
         version, err = refused[0]
@@ -232,7 +279,7 @@ class EnvConfigs:
         """Blocks until every worker pushed ``version`` (or newer) acknowledged it.
 
         A worker that died meanwhile is not waited for: its next request rebuilds it
-        with the newest config pushed to it.
+        with the newest config it took.
 
         Args:
             version: a version :meth:`push` returned (``None``: the newest).
@@ -244,7 +291,10 @@ class EnvConfigs:
         Raises:
             TimeoutError: some did not acknowledge in ``timeout_s`` (named).
             ValueError: ``version`` was never pushed.
-            WorkerError: a worker refused it.
+            WorkerError: a worker refused it (named, with the env's error), at every call
+                that waits for it, whichever call reported it before. A config the env
+                raised on only when applied is known once its worker reported it with a
+                batch; a wait before then returns.
         """
         version = self.version if version is None else version
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version:
@@ -262,7 +312,7 @@ class EnvConfigs:
                 and self._workers[i].pending is not None
             ]  # fmt: skip
             if not waiting:
-                self._raise_refused()
+                self._raise_refused(version)
                 return self.acked_versions()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -315,8 +365,10 @@ class EnvConfigs:
                 continue
             worker.ref = worker.acked_ref = put(push, what=f"the env config of worker {i}")
             worker.pushed = worker.acked = worker.running = push.version
+            worker.refs = {push.version: worker.ref}
 
     def shutdown(self) -> None:
         """Drops the objects held for rebuilt workers."""
         for worker in self._workers:
             worker.ref = worker.acked_ref = worker.pending = None
+            worker.refs.clear()

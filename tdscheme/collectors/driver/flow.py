@@ -27,8 +27,9 @@ from tensordict import TensorDictBase
 from tdscheme.collectors.driver.budget import FrameBudget
 from tdscheme.collectors.driver.in_flight import Request, RequestsInFlight
 from tdscheme.collectors.driver.ledger import BatchRecord, TrajectoryIds
+from tdscheme.collectors.driver.liveness import HUNG
 from tdscheme.collectors.driver.pool import WorkerPool
-from tdscheme.collectors.driver.replies import HUNG, Replies
+from tdscheme.collectors.driver.replies import Replies
 from tdscheme.collectors.driver.stats import CollectorStats
 from tdscheme.collectors.settings.config import RayCollectorConfig
 from tdscheme.collectors.settings.specs import WorkerBatch

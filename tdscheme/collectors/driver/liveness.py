@@ -21,7 +21,10 @@ from typing import Any
 from tdscheme.errors import WorkerError
 from tdscheme.runtime.actor_pool import DIED
 
-__all__ = ["StallMonitor"]
+__all__ = ["HUNG", "StallMonitor"]
+
+#: How the reason of a worker killed for want of progress begins.
+HUNG = "hung"
 
 
 @dataclasses.dataclass

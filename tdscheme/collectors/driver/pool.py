@@ -20,6 +20,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from tdscheme.collectors.driver.env_config import EnvConfigs
+from tdscheme.collectors.driver.liveness import HUNG
 from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.errors import ACTOR_DIED, WorkerError
 from tdscheme.runtime.actor_pool import DIED, ActorPool
@@ -51,7 +52,8 @@ class WorkerPool(ActorPool):
         max_restarts: rebuilds allowed per worker before a :class:`WorkerError`.
         seed: base seed; worker ``i`` after ``g`` restarts gets a distinct seed.
         min_workers: elastic: a worker past ``max_restarts`` is retired instead of
-            raising, as long as this many workers remain (``None``: never).
+            raising, as long as this many workers remain (``None``: only one that
+            hung, while another worker delivers frames).
     """
 
     error_class = WorkerError
@@ -149,8 +151,9 @@ class WorkerPool(ActorPool):
     def restart(self, worker_id: int, reason: str) -> None:  # type: ignore[override]
         """Replaces a dead worker: current weights and version, fresh seed, init_random_frames left.
 
-        With ``min_workers``, a worker past ``max_restarts`` is retired instead (logged;
-        :attr:`retired`) while at least ``min_workers`` others remain.
+        A worker past ``max_restarts`` is retired instead (logged; :attr:`retired`) while
+        at least ``min_workers`` others remain; without ``min_workers``, only one whose last
+        actor hung, while another worker that delivered frames goes on (:meth:`_retire_floor`).
 
         Raises:
             WorkerError: the worker has used up ``max_restarts`` (and cannot retire).
@@ -164,14 +167,31 @@ class WorkerPool(ActorPool):
                 frames_done=self._frames_done[worker_id], **self._current(worker_id),
             )  # fmt: skip
         except WorkerError as err:
-            remaining = len(self.active_ids()) - 1
-            if self.min_workers is None or remaining < self.min_workers:
+            floor, why = self._retire_floor(worker_id, reason)
+            if floor is None or len(self.active_ids()) - 1 < floor:
                 raise
-            self.retire(worker_id, f"{err} (min_workers={self.min_workers})")
+            self.retire(worker_id, f"{err.message} ({why})")
             return
         self._versions[worker_id] = _Versions(acked=self._version, pushed=self._version)
         self.forget([self._rebuilt.pop(worker_id, None)])
         self._rebuilt[worker_id] = self.submit(worker_id, self.ready_method)  # it reports again
+
+    def _retire_floor(self, worker_id: int, reason: str) -> tuple[int | None, str]:
+        """How many workers must go on for ``worker_id``, past ``max_restarts``, to retire (and why).
+
+        ``min_workers`` when set. Without it, a worker whose last actor hung retires while one
+        other worker that delivered frames goes on (as RLlib's env runners keep sampling on the
+        healthy ones): a hang has no traceback to show, and the hung worker's rests
+        (``BatchFlow``) already left its frames to the others. A worker whose env or policy
+        raises (or crashes) still ends the run: its error is the user's to see. ``None``: it
+        cannot retire.
+        """
+        if self.min_workers is not None:
+            return self.min_workers, f"min_workers={self.min_workers}"
+        delivering = [w for w in self.active_ids() if w != worker_id and self._frames_done[w]]
+        if reason.startswith(HUNG) and delivering:
+            return 1, f"it hangs at every rebuild; workers {delivering} deliver"
+        return None, ""
 
     def _restart_after_error(self, worker_id: int, err: WorkerError) -> None:
         """Rebuilds a worker whose env or policy raised; past ``max_restarts``, raises ``err``
@@ -223,7 +243,7 @@ class WorkerPool(ActorPool):
                 self.restart(worker_id, self.last_death.get(worker_id, "died"))
             return None
         self._frames_done[worker_id] += value.stepped
-        self.env_configs.on_batch(worker_id, value.env_config_version)
+        self.env_configs.on_batch(worker_id, value.env_config_version, value.env_config_refused)
         if value.next_traj_id is not None:
             seen = self._next_traj_ids.get(worker_id, 0)
             self._next_traj_ids[worker_id] = max(seen, value.next_traj_id)

@@ -17,14 +17,11 @@ from typing import Any
 
 from tdscheme.collectors.driver.budget import FrameBudget
 from tdscheme.collectors.driver.in_flight import RequestsInFlight
-from tdscheme.collectors.driver.liveness import StallMonitor
+from tdscheme.collectors.driver.liveness import HUNG, StallMonitor
 from tdscheme.collectors.driver.pool import WorkerPool
 from tdscheme.collectors.driver.stats import CollectorStats
 from tdscheme.collectors.settings.specs import WorkerBatch
 from tdscheme.replay.ray_held import last_write
-
-#: How the reason of a worker killed for want of progress begins.
-HUNG = "hung"
 
 __all__ = ["Replies"]
 

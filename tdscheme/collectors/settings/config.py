@@ -121,7 +121,9 @@ class RayCollectorConfig:
         min_workers: elastic collection (RLlib's ``ignore_env_runner_failures``):
             a worker that used up ``max_restarts`` is retired (logged and counted)
             and the others go on, as long as ``min_workers`` remain; ``None``:
-            such a worker stops the run with a ``WorkerError``.
+            such a worker stops the run with a ``WorkerError``, unless its last actor
+            hung (``worker_stall_timeout_s``) while another worker delivers frames: one
+            that hangs at every rebuild is retired then, and the others go on.
         replay_buffer: a Ray-held torchrl buffer (``RayReplayBuffer(...)`` or
             ``ReplayBuffer(..., service_backend="ray")``): each worker writes its
             stamped frames into it through its own client and iteration yields

@@ -142,6 +142,8 @@ class WorkerBatch:
             runs once the batch is collected.
         reset_steps: env steps in which a copy was reset, not stepped (a one-call
             ``NEXT_STEP`` vector env): padding in the batch, no transition.
+        env_config_refused: env configs the env raised on when applied since the last
+            batch, ``(version, version gone back to, error)`` each.
     """
 
     worker_id: int
@@ -159,6 +161,7 @@ class WorkerBatch:
     episodes: FinishedEpisodes | None = None
     env_config_version: int = 0
     reset_steps: int = 0
+    env_config_refused: tuple[tuple[int, int, str], ...] = ()
 
     @property
     def stepped(self) -> int:

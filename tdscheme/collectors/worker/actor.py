@@ -134,6 +134,7 @@ class BaseCollectorWorker(EnvConfigCalls):
         if weights is not None:
             self._load_weights(weights)
         self._all_nonfinite = 0  # batches in a row whose frames were all dropped for NaN / inf
+        self._rows = False  # the ndim=1 storage warning given (worker 0)
         if own_process:  # what it built lives as long as the process: out of the collections
             gc.freeze()
         logger.info(
@@ -193,12 +194,22 @@ class BaseCollectorWorker(EnvConfigCalls):
             encode_s=0.0,
             next_traj_id=next_trajectory_id(self._collector),
             env_config_version=min(self._rollout.env_config.running_versions()),
+            env_config_refused=tuple(self._rollout.env_config.take_refused()),
             reset_steps=reset_steps,
         )
         if self.spec.replay_buffer is None:
             batch.payload = self._codec.encode(td)
         else:
             whole, ndim = self.spec.whole_trajectories, self._writer.storage_ndim()
+            if ndim == 1 and td.ndim > 1 and not whole and self.worker_id == 0 and not self._rows:
+                self._rows = True  # said once: torchrl's rule, rarely what a batched-env user means
+                logger.warning(
+                    "collector worker 0 writes [num_envs, time] = %s batches into a replay buffer "
+                    "whose storage has ndim=1: each env row of %d frames is one item, so a sample "
+                    "of batch_size items holds batch_size x %d frames; to sample frames give the "
+                    "storage ndim=2 (LazyTensorStorage(size, ndim=2))",
+                    list(td.batch_size), td.batch_size[-1], td.batch_size[-1],
+                )  # fmt: skip
             td, batch.frames_discarded = frames_to_write(
                 td, max_frames, whole_trajectories=whole, storage_ndim=ndim
             )

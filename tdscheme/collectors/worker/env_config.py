@@ -1,5 +1,10 @@
 """The collector actor's env-config calls: received while it collects, acknowledged by version.
 
+A config is acknowledged once checked against the env where the env can tell without
+applying it (its ``check_env_config``), else refused by this call's error; one the env
+raises on only when applied is refused then and reported with the next batch
+(``WorkerBatch.env_config_refused``), the worker going back to its last config.
+
 The driver's half is :mod:`tdscheme.collectors.driver.env_config`; what the worker does
 with a config (applied at each env copy's reset or at once, stamped on every frame) is
 its rollout's :class:`~tdscheme.rollout.env_config.EnvConfigRunner`.
@@ -42,6 +47,7 @@ class EnvConfigCalls:
         Raises:
             ValueError: a version not newer than one received, or an env that offers no
                 way to receive a config (named with its class).
+            Exception: the env's ``check_env_config`` refused it (the env's own error).
         """
         return self._rollout.env_config.stage(push)
 
