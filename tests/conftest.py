@@ -10,6 +10,7 @@ process that imports torch and torchrl, seconds of CPU on a 2-core machine.
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import ray
@@ -17,6 +18,10 @@ import torch
 
 from tdscheme.runtime import local_ray_config
 from tdscheme.testing import alive_actor_ids, assert_no_actors_left
+from tdscheme.testing.ray_checks import actor_ids, prestart_workers
+
+#: ``TDSCHEME_TEST_PRESTART=0`` turns off the worker pre-start between tests (to compare)
+PRESTART = os.environ.get("TDSCHEME_TEST_PRESTART", "1") != "0"
 
 
 @pytest.fixture(scope="session")
@@ -33,12 +38,25 @@ def ray_session():
         ray.shutdown()
 
 
+def _replace_used_workers(created_before: set[str]) -> None:
+    """Pre-starts as many idle workers (up to 2) as the actors created since took.
+
+    Each actor takes a worker process of its own, which dies with it; a new one imports
+    torch, tensordict and torchrl for 4-7 s on 2 cores before the next test's actor can
+    start. Started now, they import while this test tears down and the next sets up.
+    """
+    used = len(actor_ids() - created_before)
+    if PRESTART and used:
+        prestart_workers(min(used, 2))
+
+
 @pytest.fixture
 def ray_clean(ray_session):
     """Like ``ray_session``, and fails the test if it leaves actors alive."""
-    before = alive_actor_ids()
+    before, created_before = alive_actor_ids(), actor_ids()
     yield ray_session
     assert_no_actors_left(before)
+    _replace_used_workers(created_before)
 
 
 @pytest.fixture
@@ -77,9 +95,10 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def ray_module_clean(ray_session):
     """Like ``ray_clean`` for a module's shared actors: fails the module if they outlive it."""
-    before = alive_actor_ids()
+    before, created_before = alive_actor_ids(), actor_ids()
     yield ray_session
     assert_no_actors_left(before, what="module")
+    _replace_used_workers(created_before)
 
 
 class _Records(logging.Handler):
