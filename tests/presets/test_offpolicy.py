@@ -310,24 +310,28 @@ def test_the_buffer_actor_killed_mid_run_ends_the_command_in_two_lines_with_its_
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(
-    "command",
-    [["dqn-cartpole"], ["dqn-cartpole", "--prioritized"], ["apex-dqn-cartpole"]],
-    ids=["uniform", "per", "apex"],
-)
-def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path, command):
-    """A random CartPole policy returns about 22; a few thousand updates clearly beat it.
-
-    The DQN family's learning check: uniform replay, prioritized replay (tdscheme's sum
-    tree here) and Ape-X's sharded replay with worker priorities. Reaching 475 is
-    measured by ``benchmarks/prioritized.py`` (5 seeds each, RESULTS "#67 (b)").
-    """
+def test_dqn_cartpole_through_the_cli_beats_random(ray_clean, tmp_path):
+    """A random CartPole policy returns about 22; a few thousand updates clearly beat it."""
     run_dir = tmp_path / "run"
     settings = {"total_frames": 12_000, "eval_every_frames": 2_048, "eval_episodes": 5,
                 "target_return": 150.0, "progress": False}  # fmt: skip
-    assert main(["train", *command, *cli_options(settings), "--run-dir", str(run_dir)]) == 0
+    assert main(["train", "dqn-cartpole", *cli_options(settings), "--run-dir", str(run_dir)]) == 0
     returns = [value for _, value in read_metrics(run_dir)["eval/return"]]
     assert max(returns) >= 100, returns
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "command", [["dqn-cartpole", "--prioritized"], ["apex-dqn-cartpole"]], ids=["per", "apex"]
+)
+def test_prioritized_presets_reach_475_through_the_cli(ray_clean, tmp_path, command):
+    """Issue 67 asks these two in CI: prioritized replay (tdscheme's sum tree here) and Ape-X's
+    sharded replay reach CartPole's 475 through the command, as shipped."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *command, "--progress", "False", "--run-dir", str(run_dir)]) == 0
+    returns = [value for _, value in read_metrics(run_dir)["eval/return"]]
+    assert max(returns) >= 475, returns
 
 
 @pytest.mark.slow
