@@ -36,6 +36,7 @@ TINY_ARGS = {
     "impala_cartpole.py": ["--total-frames", "8192", "--num-collectors", "1"],
     "learner_group_cartpole.py": ["--updates", "3", "--num-envs", "4"],
     "ppo_own_loop.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
+    "sac_pendulum_replay.py": ["--total-frames", "768", "--random-frames", "512"],
 }
 
 
