@@ -124,7 +124,9 @@ def test_workers_write_to_their_shards_with_their_own_td_errors(ray_clean):
             p = leaves(shard, by_shard[k])
             expected = (QLearningPriority(gamma=0.9)(data, q_policy()).double() + 1e-8) ** 0.6
             np.testing.assert_allclose(p, expected.numpy(), rtol=1e-5)
-            assert not np.isclose(p, 1.0).any()
+            # TD errors here lie near 1: only a frame whose own priority is not 1 tells
+            away = ~np.isclose(expected.numpy(), 1.0, rtol=1e-3)
+            assert away.sum() > len(p) // 2 and not np.isclose(p[away], 1.0).any()
         sample = buffer.sample()
         assert set(sample[SHARD_KEY].tolist()) == {0, 1}
 
