@@ -122,6 +122,12 @@ class OffPolicyPreset(Preset):
 
     def __post_init__(self) -> None:
         shards = getattr(self.algo, "replay_shards", 0)
+        n_steps = getattr(self.algo, "n_steps", 1)
+        if n_steps > 1 and self.scheme.buffer_location == "driver":
+            raise invalid(
+                "n_steps", n_steps, "1", context="buffer_location='driver' (n-step returns are "
+                "computed by the workers that write into a Ray-held buffer)",
+            )  # fmt: skip
         if shards and self.algo_name != "dqn":
             raise invalid(
                 "replay_shards", shards, "0", context=f"algo {self.algo_name!r} (Ape-X's replay is DQN's)"
@@ -130,7 +136,7 @@ class OffPolicyPreset(Preset):
             raise invalid(
                 "replay_shards", shards, "0", context="buffer_location='driver' (shards are Ray-held)"
             )  # fmt: skip
-        if shards and self.scheme.buffer_location == "auto":  # the shards are actors
+        if (shards or n_steps > 1) and self.scheme.buffer_location == "auto":  # workers write
             self.scheme = dataclasses.replace(self.scheme, buffer_location="ray")
 
     def policy_factory(self) -> Callable[[], dict[str, nn.Module]]:
@@ -159,7 +165,7 @@ class OffPolicyPreset(Preset):
             replay_buffer, size=a.buffer_size, batch_size=a.batch_size,
             prioritized=a.prioritized, alpha=a.priority_alpha, beta=a.priority_beta,
             ray_held=ray_held, ndim=2 if ray_held and a.num_envs > 1 else 1,
-            shards=a.replay_shards, gamma=a.gamma,
+            shards=a.replay_shards, gamma=a.gamma, n_steps=a.n_steps,
         )  # fmt: skip
 
     def factories(self) -> dict[str, Callable[..., Any]]:
@@ -192,13 +198,13 @@ def apex_dqn_cartpole() -> OffPolicyPreset:
 
     Two prioritized replay shards (actors) that the two workers write into with the
     one-step TD errors they compute with their own copy of the network (Horgan et al.
-    2018; alpha 0.6, beta 0.4), a dueling double-DQN head, and a fixed epsilon per worker,
-    ``0.4 ** (1 + 7 i / (N - 1))`` (0.4 and 0.0007 for two workers). Not yet: n-step
-    returns (Ape-X's n = 3; one-step TD errors here).
+    2018; alpha 0.6, beta 0.4), 3-step returns computed in each worker, a dueling
+    double-DQN head, and a fixed epsilon per worker, ``0.4 ** (1 + 7 i / (N - 1))`` (0.4
+    and 0.0007 for two workers).
     """
     return dqn_cartpole().derive(
-        "apex-dqn-cartpole", prioritized=True, replay_shards=2, dueling=True, worker_eps=0.4,
-        buffer_location="ray",
+        "apex-dqn-cartpole", prioritized=True, replay_shards=2, n_steps=3, dueling=True,
+        worker_eps=0.4,        buffer_location="ray",
     )  # fmt: skip
 
 

@@ -46,6 +46,7 @@ from torchrl.modules.models import DuelingMlpDQNet
 from tdscheme.envs import make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
+from tdscheme.replay.n_step import NStep
 from tdscheme.replay.prioritized import prioritized_buffer, prioritized_sampler
 from tdscheme.replay.ray_held import ray_buffer_kwargs
 from tdscheme.rollout.exploration import PerWorkerEGreedy
@@ -201,6 +202,7 @@ def replay_buffer(
     ndim: int = 1,
     shards: int = 0,
     gamma: float = 0.99,
+    n_steps: int = 1,
 ) -> Any:
     """A torchrl replay buffer of TensorDicts (``index`` in each sample).
 
@@ -216,31 +218,38 @@ def replay_buffer(
             ``[num_envs, time]`` batches into a Ray-held buffer (sampled frame by frame).
         shards: Ape-X's replay: a :class:`~tdscheme.replay.sharded.ShardedReplayBuffer` of
             ``shards`` prioritized shards of ``size / shards`` frames, the workers writing
-            their own one-step TD errors (``gamma``) as priorities; 0: one buffer.
+            their own TD errors (``gamma``) as priorities; 0: one buffer.
+        n_steps: with ``ray_held`` or ``shards``: the n-step returns the workers write
+            (the buffer's ``n_step``, which a ``RayCollector`` writing into it takes).
 
     Returns:
         The buffer.
     """
+    n_step = NStep(n_steps, gamma) if n_steps > 1 else None
     if shards > 0:
         from tdscheme.replay.priorities import QLearningPriority
         from tdscheme.replay.sharded import ShardedReplayBuffer
 
         return ShardedReplayBuffer(
             num_shards=shards, frames_per_shard=max(1, size // shards), batch_size=batch_size,
-            alpha=alpha, beta=beta, priority_fn=QLearningPriority(gamma),
+            alpha=alpha, beta=beta, priority_fn=QLearningPriority(gamma), n_step=n_step,
         )  # fmt: skip
     if ray_held:
         from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
         storage = functools.partial(LazyTensorStorage, size, ndim=ndim)
         if not prioritized:
-            return RayReplayBuffer(storage=storage, batch_size=batch_size, **ray_buffer_kwargs())
-        # built in the buffer's actor (torchrl's rule for a Ray-held buffer's parts)
-        sampler = functools.partial(prioritized_sampler, size, alpha, beta)
-        return RayReplayBuffer(
-            storage=storage, sampler=sampler, batch_size=batch_size,
-            **ray_buffer_kwargs(TensorDictReplayBuffer),
-        )  # fmt: skip
+            buffer = RayReplayBuffer(storage=storage, batch_size=batch_size, **ray_buffer_kwargs())
+        else:  # the sampler is built in the buffer's actor (torchrl's rule for its parts)
+            sampler = functools.partial(prioritized_sampler, size, alpha, beta)
+            buffer = RayReplayBuffer(
+                storage=storage, sampler=sampler, batch_size=batch_size,
+                **ray_buffer_kwargs(TensorDictReplayBuffer),
+            )  # fmt: skip
+        buffer.n_step = n_step  # read by the RayCollector writing into it (replay_n_step)
+        return buffer
+    if n_step is not None:
+        raise invalid("n_steps", n_steps, "1", context="a driver-held buffer")
     if prioritized:
         return prioritized_buffer(size=size, batch_size=batch_size, alpha=alpha, beta=beta)
     return TensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=batch_size)

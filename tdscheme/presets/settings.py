@@ -276,6 +276,9 @@ class OffPolicyConfig(AlgoConfig):
             ``buffer_size / K`` frames each, written by the workers with the TD errors
             they compute (:class:`~tdscheme.replay.sharded.ShardedReplayBuffer`; needs
             ``buffer_location="ray"`` or ``"auto"``); 0: one buffer.
+        n_steps: n-step returns (Ape-X's 3), computed by each collector worker on the
+            frames it writes into a Ray-held buffer (:mod:`~tdscheme.replay.n_step`; needs
+            ``buffer_location="ray"`` or ``"auto"``); 1: one-step frames.
         dueling: DQN: a dueling Q-network (torchrl's ``DuelingMlpDQNet``).
         worker_eps: DQN: Ape-X's fixed epsilon per worker, ``worker_eps ** (1 + 7 i /
             (N - 1))`` for worker ``i`` of ``N`` (:mod:`tdscheme.rollout.exploration`),
@@ -310,6 +313,7 @@ class OffPolicyConfig(AlgoConfig):
     priority_alpha: float = 0.6
     priority_beta: float = 0.4
     replay_shards: int = 0
+    n_steps: int = 1
     dueling: bool = False
     worker_eps: float | None = None
     target_update: str = dataclasses.field(default="soft", metadata={"choices": TARGET_UPDATES})
@@ -329,6 +333,7 @@ class OffPolicyConfig(AlgoConfig):
         check_bool("prioritized", self.prioritized)
         check_bool("dueling", self.dueling)
         check_int("replay_shards", self.replay_shards, minimum=0)
+        check_int("n_steps", self.n_steps, minimum=1)
         if self.worker_eps is not None:
             _check_number("worker_eps", self.worker_eps, 0, 1)
         _check_number("tau", self.tau, 0, 1, low_open=True)

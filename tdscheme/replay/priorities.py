@@ -12,7 +12,8 @@ its result is written at the buffer's priority key (``td_error``), where the buf
 :class:`QLearningPriority` is the one-step Q-learning TD error of a Q-value policy
 (torchrl's ``QValueActor`` / ``QValueModule``, which write ``action_value``):
 ``|r + gamma (1 - terminated) max_a Q(s', a) - Q(s, a)|`` with the worker's network
-(Ape-X's actors use their own, slightly stale copy of the online network).
+(Ape-X's actors use their own, slightly stale copy of the online network); on n-step
+frames (:mod:`~tdscheme.replay.n_step`) ``gamma ** steps_to_next_obs``, as the loss.
 
 Example:
     >>> import torch
@@ -86,7 +87,9 @@ class QLearningPriority:
         best_next = policy(ahead).get(self.action_value_key).max(-1).values
         reward = following.get("reward").reshape(best_next.shape)
         terminated = following.get("terminated").reshape(best_next.shape)
-        target = reward + self.gamma * (~terminated).to(reward.dtype) * best_next
+        steps = frames.get("steps_to_next_obs", None)  # n-step frames: the loss's discount
+        gamma = self.gamma if steps is None else self.gamma ** steps.reshape(best_next.shape)
+        target = reward + gamma * (~terminated).to(reward.dtype) * best_next
         return (target - taken).abs()
 
     def __repr__(self) -> str:

@@ -95,6 +95,9 @@ class ShardedReplayBuffer:
             for the frames they write (e.g. :class:`~tdscheme.replay.priorities.QLearningPriority`;
             a ``RayCollector`` writing into this buffer takes it unless given its own
             ``replay_priority_fn``); ``None``: new frames come in at the max priority.
+        n_step: the n-step returns the workers write (:class:`~tdscheme.replay.n_step.NStep`;
+            a ``RayCollector`` takes it unless given its own ``replay_n_step``); ``None``:
+            one-step frames.
         draws_per_call: minibatches of ``batch_size`` drawn in one round trip to the
             shards (handed out one per :meth:`sample`): a Ray call costs more than a
             small DQN step; their priorities then reach the shards up to that many
@@ -124,6 +127,7 @@ class ShardedReplayBuffer:
         seed: int | None = None,
         num_cpus: float = 0,
         priority_fn: Any = None,
+        n_step: Any = None,
         draws_per_call: int = 8,
         max_restarts: int = 3,
     ) -> None:
@@ -139,6 +143,7 @@ class ShardedReplayBuffer:
         check_int("max_restarts", max_restarts, minimum=0)
         self.batch_size = batch_size
         self.priority_fn = priority_fn
+        self.n_step = n_step
         self.draws_per_call = draws_per_call
         self._drawn: list[TensorDictBase] = []  # minibatches drawn ahead, handed out by sample()
         self._pending: list[TensorDictBase] = []  # priority updates not sent yet

@@ -53,7 +53,8 @@ def test_ledger_books_each_request_when_asked_and_when_resolved():
     ledger.resolve("a", yielded=30, preempted=10)
     assert ledger.as_dict() == {
         "asked": 80, "in_flight": 40, "collected": 40, "yielded": 30, "dropped": 0,
-        "preempted": 10, "lost": 0, "discarded": 0, "reset_steps": 0, "unaccounted": 0, "short": 0,
+        "preempted": 10, "lost": 0, "discarded": 0, "reset_steps": 0, "held_back": 0, "unaccounted": 0,
+        "short": 0,
         "short_reason": None, "balanced": True,
     }  # fmt: skip
     assert ledger.requests_in_flight() == {"b": 40}

@@ -333,6 +333,7 @@ class BatchFlow:
             self.requests.resolve(
                 ref, request, r, yielded=frames, discarded=r.frames - frames + r.frames_discarded,
                 dropped=r.frames_dropped, preempted=not_collected, reset_steps=r.reset_steps,
+                held_back=r.frames_held_back,
             )  # fmt: skip
             stats.ledger.record(
                 BatchRecord(r.worker_id, r.restarts, r.batch_id, r.policy_version, frames)

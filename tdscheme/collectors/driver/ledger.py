@@ -11,10 +11,13 @@ with the frames it asks of the worker, and once more when it resolves
 * ``discarded``: collected past ``total_frames`` (the last batch cut to fit, or
   not written past a request's frame budget), or in flight when iteration stopped;
 * ``reset_steps``: env steps that reset a copy of a one-call ``NEXT_STEP`` vector
-  env instead of stepping it (no transition: padding in the batch).
+  env instead of stepping it (no transition: padding in the batch);
+* ``held_back``: collected by a worker that writes n-step returns and held there for
+  the rewards after them (``replay_n_step``): ``n_steps`` steps per env, booked with
+  the first batch of each worker's actor; never written if the actor stops.
 
 So ``asked == yielded + dropped + preempted + lost + discarded + reset_steps +
-in_flight``,
+held_back + in_flight``,
 where ``in_flight`` is what the requests not resolved yet asked, and
 ``collected = asked - in_flight`` (the frames of the resolved requests) equals
 the sum of the five columns. The two sides are booked apart: a resolution whose
@@ -90,7 +93,7 @@ from tdscheme.keys import TRAJ_IDS_KEY
 
 __all__ = ["BatchRecord", "FrameLedger", "TrajectoryIds"]
 
-_COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps")
+_COLUMNS = ("yielded", "dropped", "preempted", "lost", "discarded", "reset_steps", "held_back")
 
 #: imbalances logged as warnings (later ones are only counted)
 _WARN_LIMIT = 5
@@ -126,7 +129,7 @@ class FrameLedger:
 
     Attributes:
         asked: frames asked by every request booked (restated for whole trajectories).
-        yielded, dropped, preempted, lost, discarded, reset_steps: the resolved frames, by
+        yielded, dropped, preempted, lost, discarded, reset_steps, held_back: the resolved frames, by
             destination.
         unaccounted: frames booked out of line (see the module docstring).
         records: the provenance of the last ``keep`` batches (newest last).
@@ -139,6 +142,7 @@ class FrameLedger:
     lost: int = 0
     discarded: int = 0
     reset_steps: int = 0
+    held_back: int = 0
     unaccounted: int = 0
     short: int = 0
     short_reason: str | None = None

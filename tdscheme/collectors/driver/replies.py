@@ -92,7 +92,7 @@ class Replies:
             self.requests.resolve(
                 ref, request, result, dropped=result.frames + result.frames_dropped,
                 discarded=result.frames_discarded, preempted=not_collected,
-                reset_steps=result.reset_steps,
+                reset_steps=result.reset_steps, held_back=result.frames_held_back,
             )  # fmt: skip
             return None
         return result

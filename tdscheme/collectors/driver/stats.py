@@ -144,6 +144,7 @@ class CollectorStats:
             "frames_dropped": books["dropped"],
             "frames_discarded": books["discarded"],
             "reset_steps": books["reset_steps"],
+            "frames_held_back": books["held_back"],
             "policy_lag_max": max(lags) if lags else 0,
             "policy_lag_mean": sum(k * v for k, v in lags.items()) / seen if seen else 0.0,
             "policy_lag_counts": dict(sorted(lags.items())),

@@ -144,6 +144,11 @@ class RayCollectorConfig:
             :class:`~tdscheme.replay.priorities.QLearningPriority`), so that new frames
             do not all come in at the buffer's max priority. ``None``: the buffer's own
             ``priority_fn`` if it has one (:class:`~tdscheme.replay.sharded.ShardedReplayBuffer`).
+        replay_n_step: with ``replay_buffer``: an :class:`~tdscheme.replay.n_step.NStep`;
+            each worker writes n-step returns (``steps_to_next_obs`` beside them, which
+            torchrl's TD(0) estimators read), holding each env's last ``n_steps`` steps
+            until its next batch (booked as ``held_back`` in the ledger). ``None``: the
+            buffer's own ``n_step`` if it has one, else one-step frames.
         trajs_per_batch: each worker's collector assembles whole trajectories
             (torchrl's argument); with a replay buffer each is written flat
             (``SliceSampler``-ready) and never cut: a trajectory that does not
@@ -207,6 +212,7 @@ class RayCollectorConfig:
     replay_buffer: Any = None
     drop_nonfinite_frames: bool = False
     replay_priority_fn: Callable[[Any, Any], Any] | None = None
+    replay_n_step: Any = None
     trajs_per_batch: int | None = None
     # torchrl's arguments about each worker's collector and its weight path (torchrl_args.py)
     trust_policy: bool | None = None
@@ -270,10 +276,30 @@ class RayCollectorConfig:
                 "replay_priority_fn", self.replay_priority_fn, "None, or fn(frames, policy) "
                 "with a replay_buffer", context=f"replay_buffer={self.replay_buffer!r}",
             )  # fmt: skip
+        self._check_n_step()
         TensorDictCodec(self.compress)  # validates `compress`
         if self.prefetch_batches is None:
             on_policy = self.max_policy_lag == 0 or self.update_after_each_batch
             self.prefetch_batches = 0 if on_policy else 1
+
+    def _check_n_step(self) -> None:
+        from tdscheme.replay.n_step import NStep
+
+        if self.replay_n_step is None:  # a buffer may say how its writes are made
+            self.replay_n_step = getattr(self.replay_buffer, "n_step", None)
+        if self.replay_n_step is None:
+            return
+        context = f"replay_buffer={self.replay_buffer!r}, trajs_per_batch={self.trajs_per_batch}"
+        if (
+            not isinstance(self.replay_n_step, NStep)
+            or self.replay_buffer is None
+            or self.trajs_per_batch is not None
+        ):
+            raise invalid(
+                "replay_n_step", self.replay_n_step, "None, or an NStep(n_steps, gamma) with a "
+                "replay_buffer and no trajs_per_batch (whole trajectories keep one-step frames)",
+                context=context,
+            )  # fmt: skip
 
     def _env_fns(self) -> list[Any]:
         fns = self.create_env_fn

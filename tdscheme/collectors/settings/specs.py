@@ -73,6 +73,8 @@ class WorkerSpec:
             not written (dropped and counted).
         priority_fn: with a replay buffer, ``fn(frames, policy)``: the priorities
             written with the frames (:mod:`tdscheme.replay.priorities`).
+        n_step: with a replay buffer, the n-step returns written
+            (:class:`~tdscheme.replay.n_step.NStep`; ``None``: one-step frames).
     """
 
     create_env_fn: Any
@@ -90,6 +92,7 @@ class WorkerSpec:
     max_policy_lag: int | None = None
     drop_nonfinite_frames: bool = False
     priority_fn: Callable[[Any, Any], Any] | None = None
+    n_step: Any = None
 
     def fold_next_bytes(self) -> int | None:
         """The codec's ``fold_next_bytes`` in this worker (called in its process): a node
@@ -144,6 +147,8 @@ class WorkerBatch:
             ``NEXT_STEP`` vector env): padding in the batch, no transition.
         env_config_refused: env configs the env raised on when applied since the last
             batch, ``(version, version gone back to, error)`` each.
+        frames_held_back: frames collected but held for their n-step returns (``NStep``):
+            the steps the worker holds after this batch less those it held before.
     """
 
     worker_id: int
@@ -162,11 +167,15 @@ class WorkerBatch:
     env_config_version: int = 0
     reset_steps: int = 0
     env_config_refused: tuple[tuple[int, int, str], ...] = ()
+    frames_held_back: int = 0
 
     @property
     def stepped(self) -> int:
         """Every frame the worker stepped for the batch, whatever became of it."""
-        return self.frames + self.frames_discarded + self.frames_dropped + self.reset_steps
+        return (
+            self.frames + self.frames_discarded + self.frames_dropped + self.reset_steps
+            + self.frames_held_back
+        )
 
 
 def default_remote_config() -> dict[str, Any]:
@@ -270,6 +279,7 @@ def worker_specs(config: RayCollectorConfig) -> list[WorkerSpec]:
                 max_policy_lag=config.max_policy_lag,
                 drop_nonfinite_frames=config.drop_nonfinite_frames,
                 priority_fn=config.replay_priority_fn,
+                n_step=config.replay_n_step,
             )
         )
     return specs

@@ -92,6 +92,7 @@ class TorchrlSurface:
         replay_buffer: Any = None,
         drop_nonfinite_frames: bool = False,
         replay_priority_fn: Callable[[Any, Any], Any] | None = None,
+        replay_n_step: Any = None,
         trajs_per_batch: int | None = None,
         trust_policy: bool | None = None,
         use_env_creator: bool = False,

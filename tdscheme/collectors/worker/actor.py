@@ -24,6 +24,7 @@ from tdscheme.collectors.worker.env_config import EnvConfigCalls
 from tdscheme.episodes import finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
+from tdscheme.replay.n_step import NStepFrames
 from tdscheme.replay.priorities import with_priorities
 from tdscheme.replay.ray_held import BufferWriter
 from tdscheme.rollout.env_config import EnvConfigPush
@@ -108,6 +109,8 @@ class BaseCollectorWorker(EnvConfigCalls):
         fold = spec.fold_next_bytes()
         writes = spec.replay_buffer is not None
         self._writer = BufferWriter(spec.replay_buffer, fold_next_bytes=fold) if writes else None
+        # n-step returns: each env's last n steps wait here for the rewards after them
+        self._n_step = NStepFrames(spec.n_step) if writes and spec.n_step is not None else None
         self._preempt_upto = -1
         self._staged_cond = threading.Condition()
         # held across a write's staleness check and the write, and by set_weights: once a
@@ -210,6 +213,12 @@ class BaseCollectorWorker(EnvConfigCalls):
                     "storage ndim=2 (LazyTensorStorage(size, ndim=2))",
                     list(td.batch_size), td.batch_size[-1], td.batch_size[-1],
                 )  # fmt: skip
+            if self._n_step is not None:  # before the budget cut: the held steps stay whole
+                stepped = td.numel()
+                td = self._n_step(td)
+                batch.frames_held_back = stepped - td.numel()
+                if nonfinite is None and self.spec.drop_nonfinite_frames:  # NaN out of hold
+                    nonfinite = describe_nonfinite(td, worker_id=self.worker_id, first_step=first_step)
             td, batch.frames_discarded = frames_to_write(
                 td, max_frames, whole_trajectories=whole, storage_ndim=ndim
             )
