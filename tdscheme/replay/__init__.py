@@ -10,6 +10,8 @@
   plane) once, torchrl's layout when read.
 * :mod:`~tdscheme.replay.prioritized`: prioritized replay with any torch (torchrl's
   sampler where its C++ extension loads, the same sampler on a numpy sum tree elsewhere).
+* :mod:`~tdscheme.replay.n_step`: n-step returns each worker computes on its own frames
+  before it writes them (each env's last steps held for the next batch).
 * :mod:`~tdscheme.replay.sharded`: Ape-X's replay: K prioritized Ray-held shards that
   workers write into, with priorities they compute (:mod:`~tdscheme.replay.priorities`),
   sampled as one buffer.
@@ -27,6 +29,7 @@ from tdscheme.facades import lazy_exports
 __all__ = [
     "BoundedRayBuffer",
     "CompactFrameStorage",
+    "NStep",
     "QLearningPriority",
     "ShardedReplayBuffer",
     "SumTreeSampler",
@@ -39,6 +42,7 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from tdscheme.replay.bounded import BoundedRayBuffer
     from tdscheme.replay.compact import CompactFrameStorage
+    from tdscheme.replay.n_step import NStep
     from tdscheme.replay.priorities import QLearningPriority
     from tdscheme.replay.prioritized import SumTreeSampler, prioritized_buffer, prioritized_sampler
     from tdscheme.replay.ray_held import is_ray_replay_buffer, ray_buffer_kwargs
@@ -49,6 +53,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "BoundedRayBuffer": "tdscheme.replay.bounded",
         "CompactFrameStorage": "tdscheme.replay.compact",
+        "NStep": "tdscheme.replay.n_step",
         "QLearningPriority": "tdscheme.replay.priorities",
         "ShardedReplayBuffer": "tdscheme.replay.sharded",
         "SumTreeSampler": "tdscheme.replay.prioritized",
