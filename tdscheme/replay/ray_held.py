@@ -114,7 +114,11 @@ def ray_buffer_options(num_cpus: float = 0) -> dict[str, Any]:
     collector workers do: torchrl's INFO records stay in its process.
     """
     level = logging.getLevelName(driver_log_level())
-    return {"num_cpus": num_cpus, "runtime_env": {"env_vars": {"RL_LOGGING_LEVEL": level}}}
+    # learner ranks sample their share of the batch (sample(batch_size / ranks)), which
+    # torchrl warns of in the actor at its first such call, on the user's terminal
+    quiet = "ignore:Got conflicting batch_sizes:UserWarning"
+    env_vars = {"RL_LOGGING_LEVEL": level, "PYTHONWARNINGS": quiet}
+    return {"num_cpus": num_cpus, "runtime_env": {"env_vars": env_vars}}
 
 
 def ray_buffer_kwargs(

@@ -183,6 +183,33 @@ def test_ray_buffer_kwargs_make_a_buffer_actor_of_the_class_asked_with_a_one_lin
         rb.shutdown()
 
 
+def test_a_ray_held_buffer_sampled_by_rank_shares_stays_quiet(ray_session):
+    """Learner ranks sample batch_size / ranks; torchrl's warning of it (once a buffer) stays
+    in the actor: a fresh buffer's first such sample warns only where filters are reset."""
+
+    def sample_share(rb, *, always: bool) -> list[str]:  # in the actor (pickled by value)
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            if always:  # the negative control: torchrl does warn
+                warnings.simplefilter("always")
+            rb.sample(4)  # half the batch size: a rank's share
+        return [str(w.message) for w in caught]
+
+    told = []
+    for always in (False, True):
+        rb = RayReplayBuffer(
+            storage=functools.partial(LazyTensorStorage, 16), batch_size=8, **ray_buffer_kwargs()
+        )
+        try:
+            rb.extend(TensorDict({"x": torch.arange(16.0)}, [16]))
+            share = functools.partial(sample_share, always=always)
+            told.append(ray.get(rb._rb.__ray_call__.remote(share), timeout=60))
+        finally:
+            rb.shutdown()
+    assert told[0] == [] and any("conflicting batch_sizes" in m for m in told[1]), told
+
+
 def test_trajs_per_batch_writes_only_whole_trajectories(ray_clean):
     rb = RayReplayBuffer(
         storage=functools.partial(LazyTensorStorage, 10_000),
