@@ -48,7 +48,10 @@ PriorityFn = Callable[[TensorDictBase, Any], torch.Tensor]
 
 
 class QLearningPriority:
-    """One-step Q-learning TD errors of a policy that writes ``action_value`` (DQN's priorities).
+    """Q-learning TD errors of a policy that writes ``action_value`` (DQN's priorities).
+
+    One-step, or n-step where the frames hold ``steps_to_next_obs``
+    (:mod:`~tdscheme.replay.n_step`): the bootstrap discounted by ``gamma ** k``.
 
     Args:
         gamma: the discount.
