@@ -219,6 +219,8 @@ def _print_summary(
         print(
             f"W&B offline run in {run_dir}/wandb (upload: wandb sync {run_dir}/wandb/offline-run-*)"
         )
+    elif trainer.logger == "tensorboard":  # torchrl's TensorboardLogger, experiment "tdscheme"
+        print(f"TensorBoard events in {run_dir}/tdscheme (tensorboard --logdir {run_dir})")
     elif trainer.logger == "mlflow" and not os.environ.get("MLFLOW_TRACKING_URI"):
         print(
             f"MLflow file store {run_dir}/mlruns (mlflow ui --backend-store-uri {run_dir}/mlruns)"

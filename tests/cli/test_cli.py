@@ -342,3 +342,23 @@ def test_train_on_mlflow_with_videos_then_eval_records_one(
     report = json.loads(out.split("eval: ", 1)[1])
     assert report["video"] == str(run_dir / "videos" / "eval_512_seed7.mp4")
     assert f"video: {report['video']} (" in out and Path(report["video"]).stat().st_size > 0
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorboard") is None,
+    reason="tensorboard is not installed (pip install 'tdscheme[tensorboard]')",
+)
+def test_the_summary_says_where_tensorboards_events_are(tmp_path, capsys):
+    """As for W&B and MLflow: the line names the folder the run's events are in."""
+    from tdscheme.cli.commands import _print_summary
+    from tdscheme.engine.run_log import RunLogger
+    from tdscheme.engine.trainer_config import TrainerConfig
+
+    with RunLogger(tmp_path, backend="tensorboard") as run_log:
+        run_log.log_scalars({"eval/return": 1.0}, step=1)
+    summary = {"frames": 1, "elapsed_s": 1.0, "eval_return": None, "target_return": None,
+               "checkpoint": None, "run_dir": str(tmp_path)}  # fmt: skip
+    _print_summary(summary, 0.0, resumed=False, trainer=TrainerConfig(logger="tensorboard"))
+    [line] = [s for s in capsys.readouterr().out.splitlines() if s.startswith("TensorBoard")]
+    assert line == f"TensorBoard events in {tmp_path}/tdscheme (tensorboard --logdir {tmp_path})"
+    assert list((tmp_path / "tdscheme").rglob("events.out.tfevents.*"))
