@@ -377,7 +377,14 @@ def _extend_decoded(buffer: Any, payload: Payload, record: Any) -> None:
 
 
 def _storage_ndim(buffer: Any) -> int:
-    """Runs inside the buffer's actor: its storage's ``ndim`` (1 where it has none)."""
+    """Runs inside the buffer's actor: its storage's ``ndim`` (1 where it has none).
+
+    A buffer that flattens each ``[num_envs, time]`` write into frames itself
+    (``writes_frames``, the shards' ``FrameReplayBuffer``) takes writes as a storage of
+    ``ndim=2`` does: frame by frame, cut along time.
+    """
+    if getattr(buffer, "writes_frames", False):
+        return 2
     return int(getattr(getattr(buffer, "_storage", None), "ndim", 1) or 1)
 
 

@@ -24,6 +24,9 @@ class FrameReplayBuffer(TensorDictReplayBuffer):
     write's priorities (its ``priority_key``) set the frames' priorities without being stored
     (a loss writes its own ``td_error`` into each sample)."""
 
+    #: workers' writes are frames, whatever the storage's ndim (``ray_held._storage_ndim``)
+    writes_frames = True
+
     def extend(self, tensordicts: TensorDictBase, **kwargs: Any) -> torch.Tensor:
         if tensordicts.ndim > 1:
             tensordicts = tensordicts.reshape(-1)

@@ -183,6 +183,17 @@ def test_ray_buffer_kwargs_make_a_buffer_actor_of_the_class_asked_with_a_one_lin
         rb.shutdown()
 
 
+def test_a_buffer_that_flattens_its_writes_takes_them_as_frames():
+    """Ape-X's shards flatten [num_envs, time] writes: no "each env row is one item" warning,
+    and a budget cut goes along time, as for a storage of ndim=2."""
+    from tdscheme.replay.ray_held import _storage_ndim
+    from tdscheme.replay.shard import FrameReplayBuffer
+
+    assert _storage_ndim(FrameReplayBuffer(storage=LazyTensorStorage(10))) == 2
+    assert _storage_ndim(TensorDictReplayBuffer(storage=LazyTensorStorage(10))) == 1
+    assert _storage_ndim(TensorDictReplayBuffer(storage=LazyTensorStorage(10, ndim=2))) == 2
+
+
 def test_a_ray_held_buffer_sampled_by_rank_shares_stays_quiet(ray_session):
     """Learner ranks sample batch_size / ranks; torchrl's warning of it (once a buffer) stays
     in the actor: a fresh buffer's first such sample warns only where filters are reset."""
