@@ -35,6 +35,7 @@ from tdscheme.episodes import FinishedEpisodes
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.placement import cluster_cpus
+from tdscheme.runtime.threads import warn_driver_threads
 from tdscheme.scheme.config import SchemeConfig
 from tdscheme.scheme.factories import (
     EnvFactory,
@@ -169,6 +170,9 @@ class Scheme:
         lease = RayLease.acquire(self.config.ray_init_config)  # one Ray while the parts start
         try:  # what all the actors ask for, added up before any starts
             self.config = fit_cpus(self.config, cluster_cpus=cluster_cpus())
+            # strictly on-policy (max_policy_lag=0), the workers wait while the learner trains
+            beside = self.config.num_grad_workers == 0 and self.config.max_policy_lag != 0
+            warn_driver_threads(self.config.num_collectors if beside else 0, cluster_cpus())
             self.loop: TrainingLoop = make_loop(
                 self.config,
                 env_factory=env_factory,

@@ -12,7 +12,8 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from tdscheme import RayCollector
-from tdscheme.runtime.threads import match_ray_cpus
+from tdscheme.runtime import threads as threads_module
+from tdscheme.runtime.threads import match_ray_cpus, warn_driver_threads
 from tdscheme.testing import make_env
 
 
@@ -87,3 +88,26 @@ def test_a_written_ray_buffer_runs_torch_on_the_cpus_its_actor_holds(ray_clean):
         assert threads() == 1
     finally:
         buffer.shutdown()
+
+
+def test_the_driver_is_told_once_when_its_torch_threads_share_the_cores_with_collectors(
+    caplog, monkeypatch
+):
+    monkeypatch.setattr(warn_driver_threads, "said", False, raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with caplog.at_level("WARNING", logger=threads_module.__name__):
+            assert warn_driver_threads(2, 2.0)  # 2 threads + 2 collectors on 2 CPUs
+            assert warn_driver_threads(2, 2.0)  # said once a process
+            assert not warn_driver_threads(2, 16.0)  # a cluster with room
+            assert not warn_driver_threads(0, 2.0)  # no collector beside it
+            torch.set_num_threads(1)
+            assert not warn_driver_threads(2, 2.0)  # one thread: nothing to say
+    finally:
+        torch.set_num_threads(before)
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "torch runs 2 threads in this process (the learner's) beside 2 collector workers on 2 CPUs"
+    )
+    assert "torch.set_num_threads(1)" in record.getMessage()
