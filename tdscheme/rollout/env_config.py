@@ -15,7 +15,13 @@ worker, through :class:`~tdscheme.rollout.worker_collector.WorkerCollector`), no
   so torchrl's rollout, the lean rollout and gymnasium's autoreset all honour it); a
   copy in the middle of an episode keeps the config it started with. A config received
   before a reset is always applied at that reset: an episode that starts after the
-  acknowledgement runs the new config;
+  acknowledgement runs the new config. Where one call reaches every copy of several
+  (an ``AsyncVectorEnv``'s ``call``, EnvPool, a one-call ``NEXT_STEP`` vector env, an
+  env's own ``set_env_config``, an ``apply_env_config`` callable), no copy can take it
+  alone: every copy switches before the first step of the worker's next batch (a level
+  of a distribution is drawn there, for all), so each batch runs one config and its
+  stamps are exact; the episodes running then change config midway (said once, at
+  WARNING);
 * a config the env raises on when the rollout applies it (no check could see it) is
   refused then: the copies go back to the last config applied without error (none: they
   are stamped version 0 and keep what the failed call left), the rollout goes on, and :meth:`~EnvConfigRunner.take_refused` hands
@@ -49,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,6 +80,8 @@ from tdscheme.rollout.env_config_push import (  # the message, re-exported: impo
 from tdscheme.rollout.stamps import stamp_, write_
 
 __all__ = ["APPLY_MODES", "EnvConfigPush", "EnvConfigRunner", "env_config_push", "state_version"]
+
+logger = logging.getLogger(__name__)
 
 
 class EnvConfigRunner:
@@ -106,6 +115,8 @@ class EnvConfigRunner:
         self._accepted: tuple[EnvConfigPush, EnvConfigTarget, TaskDistribution | None] | None
         self._accepted = None  # the newest config applied without error (a refusal's fallback)
         self._refused: list[tuple[int, int, str]] = []  # (version, back to, error) not reported
+        self._batch_start = True  # no step taken since the last stamp (a batch's start)
+        self._said_whole = False  # the batch-boundary switch, said once
 
     # -- receiving (any thread) ---------------------------------------------------------
 
@@ -216,9 +227,14 @@ class EnvConfigRunner:
         self._now = self._now or now
 
     def before_step(self, record: bool = True) -> None:
-        """Called before each env step: applies an ``apply="now"`` config, records the step."""
+        """Called before each env step: applies an ``apply="now"`` config (and, at a batch's
+        start, a config for copies that take it only all at once), records the step."""
         if self._staged is not None:
             self._take_staged()
+        start, self._batch_start = self._batch_start, False
+        if start and not self._now and self.latest is not None and self._whole():
+            self._say_whole()
+            self._give_or_refuse(range(len(self._running)), every=True)
         if self._now:
             self._now = False
             self._give_or_refuse(range(len(self._running)), every=True)
@@ -230,9 +246,24 @@ class EnvConfigRunner:
         """The reset hook: copies about to reset take the newest config (or draw a level)."""
         if self._staged is not None:
             self._take_staged()
-        if self.latest is None:
+        if self.latest is None or self._whole():  # those switch at a batch's start
             return
         self._give_or_refuse(range(len(self._running)) if copies is None else copies, every=False)
+
+    def _whole(self) -> bool:
+        """Whether one call reaches every copy of several (none can take a config alone)."""
+        return not self._target.per_copy and len(self._running) > 1
+
+    def _say_whole(self) -> None:
+        if self._said_whole or self._running is None or (self._running >= self.latest.version).all():
+            return
+        self._said_whole = True
+        logger.warning(
+            "collector worker %d: %s reaches every env copy in one call, so apply='reset' "
+            "configs switch every copy at the start of the next batch (episodes running "
+            "then change config midway); a SyncVectorEnv of copies that each take a config "
+            "switches each at its own reset", self.worker_id, self._target.description,
+        )  # fmt: skip
 
     def _give_or_refuse(self, copies: Sequence[int], *, every: bool) -> None:
         """:meth:`_give`; a config the env raises on is refused and the copies go back."""
@@ -279,6 +310,7 @@ class EnvConfigRunner:
         """Writes the env-config version and task of every frame of ``td`` (see the module)."""
         rows, self._rows = self._rows, []
         low, self._batch_low = self._batch_low, self._low()
+        self._batch_start = True
         shape = td.batch_size
         if not rows:  # no config taken yet, or a layout without steps
             task = -1 if self._tasks is None else int(self._tasks.min())

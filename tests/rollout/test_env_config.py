@@ -249,7 +249,34 @@ def test_a_callable_applies_to_every_copy():
         rollout.shutdown()
 
 
-def test_envpool_takes_a_callable_at_any_reset():
+def test_copies_that_take_a_config_only_all_at_once_switch_at_a_batchs_start(caplog):
+    """Issue 64, point 3: where one call reaches every copy, apply='reset' switches them all
+    before the next batch's first step, so every frame's stamp is the config it ran."""
+    rollout = WorkerCollector(
+        functools.partial(echo_config_env, 2, lengths=[3, 5]), None, frames_per_batch=2 * 10
+    )
+    runner = rollout.env_config
+    try:
+        rollout.next_batch()
+        with caplog.at_level("WARNING", logger="tdscheme.rollout.env_config"):
+            runner.stage(EnvConfigPush(level(4), version=4, apply_env_config=apply_echo_config))
+            batch = rollout.next_batch()
+            assert (batch[ENV_CONFIG_VERSION_KEY] == 4).all()  # from its first step, mid-episode
+            assert_stamps_true(batch)
+            levels = {"levels": [level(1), level(2), level(3)]}
+            runner.stage(EnvConfigPush(levels, version=5, apply_env_config=apply_echo_config))
+            for _ in range(3):  # one level a batch, drawn for every copy
+                batch = rollout.next_batch()
+                tasks = batch[ENV_TASK_KEY]
+                assert tasks.unique().numel() == 1 and (batch[ENV_CONFIG_VERSION_KEY] == 5).all()
+                assert torch.equal(ran(batch), tasks + 1)
+        [said] = [r.getMessage() for r in caplog.records]
+        assert "switch every copy at the start of the next batch" in said
+    finally:
+        rollout.shutdown()
+
+
+def test_envpool_takes_a_callable_at_a_batchs_start():
     pytest.importorskip("envpool")
     calls = []
     rollout = WorkerCollector(
@@ -261,8 +288,8 @@ def test_envpool_takes_a_callable_at_any_reset():
         push = EnvConfigPush({"x": 1}, version=1, apply_env_config=lambda env, c: calls.append(c))
         rollout.env_config.stage(push)
         batch = rollout.next_batch()
-        assert calls == [{"x": 1}]  # once, at the first step after an episode ended
-        assert batch[ENV_CONFIG_VERSION_KEY][:, -1].tolist() == [1, 1]
+        assert calls == [{"x": 1}]  # once, before the batch's first step
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 1).all()
     finally:
         rollout.shutdown()
 
