@@ -51,8 +51,7 @@ Example:
     >>> from tensordict.nn import TensorDictModule
     >>> policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"],
     ...                           out_keys=["action"])
-    >>> collector = LeanCollector(make_env("Pendulum-v1", num_envs=2), policy,
-    ...                           frames_per_batch=8, auto_register_policy_transforms=False)
+    >>> collector = LeanCollector(make_env("Pendulum-v1", num_envs=2), policy, frames_per_batch=8)
     >>> collector.lean_reason is None  # the lean path runs
     True
     >>> batch = next(iter(collector))
@@ -91,7 +90,7 @@ from tdscheme.rollout.env_steps import (
 from tdscheme.rollout.module_calls import policy_call
 from tdscheme.rollout.observations import observations
 from tdscheme.rollout.staged import can_stage, staged_rollout
-from tdscheme.rollout.torchrl_names import Collector
+from tdscheme.rollout.torchrl_names import Collector, default_collector_kwargs
 from tdscheme.rollout.transforms import episode_transforms
 
 logger = logging.getLogger(__name__)
@@ -107,15 +106,17 @@ def _where(done: torch.Tensor, reset: torch.Tensor, kept: torch.Tensor) -> torch
 class LeanCollector(Collector):
     """torchrl's ``Collector`` whose rollout steps plain gymnasium envs without per-step TensorDicts.
 
-    Takes exactly torchrl's ``Collector`` arguments. See the module docstring
-    for when the lean rollout runs; otherwise this is torchrl's ``Collector``.
+    Takes exactly torchrl's ``Collector`` arguments, with tdscheme's defaults
+    (:func:`~tdscheme.rollout.torchrl_names.default_collector_kwargs`: the env left as
+    built, without torchrl's ``FutureWarning`` about it) under the caller's own. See the
+    module docstring for when the lean rollout runs; otherwise this is torchrl's ``Collector``.
 
     Attributes:
         lean_reason: ``None`` when the lean rollout runs, else why torchrl's runs.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{**default_collector_kwargs(Collector), **kwargs})
         #: called with the env batch's size after each env step of the lean loop (torchrl's
         #: rollout steps through ``env.step_and_maybe_reset``, which a caller can wrap)
         self.step_hook: Callable[[int], None] | None = None

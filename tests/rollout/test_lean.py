@@ -479,3 +479,15 @@ def test_workers_default_to_lean_and_keep_a_users_collector_class():
     user_class, torchrls = worker_batch(collector_class=Collector)
     assert lean_class is LeanCollector and user_class is Collector
     assert_same_frames([torchrls], [lean])  # stamped keys included
+
+
+def test_built_by_hand_it_leaves_the_env_as_built_without_torchrls_future_warning(recwarn):
+    """An nn.Module policy on an env without InitTracker: torchrl's Collector warns that 0.15
+    will append one; a LeanCollector built by a user (the docs' example) keeps the env as built,
+    as tdscheme's workers do, and says nothing; the caller's own choice still wins."""
+    env = make_env("CartPole-v1", num_envs=2)
+    policy = mlp_policy(4, 2)
+    LeanCollector(env, policy, frames_per_batch=8).shutdown()
+    assert not [w for w in recwarn if "auto_register_policy_transforms" in str(w.message)]
+    Collector(make_env("CartPole-v1", num_envs=2), policy, frames_per_batch=8).shutdown()
+    assert [w for w in recwarn if "auto_register_policy_transforms" in str(w.message)]  # control
