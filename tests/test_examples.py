@@ -37,6 +37,7 @@ TINY_ARGS = {
     "learner_group_cartpole.py": ["--updates", "3", "--num-envs", "4"],
     "ppo_own_loop.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
     "sac_pendulum_replay.py": ["--total-frames", "768", "--random-frames", "512"],
+    "curriculum_mountaincar.py": ["--total-frames", "8192"],
 }
 
 

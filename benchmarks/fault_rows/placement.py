@@ -14,6 +14,7 @@ Run this module's rows without the table runner (one Ray for all, in this proces
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -135,36 +136,61 @@ def placement_grad_workers_too_big() -> dict[str, Any]:
         preset = get_preset("a3c-cartpole").override({"grad_worker_resources": {"num_cpus": 1000}})
         return Scheme(**preset.factories(), config=preset.scheme)
 
+    # the arithmetic and the setting that fits (issue 64: added up before any actor starts)
     return _expect_error(
         "grad_worker_resources={'num_cpus': 1000}", 30.0, build,
-        ("grad_worker_resources", "--num-grad-workers"),
+        ("2000 CPUs asked", "--grad-worker-resources"),
     )  # fmt: skip
 
 
 def placement_cli_too_many_collectors() -> dict[str, Any]:
-    import os
+    """More collectors than cores and no resources given: since issue 64 the run shares the
+    CPUs (one warning, "each takes") and finishes; its own resources that cannot fit are
+    refused (:func:`placement_cli_own_resources_too_big`)."""
+    cores = os.cpu_count() or 1
+    collectors = 1 << cores.bit_length()  # a power of two past the cores (divides the batch)
+    proc, seconds = _train(["--num-collectors", str(collectors), "--total-frames", "2000"])
+    text = (proc.stdout + proc.stderr).strip()
+    ok = proc.returncode == 0 and "each takes" in proc.stderr
+    line = next((x for x in text.splitlines() if "each takes" in x), text[-300:])
+    return row(
+        f"tdscheme train --num-collectors {collectors} on {cores} cores, no resources given",
+        "survived" if ok else "wrong result",
+        seconds, 120.0, detail=f"exit {proc.returncode}: {line[:300]}",
+    )  # fmt: skip
+
+
+def placement_cli_own_resources_too_big() -> dict[str, Any]:
+    """The user's own resources that the Ray tdscheme starts cannot hold: refused with the
+    arithmetic and the settings that fit, before any actor starts, not a timeout later."""
+    cores = os.cpu_count() or 1
+    collectors = 1 << cores.bit_length()
+    proc, seconds = _train([
+        "--num-collectors", str(collectors), "--collector-resources", '{"num_cpus": 1}',
+        "--total-frames", "2000",
+    ])  # fmt: skip
+    text = (proc.stdout + proc.stderr).strip()
+    ok = proc.returncode != 0 and "CPUs asked" in text and "--collector-resources" in text
+    line = next((x for x in text.splitlines() if "CPUs asked" in x), text[-300:])
+    return row(
+        f"tdscheme train --num-collectors {collectors} --collector-resources "
+        f"'{{\"num_cpus\": 1}}' on {cores} cores",
+        "clean error" if ok else "wrong result",
+        seconds, 60.0, detail=f"exit {proc.returncode}: {line[:300]}",
+    )  # fmt: skip
+
+
+def _train(args: list[str]) -> tuple[Any, float]:
+    """``tdscheme train ppo-cartpole ARGS`` in a temporary run directory; (process, seconds)."""
     import subprocess
 
     start = time.perf_counter()
-    cores = os.cpu_count() or 1
-    collectors = 1 << cores.bit_length()  # a power of two past the cores (divides the batch)
-    command = [
-        os.path.join(os.path.dirname(sys.executable), "tdscheme"), "train", "ppo-cartpole",
-        "--num-collectors", str(collectors), "--total-frames", "2000",
-    ]  # fmt: skip
+    command = [os.path.join(os.path.dirname(sys.executable), "tdscheme"), "train", "ppo-cartpole"]
     with tempfile.TemporaryDirectory() as d:
         proc = subprocess.run(
-            [*command, "--run-dir", d], capture_output=True, text=True, timeout=300
+            [*command, *args, "--run-dir", d], capture_output=True, text=True, timeout=300
         )
-    seconds = time.perf_counter() - start
-    text = (proc.stdout + proc.stderr).strip()
-    ok = proc.returncode != 0 and "cannot place" in text and "--num-collectors" in text
-    line = next((x for x in text.splitlines() if "cannot place" in x), text[-300:])
-    return row(
-        f"tdscheme train --num-collectors {collectors} on {cores} cores",
-        "clean error" if ok else "wrong result",
-        seconds, 120.0, detail=f"exit {proc.returncode}: {line[:300]}",
-    )  # fmt: skip
+    return proc, time.perf_counter() - start
 
 
 ROWS: list[tuple[str, Callable[[], dict]]] = [
@@ -177,6 +203,7 @@ ROWS: list[tuple[str, Callable[[], dict]]] = [
         placement_pending_past_actor_start_timeout,
         placement_grad_workers_too_big,
         placement_cli_too_many_collectors,
+        placement_cli_own_resources_too_big,
     )
 ]
 
