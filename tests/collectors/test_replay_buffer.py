@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 
 import pytest
@@ -519,13 +520,17 @@ def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority
             env, mlp_policy(4, 2), frames_per_batch=100, total_frames=frames,
             num_collectors=2, replay_buffer=rb, **SMALL,
         ) as collector:  # fmt: skip
-            collector.start()
+            # the writers wait after their first batches until the update is in: without it,
+            # the 1,000 frames could all land before the driver's sample (a race, not a check)
+            updated = threading.Event()
+            collector.start(hold_while=lambda: not updated.is_set())
             _wait_for(lambda: written(rb) >= 100)
             sample = buffer.sample()
             sample["td_error"] = torch.full((32,), 100.0)  # the new max priority
             before = written(rb)
             buffer.update_tensordict_priority(sample)
             after = written(rb)  # the actor runs one call at a time: writes are before or after
+            updated.set()
             _wait_for(lambda: not collector.is_running)
             assert collector.stats(timeout=5)["frames"] == written(rb) == frames
         assert buffer.prioritized
