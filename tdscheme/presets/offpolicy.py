@@ -123,11 +123,6 @@ class OffPolicyPreset(Preset):
     def __post_init__(self) -> None:
         shards = getattr(self.algo, "replay_shards", 0)
         n_steps = getattr(self.algo, "n_steps", 1)
-        if n_steps > 1 and self.scheme.buffer_location == "driver":
-            raise invalid(
-                "n_steps", n_steps, "1", context="buffer_location='driver' (n-step returns are "
-                "computed by the workers that write into a Ray-held buffer)",
-            )  # fmt: skip
         if shards and self.algo_name != "dqn":
             raise invalid(
                 "replay_shards", shards, "0", context=f"algo {self.algo_name!r} (Ape-X's replay is DQN's)"
@@ -135,6 +130,11 @@ class OffPolicyPreset(Preset):
         if shards and self.scheme.buffer_location == "driver":
             raise invalid(
                 "replay_shards", shards, "0", context="buffer_location='driver' (shards are Ray-held)"
+            )  # fmt: skip
+        if n_steps > 1 and self.scheme.buffer_location == "driver":
+            raise invalid(
+                "n_steps", n_steps, "1", context="buffer_location='driver' (n-step returns are "
+                "computed by the workers that write into a Ray-held buffer)",
             )  # fmt: skip
         if (shards or n_steps > 1) and self.scheme.buffer_location == "auto":  # workers write
             self.scheme = dataclasses.replace(self.scheme, buffer_location="ray")
