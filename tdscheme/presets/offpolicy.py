@@ -204,7 +204,7 @@ def apex_dqn_cartpole() -> OffPolicyPreset:
     """
     return dqn_cartpole().derive(
         "apex-dqn-cartpole", prioritized=True, replay_shards=2, n_steps=3, dueling=True,
-        worker_eps=0.4,        buffer_location="ray",
+        worker_eps=0.4, buffer_location="ray",
     )  # fmt: skip
 
 

@@ -169,10 +169,11 @@ class Scheme:
         self._started_at: float | None = None
         lease = RayLease.acquire(self.config.ray_init_config)  # one Ray while the parts start
         try:  # what all the actors ask for, added up before any starts
-            self.config = fit_cpus(self.config, cluster_cpus=cluster_cpus())
+            cpus = cluster_cpus()  # one look at the cluster for both
+            self.config = fit_cpus(self.config, cluster_cpus=cpus)
             # strictly on-policy (max_policy_lag=0), the workers wait while the learner trains
             beside = self.config.num_grad_workers == 0 and self.config.max_policy_lag != 0
-            warn_driver_threads(self.config.num_collectors if beside else 0, cluster_cpus())
+            warn_driver_threads(self.config.num_collectors if beside else 0, cpus)
             self.loop: TrainingLoop = make_loop(
                 self.config,
                 env_factory=env_factory,
