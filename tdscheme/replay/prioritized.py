@@ -281,7 +281,26 @@ class SumTreeSampler(PrioritizedSampler):
                 f"invalid ({int(bad.sum())} of {bad.numel()} bad); accepted: finite priorities "
                 f">= 0 (e.g. |td_error|); no priority of this update was written"
             )
-        super().update_priority(index, priority, storage=storage)
+        super().update_priority(_flat_index(index, storage), priority, storage=storage)
+
+
+def _flat_index(index: Any, storage: Any) -> Any:
+    """A multi-dim storage's ``[B, ndim]`` index as flat tree positions (others unchanged).
+
+    torchrl ravels such an index with ``np.ravel_multi_index`` over torch tensors, which
+    numpy answers with a ``DeprecationWarning`` at every update (a Ray-held buffer's
+    ``[time, env]`` storage printed it at each learner step); the same row-major
+    arithmetic in torch. Indices of -1 (rows a writer skips) are left to torchrl.
+    """
+    if storage is None or not isinstance(index, torch.Tensor) or index.ndim < 2:
+        return index
+    if index.is_floating_point() or bool((index < 0).any()):
+        return index
+    shape = tuple(getattr(storage, "shape", ()))
+    if index.shape[-1] != len(shape):
+        return index
+    strides = torch.tensor([int(np.prod(shape[dim + 1 :])) for dim in range(len(shape))])
+    return (index.long() * strides).sum(-1)
 
 
 def extension_loads() -> bool:

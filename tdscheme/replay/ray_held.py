@@ -117,6 +117,9 @@ def ray_buffer_options(num_cpus: float = 0) -> dict[str, Any]:
     # learner ranks sample their share of the batch (sample(batch_size / ranks)), which
     # torchrl warns of in the actor at its first such call, on the user's terminal
     quiet = "ignore:Got conflicting batch_sizes:UserWarning"
+    # torchrl's own prioritized sampler (where its extension loads) ravels a [time, env]
+    # storage's indices through numpy, which warns at every update (SumTreeSampler does not)
+    quiet += ",ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
     env_vars = {"RL_LOGGING_LEVEL": level, "PYTHONWARNINGS": quiet}
     return {"num_cpus": num_cpus, "runtime_env": {"env_vars": env_vars}}
 

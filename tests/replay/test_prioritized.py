@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -223,3 +225,19 @@ def test_a_corrupt_priority_is_refused_naming_its_index_and_the_tree_is_unchange
         buffer.update_priority(torch.tensor([2, 5, 6]), torch.tensor([3.0, bad, 1.0]))
     np.testing.assert_array_equal(sampler._sum_tree[np.arange(8)], before[0])
     assert sampler._sum_tree.query(0, 8) == before[1]
+
+
+def test_a_multi_dim_storages_index_is_updated_where_torchrl_puts_it_and_quietly():
+    # a Ray-held buffer stores [time, env] rows: its samples carry [B, 2] indices; torchrl
+    # ravels them through numpy, which warned at every learner step on the user's terminal
+    sampler = SumTreeSampler(12, alpha=1.0, beta=1.0)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(12, ndim=2), sampler=sampler)
+    buffer.extend(TensorDict({"obs": torch.arange(12.0).reshape(4, 3)}, [4, 3]))
+    assert tuple(buffer._storage.shape) == (3, 4)  # torchrl lays the 12 frames out [3, 4]
+    index = torch.tensor([[0, 0], [1, 2], [2, 3]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        buffer.update_priority(index, torch.tensor([0.5, 2.0, 3.0]))
+    tree = torch.tensor([float(sampler._sum_tree[i]) for i in range(12)])
+    assert tree[[0, 6, 11]].tolist() == pytest.approx([0.5, 2.0, 3.0])  # row-major: 4 r + c
+    assert tree[[1, 2, 3, 4, 5, 7, 8, 9, 10]].tolist() == pytest.approx([1.0] * 9)
