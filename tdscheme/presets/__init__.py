@@ -5,8 +5,8 @@ setting of the preset can be overridden (``Preset.override``).
 
 Example:
     >>> sorted(PRESETS)  # doctest: +NORMALIZE_WHITESPACE
-    ['a2c-cartpole', 'a3c-cartpole', 'apex-dqn-cartpole', 'appo-cartpole', 'appo-pong',
-     'dqn-cartpole', 'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-mountaincar',
+    ['a2c-cartpole', 'a3c-cartpole', 'apex-dqn-cartpole', 'apex-dqn-pong', 'appo-cartpole',
+     'appo-pong', 'dqn-cartpole', 'impala-cartpole', 'impala-pong', 'ppo-cartpole', 'ppo-cartpole-dd', 'ppo-mountaincar',
      'ppo-mountaincar-curriculum', 'ppo-pendulum', 'ppo-pendulum-curriculum', 'ppo-pong',
      'sac-halfcheetah', 'sac-pendulum', 'td3-pendulum']
     >>> preset = get_preset("ppo-cartpole").override({"total_frames": 10_000})
@@ -31,7 +31,7 @@ from tdscheme.presets.offpolicy import (
     sac_pendulum,
     td3_pendulum,
 )
-from tdscheme.presets.pong import appo_pong, impala_pong, ppo_pong
+from tdscheme.presets.pong import apex_dqn_pong, appo_pong, impala_pong, ppo_pong
 from tdscheme.presets.ppo import ppo_cartpole, ppo_learner, ppo_mountaincar, ppo_pendulum
 from tdscheme.presets.preset import Preset
 from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
@@ -69,6 +69,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "impala-pong": impala_pong,
     "appo-pong": appo_pong,
     "ppo-pong": ppo_pong,
+    "apex-dqn-pong": apex_dqn_pong,
 }
 
 #: The preset ``tdscheme train`` runs when none is named.

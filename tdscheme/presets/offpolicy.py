@@ -76,7 +76,9 @@ def dqn_learner(
     """
     from torchrl.objectives import DQNLoss
 
-    loss = DQNLoss(qvalue, action_space="one-hot", delay_value=True, double_dqn=True)
+    # one-hot actions (gymnasium's discrete spaces), or indices (Atari's, from a pixel env)
+    action_space = getattr(qvalue, "action_space", None) or "one-hot"
+    loss = DQNLoss(qvalue, action_space=action_space, delay_value=True, double_dqn=True)
     return _learner(loss, actor, config)
 
 
@@ -149,6 +151,7 @@ class OffPolicyPreset(Preset):
             activation=a.activation, eps_init=a.eps_init, eps_end=a.eps_end,
             exploration_frames=a.exploration_frames, noise_sigma=a.noise_sigma,
             noise_sigma_end=a.noise_sigma_end, dueling=a.dueling, worker_eps=a.worker_eps,
+            backend=a.env_backend,
         )  # fmt: skip
 
     def learner_factory(self) -> Callable[..., OffPolicyLearner]:

@@ -28,6 +28,7 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequ
 from torch import nn
 from torchrl.data import (
     Bounded,
+    Categorical,
     LazyTensorStorage,
     OneHot,
     TensorDictReplayBuffer,
@@ -41,10 +42,12 @@ from torchrl.modules import (
     TanhNormal,
     ValueOperator,
 )
-from torchrl.modules.models import DuelingMlpDQNet
+from torchrl.modules.models import DuelingCnnDQNet, DuelingMlpDQNet
 
-from tdscheme.envs import make_env
+from tdscheme.envs import is_atari_id, make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
+from tdscheme.presets.pixel_networks import PIXEL_NETWORKS, PixelScale, pixel_trunk
+from tdscheme.presets.preset_envs import eval_env
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
 from tdscheme.replay.n_step import NStep
 from tdscheme.replay.prioritized import prioritized_buffer, prioritized_sampler
@@ -56,11 +59,21 @@ __all__ = [
     "OFFPOLICY_ALGOS",
     "OffPolicyConfig",
     "offpolicy_modules",
+    "pixel_qnet",
     "replay_buffer",
 ]
 
 
-def _env_specs(env_id: str) -> tuple[int, Any]:
+def _env_specs(env_id: str, backend: str = "gymnasium") -> tuple[Any, Any]:
+    """The observation's shape (an int: flat; a tuple: stacked frames) and the action spec."""
+    if is_atari_id(env_id):  # stacked frames, index actions (make_atari_env)
+        probe = eval_env(env_id, backend=backend)
+        try:
+            return tuple(probe.observation_spec_unbatched["observation"].shape), (
+                probe.action_spec_unbatched.clone()
+            )
+        finally:
+            probe.close()
     try:
         probe = make_env(env_id)
     except gymnasium.error.DependencyNotInstalled as err:
@@ -91,11 +104,18 @@ def offpolicy_modules(
     noise_sigma_end: float = 0.1,
     dueling: bool = False,
     worker_eps: float | None = None,
+    backend: str = "gymnasium",
 ) -> dict[str, nn.Module]:
     """The networks of ``algo`` for ``env_id``'s spaces.
 
+    An Atari id (stacked uint8 frames, index actions) gets Mnih et al.'s CNN for DQN: a
+    linear Q head on :func:`~tdscheme.presets.pixel_networks.pixel_trunk`'s ``"nature"``
+    trunk, or with ``dueling`` torchrl's ``DuelingCnnDQNet`` (the same convolutions, value
+    and advantage streams of 512 units: Wang et al. 2016, as in Ape-X).
+
     Args:
         env_id: a gymnasium env id (one env is built to read its specs).
+        backend: the env's backend (``"envpool"`` for an EnvPool Atari id).
         algo: ``"dqn"`` (discrete actions), ``"sac"``, ``"td3"`` or ``"ddpg"`` (box actions).
         hidden_sizes, activation: each network's hidden layers.
         eps_init, eps_end, exploration_frames: DQN's epsilon-greedy schedule.
@@ -115,8 +135,13 @@ def offpolicy_modules(
         ValueError: an unknown ``algo``, or an action space ``algo`` cannot act in.
     """
     check_choice("algo", algo, OFFPOLICY_ALGOS)
-    obs_dim, action_spec = _env_specs(env_id)
+    obs_dim, action_spec = _env_specs(env_id, backend)
     act = ACTIVATIONS[activation]
+    if isinstance(obs_dim, tuple):  # stacked frames
+        if algo != "dqn" or not isinstance(action_spec, Categorical):
+            raise invalid("algo", algo, "'dqn'", context=f"env_id={env_id!r} (pixels)")
+        net = pixel_qnet(action_spec.space.n, obs_dim, dueling=dueling)
+        return _dqn_modules(net, action_spec, eps_init, eps_end, exploration_frames, worker_eps)
 
     def mlp(in_features: int, out_features: int) -> MLP:
         return MLP(
@@ -129,16 +154,7 @@ def offpolicy_modules(
             raise invalid("env_id", env_id, "an env with discrete actions", context="algo='dqn'")
         actions = action_spec.shape[-1]
         net = dueling_mlp(obs_dim, actions, hidden_sizes, act) if dueling else mlp(obs_dim, actions)
-        qvalue = QValueActor(net, in_keys=["observation"], spec=action_spec)
-        greedy = (
-            EGreedyModule(
-                action_spec, eps_init=eps_init, eps_end=eps_end,
-                annealing_num_steps=exploration_frames,
-            )
-            if worker_eps is None
-            else PerWorkerEGreedy(action_spec, eps=worker_eps)
-        )  # fmt: skip
-        return {"actor": TensorDictSequential(qvalue, greedy), "qvalue": qvalue}
+        return _dqn_modules(net, action_spec, eps_init, eps_end, exploration_frames, worker_eps)
     if not (isinstance(action_spec, Bounded) and action_spec.ndim == 1):
         raise invalid("env_id", env_id, "an env with a 1-D box action", context=f"algo={algo!r}")
     n = action_spec.shape[-1]
@@ -161,6 +177,47 @@ def offpolicy_modules(
         annealing_num_steps=exploration_frames,
     )  # fmt: skip
     return {"actor": TensorDictSequential(policy, noise), "policy": policy, "qvalue": qvalue}
+
+
+def _dqn_modules(
+    net: nn.Module,
+    action_spec: Any,
+    eps_init: float,
+    eps_end: float,
+    exploration_frames: int,
+    worker_eps: float | None,
+) -> dict[str, nn.Module]:
+    """DQN's Q-value actor over ``net`` and its epsilon-greedy collection policy."""
+    qvalue = QValueActor(net, in_keys=["observation"], spec=action_spec)
+    greedy = (
+        EGreedyModule(
+            action_spec, eps_init=eps_init, eps_end=eps_end, annealing_num_steps=exploration_frames
+        )
+        if worker_eps is None
+        else PerWorkerEGreedy(action_spec, eps=worker_eps)
+    )
+    return {"actor": TensorDictSequential(qvalue, greedy), "qvalue": qvalue}
+
+
+def pixel_qnet(actions: int, frame_shape: Sequence[int], *, dueling: bool = False) -> nn.Module:
+    """A Q-network over ``[*batch, C, H, W]`` uint8 frames: Mnih et al.'s convolutions.
+
+    Plain: a linear head on :func:`~tdscheme.presets.pixel_networks.pixel_trunk`
+    (``"nature"``, 512 units). Dueling: torchrl's ``DuelingCnnDQNet`` with every size given
+    (no lazy layer), after :class:`~tdscheme.presets.pixel_networks.PixelScale`.
+    """
+    if not dueling:
+        trunk = pixel_trunk(frame_shape, network="nature")
+        return nn.Sequential(trunk, nn.Linear(PIXEL_NETWORKS["nature"][1], actions))
+    layers, hidden = PIXEL_NETWORKS["nature"]
+    cnn = {
+        "in_features": frame_shape[0], "num_cells": [c for c, _, _ in layers],
+        "kernel_sizes": [k for _, k, _ in layers], "strides": [s for _, _, s in layers],
+    }  # fmt: skip
+    with torch.no_grad():
+        flat = pixel_trunk(frame_shape, network="nature")[1](torch.zeros(*frame_shape)).shape[-1]
+    mlp = {"in_features": flat, "num_cells": [hidden], "activation_class": nn.ReLU}
+    return nn.Sequential(PixelScale(), DuelingCnnDQNet(actions, 1, cnn_kwargs=cnn, mlp_kwargs=mlp))
 
 
 def dueling_mlp(

@@ -1,8 +1,9 @@
 """The Pong presets: pixels from EnvPool, the IMPALA paper's or Mnih et al.'s CNN.
 
-impala-pong is the root; appo-pong trains PPO's clipped loss on its V-trace targets, and
+impala-pong is the root; appo-pong trains PPO's clipped loss on its V-trace targets,
 ppo-pong is synchronous, strictly on-policy PPO with CleanRL's and the RL Zoo's Atari
-settings. ``frames`` count agent steps (x4 emulator frames).
+settings, and apex-dqn-pong is Ape-X DQN (sharded prioritized replay written by the
+workers). ``frames`` count agent steps (x4 emulator frames).
 
 Example:
     >>> preset = ppo_pong()
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 from tdscheme.engine.trainer_config import TrainerConfig
 from tdscheme.presets.a2c import a2c_learner
+from tdscheme.presets.offpolicy import OffPolicyPreset, dqn_learner
 from tdscheme.presets.ppo import ppo_learner
 from tdscheme.presets.preset import Preset
-from tdscheme.presets.settings import ActorCriticConfig
+from tdscheme.presets.settings import ActorCriticConfig, OffPolicyConfig
 from tdscheme.scheme.config import SchemeConfig
 
-__all__ = ["appo_pong", "impala_pong", "ppo_pong"]
+__all__ = ["apex_dqn_pong", "appo_pong", "impala_pong", "ppo_pong"]
 
 
 def impala_pong() -> Preset:
@@ -86,4 +88,38 @@ def ppo_pong() -> Preset:
         frames_per_batch=1024, async_learner=False, sync=True, max_policy_lag=0,
         total_frames=2_000_000, eval_every_frames=100_000, checkpoint_every_frames=100_000,
         num_threads=2,
+    )  # fmt: skip
+
+
+def apex_dqn_pong() -> OffPolicyPreset:
+    """Ape-X DQN on Pong from pixels (EnvPool), scaled from Horgan et al. 2018 to 2 cores.
+
+    Ape-X's learner and replay: a dueling double-DQN head on Mnih et al.'s convolutions
+    (:func:`~tdscheme.presets.offpolicy_modules.pixel_qnet`), 3-step returns computed in
+    each worker, two prioritized replay shards (alpha 0.6, beta 0.4) that the workers
+    write with the TD errors of their own copy of the network, a fixed epsilon per worker
+    ``0.4 ** (1 + 7 i / (N - 1))``, gradients clipped at 40, a target copy every 2,500
+    updates. Scaled down: 2 workers of 8 envs (Ape-X: 360 actors of one), 100,000 frames
+    of replay (2 M), minibatches of 32 (512) at one update per 4 agent steps (DQN's
+    ratio), 20,000 frames before the first update (50,000), Adam at 1e-4. Atari's
+    preprocessing as the other Pong presets (:func:`~tdscheme.envs.make_atari_env`).
+    """
+    return OffPolicyPreset(
+        name="apex-dqn-pong",
+        algo_name="dqn",
+        learner_builder=dqn_learner,
+        algo=OffPolicyConfig(
+            env_id="ALE/Pong-v5", env_backend="envpool", num_envs=8, eval_num_envs=4,
+            lr=1e-4, max_grad_norm=40.0, batch_size=32, buffer_size=100_000,
+            prioritized=True, replay_shards=2, n_steps=3, dueling=True, worker_eps=0.4,
+            target_update="hard", hard_update_interval=2_500,
+        ),
+        scheme=SchemeConfig(
+            num_collectors=2, frames_per_batch=256, utd_ratio=0.25, init_random_frames=20_000,
+            buffer_location="ray",
+        ),
+        trainer=TrainerConfig(
+            total_frames=10_000_000, eval_every_frames=200_000, eval_episodes=4,
+            target_return=18.0, checkpoint_every_frames=200_000,
+        ),
     )  # fmt: skip

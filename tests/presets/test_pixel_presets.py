@@ -1,4 +1,4 @@
-"""The Atari presets (impala-pong, appo-pong): pixels through the whole run, API and CLI."""
+"""The Atari presets (impala-pong, appo-pong, apex-dqn-pong): pixels through the whole run, API and CLI."""
 
 from __future__ import annotations
 
@@ -46,6 +46,49 @@ def test_appo_pong_through_the_cli(ray_clean, tmp_path, capsys):
     assert summary["frames"] == 160 and summary["checkpoint"]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["algo"]["env_id"] == "ALE/Pong-v5" and config["scheme"]["async_learner"]
+
+
+@pytest.mark.timeout(300)
+def test_apex_dqn_pong_trains_a_dueling_cnn_on_worker_prioritized_shards(ray_clean, tmp_path):
+    import numpy as np
+    import ray
+
+    def held_leaves(rb):  # in a shard's actor: the sum-tree leaves of the frames it holds
+        return np.asarray(rb.sampler._sum_tree[np.arange(len(rb))], dtype=np.float64)
+
+    tiny = {key: TINY[key] for key in TINY if key != "minibatch_size"}
+    tiny.update(num_collectors=2, frames_per_batch=40, init_random_frames=80, total_frames=240)
+    preset = get_preset("apex-dqn-pong").override(
+        {**tiny, "batch_size": 8, "run_dir": str(tmp_path)}
+    )
+    with preset.build_trainer() as trainer:
+        buffer = trainer.scheme.replay_buffer
+        qnet = trainer.scheme.learner.loss_module.value_network
+        assert type(buffer).__name__ == "ShardedReplayBuffer"
+        assert type(qnet.module[0].module[-1]).__name__ == "DuelingCnnDQNet"
+        summary = trainer.run()
+        sample = buffer.sample()
+        stats = buffer.stats()
+        leaves = [
+            ray.get(shard._rb.__ray_call__.remote(held_leaves), timeout=60)
+            for shard in buffer.shards
+        ]
+        epsilons = [
+            float(
+                ray.get(actor.__ray_call__.remote(lambda w: w._collector.policy[1].eps), timeout=60)
+            )
+            for actor in trainer.scheme.collector.remote_collectors
+        ]
+    assert summary["frames"] == 240 and -21 <= summary["eval_return"] <= 21
+    obs = sample["observation"]
+    assert obs.dtype == torch.uint8 and obs.shape[-3:] == (4, 84, 84)  # frames stay uint8
+    assert sample["action"].dtype == torch.int64 and sample["action"].ndim == 1  # index actions
+    np.testing.assert_allclose(epsilons, [0.4, 0.4**8], rtol=1e-5)
+    assert min(stats["writes_per_shard"]) > 0 and stats["priority_updates"] > 0
+    # the workers' own TD errors: the priorities held differ from frame to frame
+    assert all(len(leaf) > 0 and len(np.unique(np.round(leaf, 6))) > 1 for leaf in leaves)
+    metrics = read_metrics(tmp_path)
+    assert metrics["learner/loss"] and all(math.isfinite(v) for _, v in metrics["learner/loss"])
 
 
 def test_the_shared_trunk_is_trained_once_by_both_heads():

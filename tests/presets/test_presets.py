@@ -24,7 +24,7 @@ def test_registry_gives_fresh_presets():
     assert set(PRESETS) == {"ppo-cartpole", "a2c-cartpole", "ppo-pendulum", "a3c-cartpole",
                             "ppo-cartpole-dd", "dqn-cartpole", "apex-dqn-cartpole", "sac-pendulum", "td3-pendulum",
                             "sac-halfcheetah", "impala-cartpole", "appo-cartpole", "impala-pong",
-                            "appo-pong", "ppo-pong", "ppo-pendulum-curriculum",
+                            "appo-pong", "ppo-pong", "apex-dqn-pong", "ppo-pendulum-curriculum",
                             "ppo-mountaincar", "ppo-mountaincar-curriculum"}  # fmt: skip
     assert DEFAULT_PRESET == "ppo-cartpole"
     a, b = get_preset("ppo-cartpole"), get_preset("ppo-cartpole")
