@@ -38,6 +38,8 @@ TINY_ARGS = {
     "ppo_own_loop.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
     "sac_pendulum_replay.py": ["--total-frames", "768", "--random-frames", "512"],
     "curriculum_mountaincar.py": ["--total-frames", "8192"],
+    "torchrl_script_ppo.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
+    "impala_pong.py": ["--total-frames", "480", "--num-envs", "2"],
 }
 
 
