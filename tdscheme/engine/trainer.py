@@ -238,6 +238,8 @@ class Trainer:
                 postfix = {}  # a step where no episode ended keeps the last return shown
                 if "train/episode_return" in metrics:
                     postfix["return"] = metrics["train/episode_return"]
+                if "curriculum/level" in metrics:  # a curriculum's level, where it has one
+                    postfix["level"] = int(metrics["curriculum/level"])
                 # eval workers' results (logged at their weights' frames), or an inline one
                 evaluated = self._evals.collect()
                 if self._evals.due(self.frames):

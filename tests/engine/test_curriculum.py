@@ -168,13 +168,13 @@ TINY = {
 
 
 def test_a_curriculum_run_checkpoints_and_resumes_at_the_same_level_and_version(
-    ray_clean, tmp_path
+    ray_clean, tmp_path, capsys
 ):
     preset = get_preset("ppo-pendulum-curriculum").derive(
         "quick", curriculum=quick_curriculum,
         **TINY, run_dir=str(tmp_path), total_frames=2048, checkpoint_every_frames=1024,
     )  # fmt: skip
-    with preset.build_trainer() as trainer:
+    with preset.override({"progress": True}).build_trainer() as trainer:
         trainer.run()
         first = trainer._curriculum
         level, version = first.curriculum.level, first.version
@@ -182,6 +182,8 @@ def test_a_curriculum_run_checkpoints_and_resumes_at_the_same_level_and_version(
         stats = trainer.scheme.collector.stats()
         assert stats["env_config_version"] == version
         assert stats["worker_env_config_versions"] == [version]
+    # the progress bar says the level the run is at (its last state, drawn at the end)
+    assert f"level={level}," in capsys.readouterr().err.rstrip().splitlines()[-1]
     saved = load_checkpoint(sorted((tmp_path / "checkpoints").glob("ckpt_*.pt"))[-1])
     assert saved["curriculum"]["version"] == version
     assert saved["curriculum"]["state"] == {"level": level}
