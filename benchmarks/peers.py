@@ -216,6 +216,7 @@ class MinimalCollectorWorker:
         torch.set_num_threads(1)
         torch.manual_seed(0)
         self.num_envs = num_envs
+        self.seed = seed
         self.steps = frames_per_batch // num_envs
         wrappers = []
         if pixels is not None:
@@ -308,23 +309,14 @@ class MinimalBufferWriter(MinimalCollectorWorker):
         pixels: as :class:`MinimalCollectorWorker` (uint8 frames of that shape).
     """
 
-    def __init__(
-        self,
-        env_id: str,
-        num_envs: int,
-        frames_per_batch: int,
-        seed: int = 0,
-        *,
-        buffer: Any,
-        random_frames: int = 0,
-        pixels: tuple[int, ...] | None = None,
-    ) -> None:
-        if num_envs < 2:
-            raise ValueError(f"num_envs={num_envs}: the writer steps a vector env (2 or more)")
-        super().__init__(env_id, num_envs, frames_per_batch, seed, pixels=pixels)
+    def __init__(self, *args: Any, buffer: Any, random_frames: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # env_id, num_envs, frames_per_batch, seed, pixels
+        if self.num_envs < 2:
+            self.close()
+            raise ValueError(f"num_envs={self.num_envs}: the writer steps a vector env (2 or more)")
         self.buffer = buffer
         self.random_frames = random_frames
-        self.env.action_space.seed(seed)
+        self.env.action_space.seed(self.seed)
 
     def next(self) -> int:  # type: ignore[override]
         """Collects one batch, writes it into the buffer; returns its number of frames."""

@@ -37,12 +37,13 @@ from tdscheme.episodes import FinishedEpisodes
 from tdscheme.facades import documented_by
 from tdscheme.rollout.torchrl_names import BaseCollector
 from tdscheme.runtime import RayLease
+from tdscheme.runtime.closing import ShutdownOnExit
 from tdscheme.transport import TensorDictCodec
 
 logger = logging.getLogger(__name__)
 
 
-class RayCollector(TorchrlSurface, BaseCollector):
+class RayCollector(ShutdownOnExit, TorchrlSurface, BaseCollector):
     """Distributed torchrl collection on Ray; a drop-in for torchrl's ``RayCollector``.
 
     Each of ``num_collectors`` Ray actors wraps one torchrl collector
@@ -384,12 +385,6 @@ class RayCollector(TorchrlSurface, BaseCollector):
             logger.warning("%s; killing the workers anyway", err)
         self._pool.shutdown()
         self._lease.release(shutdown_ray=shutdown_ray)
-
-    def __enter__(self) -> RayCollector:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (

@@ -23,6 +23,7 @@ from tdscheme.gradient_workers.nonfinite import NonFiniteGradients
 from tdscheme.gradient_workers.pool import DIED, GradientWorkerPool
 from tdscheme.learner import Learner
 from tdscheme.runtime import RayLease
+from tdscheme.runtime.closing import ShutdownOnExit
 from tdscheme.transport import TensorDictCodec
 
 __all__ = ["GradientCoordinator"]
@@ -62,7 +63,7 @@ _SUMMED = (
 )
 
 
-class GradientCoordinator:
+class GradientCoordinator(ShutdownOnExit):
     """Base class of the driver side of gradient workers; use :func:`build_gradient_coordinator`.
 
     Args:
@@ -364,12 +365,6 @@ class GradientCoordinator:
         self.pool.shutdown()
         self._weights = None
         self._lease.release()
-
-    def __enter__(self) -> GradientCoordinator:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (

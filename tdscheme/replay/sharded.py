@@ -65,6 +65,7 @@ from tdscheme.replay.shard import (
     sample_with_leaves,
     update_fresh,
 )
+from tdscheme.runtime.closing import ShutdownOnExit
 from tdscheme.validation import check_int, invalid
 
 __all__ = ["SHARD_KEY", "ShardedReplayBuffer"]
@@ -79,7 +80,7 @@ WRITTEN_AT_KEY = "_shard_write_count"
 MAX_UPDATES_IN_FLIGHT = 8
 
 
-class ShardedReplayBuffer:
+class ShardedReplayBuffer(ShutdownOnExit):
     """``num_shards`` prioritized Ray-held torchrl buffers that workers write into and a learner samples as one.
 
     Args:
@@ -358,11 +359,6 @@ class ShardedReplayBuffer:
 
     close = shutdown
 
-    def __enter__(self) -> ShardedReplayBuffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return f"ShardedReplayBuffer(num_shards={len(self.shards)}, batch_size={self.batch_size})"

@@ -34,6 +34,7 @@ from tdscheme.collectors import RayCollector
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.gradient_workers import GradientCoordinator
 from tdscheme.runtime import RayLease
+from tdscheme.runtime.closing import ShutdownOnExit
 from tdscheme.runtime.placement import cluster_cpus
 from tdscheme.runtime.threads import warn_driver_threads
 from tdscheme.scheme.config import SchemeConfig
@@ -56,7 +57,7 @@ __all__ = ["TrainingLoop", "Scheme"]  # TrainingLoop: its home is tdscheme.schem
 logger = logging.getLogger(__name__)
 
 
-class Scheme:
+class Scheme(ShutdownOnExit):
     """Composes a run from factories and iterates collect -> learn -> push.
 
     ``policy_factory()`` returns the modules the algorithm needs, as a dict such as
@@ -401,11 +402,6 @@ class Scheme:
         self._closed = True
         self.loop.shutdown()
 
-    def __enter__(self) -> Scheme:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (f"Scheme(frames={self.frames}, iterations={self.iterations}, num_collectors="
