@@ -122,13 +122,16 @@ def test_a_push_to_some_workers_and_a_distribution(ray_clean):
         assert set(batch[1][ENV_TASK_KEY].unique().tolist()) == {0, 1}
 
 
-def test_a_worker_killed_after_a_push_is_rebuilt_with_the_pushed_config(ray_clean):
+@pytest.mark.parametrize("acked", [True, False], ids=["after-the-ack", "before-the-ack"])
+def test_a_worker_killed_after_a_push_is_rebuilt_with_the_pushed_config(ray_clean, acked):
     with echo_collector() as collector:
         batches = iter(collector)
         next(batches)
         collector.wait_for_env_config(collector.set_env_config(level(1)), timeout_s=60)
-        collector.wait_for_env_config(collector.set_env_config(level(2), worker_ids=0), 60)
-        kill_and_wait(collector.workers[0])
+        version = collector.set_env_config(level(2), worker_ids=0)
+        if acked:
+            collector.wait_for_env_config(version, 60)
+        kill_and_wait(collector.workers[0])  # before the ack: the push may never reach it
         rebuilt = []
         while len(rebuilt) < 2:
             batch = next(batches)

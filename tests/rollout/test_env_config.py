@@ -63,13 +63,23 @@ def assert_changes_at_resets(batch) -> None:
     assert not (changed & ~new_traj).any()
 
 
+def bare_next_step_env(lengths: list[int]) -> gym.vector.SyncVectorEnv:
+    """gymnasium's default vector env (NEXT_STEP), handed to the worker bare (torchrl's
+    ``GymWrapper`` refuses NEXT_STEP)."""
+    copies = [functools.partial(EchoConfigEnv, n) for n in lengths]
+    return gym.vector.SyncVectorEnv(copies, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
 @pytest.mark.parametrize(
     ("autoreset", "collector_class"),
-    [("DISABLED", None), ("DISABLED", Collector), ("SAME_STEP", None), ("SAME_STEP", Collector)],
-)
+    [("DISABLED", None), ("DISABLED", Collector), ("SAME_STEP", None), ("SAME_STEP", Collector),
+     ("NEXT_STEP", None)],
+)  # fmt: skip
 def test_reset_applies_per_copy_at_its_own_reset(autoreset, collector_class):
     """Copies reset at different steps; each takes the new config at its own next reset."""
     env_fn = functools.partial(echo_config_env, 3, autoreset=autoreset, lengths=[3, 5, 7])
+    if autoreset == "NEXT_STEP":
+        env_fn = functools.partial(bare_next_step_env, [3, 5, 7])
     kwargs = {} if collector_class is None else {"collector_class": collector_class}
     rollout = WorkerCollector(env_fn, None, frames_per_batch=3 * 8, **kwargs)
     assert rollout.fast_path() is True or collector_class is Collector
@@ -122,6 +132,9 @@ def test_a_config_staged_from_another_thread_mid_batch_reaches_every_later_episo
     try:
         batch = rollout.next_batch()
         thread.join(30)
+        # staged mid-batch: after 150 steps of 400, so the batch holds both versions
+        assert len(staged_at) == 1 and 4 * 150 <= staged_at[0] < 4 * 400
+        assert set(batch[ENV_CONFIG_VERSION_KEY].unique().tolist()) == {0, 1}
         assert_stamps_true(batch)
         assert_changes_at_resets(batch)
         assert (batch[ENV_CONFIG_VERSION_KEY][:, -1] == 1).all()
