@@ -7,6 +7,11 @@ workers): an env that records its episodes (torchrl's ``RewardSum`` and
 transform added after ``RewardSum`` (such as ``RewardScaling``) does not change
 the logged return. An env that records nothing is summed along time by an
 :class:`EpisodeTracker` across batches.
+
+The env-config version an episode is counted at is the one it *started* under, which an
+episode that spans batches took from an earlier one: :class:`EpisodeStarts` keeps it per
+running trajectory across batches (a curriculum then never counts an episode the workers
+switched midway at the new level).
 """
 
 from __future__ import annotations
@@ -16,9 +21,19 @@ from typing import NamedTuple
 import torch
 from tensordict import TensorDictBase
 
-from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY, MASK_KEY
+from tdscheme.keys import (
+    ENV_CONFIG_VERSION_KEY,
+    ENV_TASK_KEY,
+    MASK_KEY,
+    TRAJ_IDS_KEY,
+    WORKER_ID_KEY,
+)
 
-__all__ = ["EpisodeTracker", "FinishedEpisodes", "finished_episodes"]
+__all__ = ["EpisodeStarts", "EpisodeTracker", "FinishedEpisodes", "finished_episodes"]
+
+#: Running trajectories an :class:`EpisodeStarts` remembers at most (the oldest forgotten:
+#: those of workers that died mid-episode never end).
+MAX_RUNNING = 100_000
 
 
 class FinishedEpisodes(NamedTuple):
@@ -26,19 +41,24 @@ class FinishedEpisodes(NamedTuple):
 
     returns: list[float]
     lengths: list[float] | None  # None when the env records no step count
-    #: the env-config task (level index, -1: none) and version each ran at its end;
-    #: None when the frames carry none
+    #: the env-config task (level index, -1: none) each ran at its end, and the version it
+    #: started under (with an :class:`EpisodeStarts`; without: the one at its end); None
+    #: when the frames carry none
     tasks: list[int] | None = None
     versions: list[int] | None = None
 
 
-def finished_episodes(batch: TensorDictBase) -> FinishedEpisodes | None:
+def finished_episodes(
+    batch: TensorDictBase, starts: EpisodeStarts | None = None
+) -> FinishedEpisodes | None:
     """The recorded return (and length) of every episode that ended in ``batch``.
 
     Args:
         batch: collected frames with ``("next", "done")`` and ``("next",
             "episode_reward")`` (and optionally ``("next", "step_count")``);
             frames that ``("collector", "mask")`` marks invalid are left out.
+        starts: the stream's :class:`EpisodeStarts` (fed with every batch, in order):
+            versions are then those each episode started under.
 
     Returns:
         The finished episodes, or ``None`` when the batch records no episode
@@ -65,6 +85,8 @@ def finished_episodes(batch: TensorDictBase) -> FinishedEpisodes | None:
     tasks, versions = (
         _at_ends(batch.get(key, None), done) for key in (ENV_TASK_KEY, ENV_CONFIG_VERSION_KEY)
     )
+    if starts is not None and versions is not None:
+        versions = starts.update(batch, done) or versions
     return FinishedEpisodes(
         returns=returns[done].double().tolist(),
         lengths=None if lengths is None else lengths.reshape(done.shape)[done].double().tolist(),
@@ -78,6 +100,67 @@ def _at_ends(values: torch.Tensor | None, done: torch.Tensor) -> list[int] | Non
     if values is None:
         return None
     return values.reshape(*values.shape, *([1] * (done.ndim - values.ndim)))[done].tolist()
+
+
+class EpisodeStarts:
+    """The env-config version each running trajectory started under, across a stream's batches.
+
+    A worker switches a copy's config at its reset, unless the env takes a config only
+    for every copy at once (then at a batch's start) or the push said ``apply="now"``:
+    there an episode runs two versions, and the frame where it ends carries the newer.
+    Fed every batch of one stream in order, this keeps per ``(worker, trajectory)`` the
+    lowest version seen (versions only grow within a copy) and hands it back where the
+    trajectory ends.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> from tdscheme.keys import ENV_CONFIG_VERSION_KEY, TRAJ_IDS_KEY
+        >>> def batch(traj, version, done):
+        ...     return TensorDict({TRAJ_IDS_KEY: torch.tensor(traj),
+        ...                        ENV_CONFIG_VERSION_KEY: torch.tensor(version),
+        ...                        ("next", "done"): torch.tensor(done).unsqueeze(-1),
+        ...                        ("next", "episode_reward"): torch.ones(len(traj), 1)}, [len(traj)])
+        >>> starts = EpisodeStarts()
+        >>> finished_episodes(batch([0, 0, 1], [1, 1, 1], [False, True, False]), starts).versions
+        [1]
+        >>> # a batch later the workers switched every copy to version 2: trajectory 1 ends
+        >>> finished_episodes(batch([1, 2], [2, 2], [True, False]), starts).versions
+        [1]
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[int, int], int] = {}
+
+    def update(self, batch: TensorDictBase, done: torch.Tensor) -> list[int] | None:
+        """Feeds ``batch``; returns the start versions of the episodes ending at ``done``
+        (``finished_episodes``' order), or ``None`` where the frames carry no trajectory ids."""
+        traj, versions = batch.get(TRAJ_IDS_KEY, None), batch.get(ENV_CONFIG_VERSION_KEY, None)
+        if traj is None or versions is None or traj.shape != versions.shape:
+            return None
+        worker = batch.get(WORKER_ID_KEY, None)
+        worker = torch.zeros_like(traj) if worker is None else worker.reshape(traj.shape)
+        ended = done.reshape(*traj.shape, -1).any(-1)
+        valid = traj >= 0
+        mask = batch.get(MASK_KEY, None)
+        if mask is not None:
+            valid &= mask.reshape(*mask.shape, *([1] * (traj.ndim - mask.ndim))).bool()
+        keys = torch.stack([worker[valid], traj[valid]], -1)
+        if keys.numel() == 0:
+            return []
+        unique, inverse = keys.unique(dim=0, return_inverse=True)
+        low = torch.full((len(unique),), torch.iinfo(torch.int64).max, dtype=torch.int64)
+        low.scatter_reduce_(0, inverse, versions[valid].long(), "amin")
+        first = self._first
+        for (w, t), v in zip(unique.tolist(), low.tolist(), strict=True):
+            first[(w, t)] = min(first.get((w, t), v), v)
+        out = [
+            first.pop((w, t), v)
+            for w, t, v in zip(worker[ended].tolist(), traj[ended].tolist(),
+                               versions[ended].tolist(), strict=True)
+        ]  # fmt: skip
+        while len(first) > MAX_RUNNING:  # dicts keep insertion order: the oldest first
+            first.pop(next(iter(first)))
+        return out
 
 
 class EpisodeTracker:

@@ -2,7 +2,7 @@
 
 ``Trainer(curriculum=...)`` takes a callable ``curriculum(episodes) -> config | None``.
 After every training step the Trainer hands it the recent episodes
-(:class:`RecentEpisodes`: their returns, the env-config version and the task each ran,
+(:class:`RecentEpisodes`: their returns, the env-config version each started under and the task,
 the newest version pushed); a config it returns is pushed to the workers with
 ``Scheme.set_env_config`` (each env copy runs it from its next reset, unless the
 curriculum's ``apply`` attribute says ``"now"``). A curriculum object may also have:
@@ -55,7 +55,8 @@ class RecentEpisodes:
     Attributes:
         returns: each episode's return.
         tasks: the level index each ran (a task distribution's), -1 without one.
-        versions: the env-config version each ran (with gradient workers, which report
+        versions: the env-config version each started under (an episode the workers
+            switched midway counts at its old level; with gradient workers, which report
             no versions: the newest pushed when it was reported).
         version: the newest env-config version pushed (0: none yet).
     """

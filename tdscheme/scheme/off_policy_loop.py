@@ -36,7 +36,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
-from tdscheme.episodes import FinishedEpisodes, finished_episodes
+from tdscheme.episodes import EpisodeStarts, FinishedEpisodes, finished_episodes
 from tdscheme.keys import MASK_KEY
 from tdscheme.learner import OffPolicyLearner, is_prioritized
 from tdscheme.learner.group import LearnerGroup
@@ -129,6 +129,7 @@ class OffPolicyLoop(CollectorEnvConfigs):
             )
         self.config = config
         self.learner = learner
+        self._episode_starts = EpisodeStarts()  # each episode counted at its start's config
         location = config.replay_location()
         self.ray_held = location == "ray"
         if self.ray_held and config.buffer_location == "auto":
@@ -216,7 +217,7 @@ class OffPolicyLoop(CollectorEnvConfigs):
         else:
             batch = self._next_batch()
             frames = self._extend(batch)
-            self.episodes = finished_episodes(batch)
+            self.episodes = finished_episodes(batch, self._episode_starts)
         metrics.update(finished_metrics(self.episodes))
         collected = time.perf_counter()
         self.learner.anneal_exploration_(frames)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from tensordict import TensorDictBase
 
 from tdscheme.collectors import RayCollector
-from tdscheme.episodes import FinishedEpisodes, finished_episodes
+from tdscheme.episodes import EpisodeStarts, FinishedEpisodes, finished_episodes
 from tdscheme.learner import Learner
 from tdscheme.learner.group import LearnerGroup
 from tdscheme.learner.snapshots import cpu_module
@@ -69,6 +69,7 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
         )
         self._batches: Iterator[TensorDictBase] | None = None
         self._push = PushInterval(config.weight_push_interval)
+        self._episode_starts = EpisodeStarts()  # each episode counted at its start's config
 
     def step(self) -> tuple[int, dict[str, float]]:
         """Waits for a batch, trains on it, pushes weights when due.
@@ -89,7 +90,7 @@ class OnPolicyLoop(NoReplayBuffer, CollectorEnvConfigs):
         if pushed:
             self.push_weights()
         metrics = {"time/wait_s": got_batch - start, "time/learn_s": learned - got_batch}
-        self.episodes = finished_episodes(batch)
+        self.episodes = finished_episodes(batch, self._episode_starts)
         metrics.update(finished_metrics(self.episodes))
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         # The push that followed this update does not count: the batch was used before it.

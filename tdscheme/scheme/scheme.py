@@ -263,8 +263,8 @@ class Scheme(ShutdownOnExit):
 
     @property
     def last_episodes(self) -> FinishedEpisodes | None:
-        """The episodes that ended in the last step: returns, and the env-config tasks and
-        versions they ran (``None``: none recorded; gradient workers: their mean return)."""
+        """The episodes that ended in the last step: returns, and the env-config tasks they
+        ran and versions they started under (``None``: none recorded; gradient workers: their mean return)."""
         return self.loop.episodes
 
     def set_total_frames(self, total_frames: int) -> None:

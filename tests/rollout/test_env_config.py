@@ -24,6 +24,7 @@ from tdscheme.envs.env_config import (
     env_config_target,
     make_configurable_env,
 )
+from tdscheme.episodes import EpisodeStarts, finished_episodes
 from tdscheme.keys import ENV_CONFIG_VERSION_KEY, ENV_TASK_KEY
 from tdscheme.rollout.env_config import EnvConfigPush, EnvConfigRunner, env_config_push
 from tdscheme.rollout.torchrl_names import Collector
@@ -285,6 +286,35 @@ def test_copies_that_take_a_config_only_all_at_once_switch_at_a_batchs_start(cap
                 assert torch.equal(ran(batch), tasks + 1)
         [said] = [r.getMessage() for r in caplog.records]
         assert "switch every copy at the start of the next batch" in said
+    finally:
+        rollout.shutdown()
+
+
+def echo_env_with_returns(lengths: list[int]) -> TransformedEnv:
+    return TransformedEnv(echo_config_env(len(lengths), lengths=lengths), RewardSum())
+
+
+def test_an_episode_switched_midway_counts_at_the_version_it_started_under():
+    """Issue 64, point 3: a curriculum counts each episode at the version it started under.
+    Copies that take a config only all at once switch mid-episode at a batch's start: the
+    episodes that end after it ran both versions, and their last frame carries the new one."""
+    rollout = WorkerCollector(
+        functools.partial(echo_env_with_returns, [3, 5]), None, frames_per_batch=2 * 10
+    )
+    starts = EpisodeStarts()
+    try:
+        first = rollout.next_batch()
+        finished_episodes(first, starts)
+        push = EnvConfigPush(level(4), version=4, apply_env_config=apply_echo_config)
+        rollout.env_config.stage(push)
+        batch = rollout.next_batch()
+        assert (batch[ENV_CONFIG_VERSION_KEY] == 4).all()  # every frame ran 4
+        done = batch["next", "done"].squeeze(-1)
+        began_before = (batch[TRAJ][done] <= first[TRAJ].max()).tolist()
+        assert any(began_before) and not all(began_before)
+        assert finished_episodes(batch).versions == [4] * len(began_before)  # at their ends
+        counted = finished_episodes(batch, starts).versions
+        assert counted == [0 if before else 4 for before in began_before]
     finally:
         rollout.shutdown()
 

@@ -21,7 +21,7 @@ from tensordict import TensorDictBase
 
 from tdscheme.collectors.settings.specs import WorkerBatch, WorkerSpec
 from tdscheme.collectors.worker.env_config import EnvConfigCalls
-from tdscheme.episodes import finished_episodes
+from tdscheme.episodes import EpisodeStarts, finished_episodes
 from tdscheme.keys import MASK_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 from tdscheme.replay.frames import frames_to_write, without_nonfinite
 from tdscheme.replay.n_step import NStepFrames
@@ -138,6 +138,7 @@ class BaseCollectorWorker(EnvConfigCalls):
             self._load_weights(weights)
         self._all_nonfinite = 0  # batches in a row whose frames were all dropped for NaN / inf
         self._rows = False  # the ndim=1 storage warning given (worker 0)
+        self._episode_starts = EpisodeStarts()  # the config each written episode started under
         if own_process:  # what it built lives as long as the process: out of the collections
             gc.freeze()
         logger.info(
@@ -240,7 +241,7 @@ class BaseCollectorWorker(EnvConfigCalls):
                 elif batch.frames:
                     # the reply goes with the write: if this worker dies before replying,
                     # the driver finds it in the buffer (replay.last_write)
-                    batch.episodes = finished_episodes(td)
+                    batch.episodes = finished_episodes(td, self._episode_starts)
                     if self.spec.priority_fn is not None:  # Ape-X: the worker's own TD errors
                         td = with_priorities(td, self.spec.priority_fn, self._collector.policy)
                     self._writer.extend(td, record=batch)
