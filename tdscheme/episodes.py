@@ -34,6 +34,8 @@ __all__ = ["EpisodeStarts", "EpisodeTracker", "FinishedEpisodes", "finished_epis
 #: Running trajectories an :class:`EpisodeStarts` remembers at most (the oldest forgotten:
 #: those of workers that died mid-episode never end).
 MAX_RUNNING = 100_000
+#: A (worker, trajectory) key is ``worker << _TRAJ_BITS | trajectory``.
+_TRAJ_BITS = 40
 
 
 class FinishedEpisodes(NamedTuple):
@@ -129,7 +131,7 @@ class EpisodeStarts:
     """
 
     def __init__(self) -> None:
-        self._first: dict[tuple[int, int], int] = {}
+        self._first: dict[int, int] = {}  # (worker << 40 | trajectory) -> lowest version
 
     def update(self, batch: TensorDictBase, done: torch.Tensor) -> list[int] | None:
         """Feeds ``batch``; returns the start versions of the episodes ending at ``done``
@@ -144,20 +146,24 @@ class EpisodeStarts:
         mask = batch.get(MASK_KEY, None)
         if mask is not None:
             valid &= mask.reshape(*mask.shape, *([1] * (traj.ndim - mask.ndim))).bool()
-        keys = torch.stack([worker[valid], traj[valid]], -1)
-        if keys.numel() == 0:
-            return []
-        unique, inverse = keys.unique(dim=0, return_inverse=True)
+        # one int64 a (worker, trajectory); unique, and each one's lowest version here
+        keys = (worker.long() << _TRAJ_BITS) | traj.long()
+        unique, inverse = torch.unique(keys[valid], return_inverse=True)
         low = torch.full((len(unique),), torch.iinfo(torch.int64).max, dtype=torch.int64)
         low.scatter_reduce_(0, inverse, versions[valid].long(), "amin")
+        ending = keys[ended]
+        here = versions[ended].long()  # an ending frame that is no valid step: its own
+        if len(unique):
+            at = torch.searchsorted(unique, ending).clamp(max=len(unique) - 1)
+            here = torch.where(unique[at] == ending, low[at], here)
         first = self._first
-        for (w, t), v in zip(unique.tolist(), low.tolist(), strict=True):
-            first[(w, t)] = min(first.get((w, t), v), v)
         out = [
-            first.pop((w, t), v)
-            for w, t, v in zip(worker[ended].tolist(), traj[ended].tolist(),
-                               versions[ended].tolist(), strict=True)
-        ]  # fmt: skip
+            min(first.pop(k), v) if k in first else v
+            for k, v in zip(ending.tolist(), here.tolist(), strict=True)
+        ]
+        running = ~torch.isin(unique, ending)  # the trajectories that go on into the next batch
+        for k, v in zip(unique[running].tolist(), low[running].tolist(), strict=True):
+            first[k] = min(first.get(k, v), v)
         while len(first) > MAX_RUNNING:  # dicts keep insertion order: the oldest first
             first.pop(next(iter(first)))
         return out
