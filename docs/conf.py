@@ -45,8 +45,6 @@ nitpicky = True
 _EXTERNAL = r"(torch|torchrl|tensordict|ray|numpy|np|gymnasium|gym|envpool|typing|typing_extensions|collections|concurrent|logging|pathlib|os|threading|multiprocessing|argparse|enum|dataclasses|abc|types|functools|matplotlib|tqdm)"
 nitpick_ignore_regex = [
     (r"py:.*", _EXTERNAL + r"(\..*)?"),
-    # tdscheme/scheme/scheme.py Scheme: a role's target broken over two lines
-    (r"py:.*", r"tdscheme\.scheme\.off_policy_loop\.\s+OffPolicyLoop"),
 ]
 # References that do not resolve for a reason in a docstring of tdscheme/ (fixed there, not here:
 # the docs only name them). api_pages already links or shows as code every name that exists as
@@ -133,39 +131,3 @@ myst_heading_anchors = 3
 html_theme = "furo"
 html_title = f"tdscheme {release}"
 html_static_path: list[str] = []
-
-
-# -- docstring markup that docutils refuses, mended at build time ---------------------------------
-# Each entry: the object's defining module and qualified name, the line as written in
-# tdscheme/, and the line as read. A fixed docstring makes its entry a no-op (then delete it).
-DOCSTRING_FIXES = {
-    # tdscheme/collectors/ray_collector.py: "**settings" in Args starts bold text
-    ("tdscheme.collectors.ray_collector", "RayCollector"): (
-        "create_env_fn, policy, **settings:",
-        r"create_env_fn, policy, \*\*settings:",
-    ),
-    # tdscheme/presets/offpolicy.py: a parenthesis in Args read as a parameter without a colon
-    ("tdscheme.presets.offpolicy", "OffPolicyPreset"): (
-        "(the other arguments as",
-        "The other arguments as",
-    ),
-}
-
-
-def _mend_docstring(app, what, name, obj, options, lines):
-    key = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None))
-    if key not in DOCSTRING_FIXES:
-        return
-    old, new = DOCSTRING_FIXES[key]
-    for index, line in enumerate(lines):
-        if old in line:
-            lines[index] = line.replace(old, new)
-            if key[1] == "OffPolicyPreset":  # the parenthesis becomes the text after Args
-                lines.insert(index, "")
-                lines[index + 1] = lines[index + 1].lstrip()
-                lines[index + 2] = lines[index + 2].lstrip().rstrip(".)") + "."
-            return
-
-
-def setup(app):
-    app.connect("autodoc-process-docstring", _mend_docstring, priority=100)  # before napoleon

@@ -78,12 +78,12 @@ class RayCollector(ShutdownOnExit, TorchrlSurface, BaseCollector):
     policy service given).
 
     Args:
-        create_env_fn, policy, **settings: every setting of
-            :class:`~tdscheme.collectors.RayCollectorConfig` (the one declaration of
-            their names, defaults and meaning: see its Args), as torchrl's
-            ``RayCollector`` takes them: ``create_env_fn`` and ``policy`` by position
-            or keyword, the rest by keyword. ``inspect.signature(RayCollector)`` lists
-            them all.
+        create_env_fn: the env factory (or one per worker), by position or keyword.
+        policy: the policy the workers act with, by position or keyword.
+        **settings: every other setting of :class:`~tdscheme.collectors.RayCollectorConfig`
+            (the one declaration of their names, defaults and meaning: see its Args), by
+            keyword, as torchrl's ``RayCollector`` takes them.
+            ``inspect.signature(RayCollector)`` lists them all.
 
     torchrl's attribute names (``remote_collectors``, ``num_workers``,
     ``collector_kwargs``, the device lists, ``stop_remote_collectors()``, ...) come from

@@ -114,10 +114,11 @@ def td3_learner(
 class OffPolicyPreset(Preset):
     """A :class:`~tdscheme.presets.Preset` that trains off-policy from a replay buffer.
 
+    The other arguments are :class:`~tdscheme.presets.Preset`'s; ``algo`` is an
+    :class:`~tdscheme.presets.offpolicy_modules.OffPolicyConfig`.
+
     Args:
         algo_name: ``"dqn"``, ``"sac"``, ``"td3"`` or ``"ddpg"`` (the networks built).
-        (the other arguments as :class:`~tdscheme.presets.Preset`; ``algo`` is an
-        :class:`~tdscheme.presets.offpolicy_modules.OffPolicyConfig`.)
     """
 
     algo_name: str = "dqn"

@@ -106,8 +106,9 @@ class Scheme(ShutdownOnExit):
         eval_env_factory: builds the evaluation env (kept for the Trainer).
         config: distribution settings (``SchemeConfig()`` when ``None``).
         storage_factory: builds a torchrl replay buffer (pytorchrl's name); with it
-            the Scheme trains off-policy (:class:`~tdscheme.scheme.off_policy_loop.
-            OffPolicyLoop`): the collectors fill the buffer (in the driver or
+            the Scheme trains off-policy
+            (:class:`~tdscheme.scheme.off_policy_loop.OffPolicyLoop`): the collectors
+            fill the buffer (in the driver or
             Ray-held, ``config.buffer_location``) after ``config.init_random_frames``
             random frames, and the :class:`~tdscheme.learner.OffPolicyLearner`
             that ``learner_factory`` builds takes ``config.utd_ratio`` gradient
