@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -35,6 +35,7 @@ from tdscheme.collectors.torchrl_compat.surface import TorchrlSurface
 from tdscheme.collectors.torchrl_compat.worker_calls import CollectorWorker
 from tdscheme.episodes import FinishedEpisodes
 from tdscheme.facades import documented_by
+from tdscheme.rollout.env_config_push import set_env_config_method
 from tdscheme.rollout.torchrl_names import BaseCollector
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.closing import ShutdownOnExit
@@ -195,19 +196,58 @@ class RayCollector(ShutdownOnExit, TorchrlSurface, BaseCollector):
     def wait_for_weights(self, timeout_s: float = 60.0) -> list[int]:
         return self._pusher.wait(timeout_s)
 
-    @documented_by(EnvConfigs.push)
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
+    # one signature and one check for every class that pushes env configs; its own docstring
+    set_env_config = set_env_config_method(
+        """Sends an env config to the workers (one ``ray.put``); returns its version.
+
+        Versioned like weights: each push gets the next version (one integer per push,
+        starting at 1), each worker acknowledges it when it arrives (even while it
+        collects: :meth:`wait_for_env_config` blocks until all did) or refuses it (an
+        env whose ``check_env_config`` raises; see the module), and every frame carries
+        ``("collector", "env_config_version")``: the version its env copy ran. A worker
+        rebuilt after a death starts with the newest config it took (not a refused one).
+
+        How an env receives it: its ``set_env_config(config)`` (the gymnasium env's,
+        through its wrappers and on every copy of a vector env, or the torchrl env's), or
+        ``apply_env_config`` (:mod:`tdscheme.envs.env_config`).
+
+        Args:
+            config: a small picklable value (a dict, a dataclass, a tensor of task ids),
+                or a task distribution: ``{"levels": [...], "probs": [...]}`` (or a
+                :class:`~tdscheme.envs.env_config.TaskDistribution`), from which each env
+                copy draws a level at each of its resets with its worker's seed; frames
+                record the level's index in ``("collector", "env_task")``.
+            worker_ids: push to these workers only (default: all).
+            apply: ``"reset"`` (default): each env copy runs it from its own next reset
+                (no episode is changed midway; a copy mid-episode keeps stamping the older
+                version until it resets); ``"now"``: every copy runs it from its next step.
+            apply_env_config: ``fn(env, config)`` applying it to a worker's torchrl env
+                (every copy at once), for envs without ``set_env_config``.
+
+        Returns:
+            The version of this config.
+
+        Raises:
+            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
+            TypeError: ``config`` (or ``apply_env_config``) cannot be pickled, or a
+                checkpoint cannot hold it (:mod:`tdscheme.rollout.env_config_state`: a
+                lambda, an object of a class it does not accept), or ``apply_env_config``
+                is not callable.
+            WorkerError: an earlier push was refused by a worker (named) and no call
+                raised it yet: an env that offers no way to receive a config, a config
+                the env raised on, a version that goes backwards.
+
+        Example:
+            >>> # Needs Ray; see the README's "Env configs and curricula"
+            >>> version = collector.set_env_config({"g": 12.0})  # doctest: +SKIP
+            >>> collector.wait_for_env_config(version, timeout_s=10.0)  # doctest: +SKIP
+            [1, 1]
+        """
+    )
+
+    def _env_config_sender(self) -> EnvConfigs:
         self._check_open()
-        return self._pool.env_configs.push(
-            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
-        )
+        return self._pool.env_configs
 
     @documented_by(EnvConfigs.wait)
     def wait_for_env_config(self, version: int | None = None, timeout_s: float = 60.0) -> list[int]:

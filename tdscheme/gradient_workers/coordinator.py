@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tdscheme.facades import documented_by
 from tdscheme.gradient_workers.config import GradientWorkersConfig, GradientWorkerSpec
 from tdscheme.gradient_workers.env_config import GradientEnvConfigs
 from tdscheme.gradient_workers.metrics import Timer
 from tdscheme.gradient_workers.nonfinite import NonFiniteGradients
 from tdscheme.gradient_workers.pool import DIED, GradientWorkerPool
 from tdscheme.learner import Learner
+from tdscheme.rollout.env_config_push import set_env_config_method
 from tdscheme.runtime import RayLease
 from tdscheme.runtime.closing import ShutdownOnExit
 from tdscheme.transport import TensorDictCodec
@@ -290,18 +290,27 @@ class GradientCoordinator(ShutdownOnExit):
         self.pool.call_all("set_seed", seeds, timeout_s=self.config.timeout_s)
         return seed
 
-    @documented_by(GradientEnvConfigs.push)
-    def set_env_config(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
-        return self.env_configs.push(
-            config, worker_ids=worker_ids, apply=apply, apply_env_config=apply_env_config
-        )
+    # one signature and one check for every class that pushes env configs; its own docstring
+    set_env_config = set_env_config_method(
+        """Sends an env config to the gradient workers and waits for their acknowledgements.
+
+        The arguments are ``RayCollector.set_env_config``'s (see
+        :meth:`tdscheme.RayCollector.set_env_config`).
+
+        Returns:
+            The version of this config.
+
+        Raises:
+            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
+            TypeError: ``config`` cannot be pickled, or a checkpoint cannot hold it or
+                ``apply_env_config`` (:mod:`tdscheme.rollout.env_config_state`).
+            GradientWorkerError: a worker refused it (named), or did not acknowledge it
+                within ``timeout_s``.
+        """
+    )
+
+    def _env_config_sender(self) -> GradientEnvConfigs:
+        return self.env_configs
 
     # -- state --------------------------------------------------------------------------------
 

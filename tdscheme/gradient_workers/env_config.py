@@ -15,11 +15,11 @@ rollout applies it is logged by the worker, which goes back to its last config.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tdscheme.errors import GradientWorkerError
-from tdscheme.rollout.env_config import EnvConfigPush, env_config_push, state_version
+from tdscheme.rollout.env_config import EnvConfigPush, state_version
 from tdscheme.runtime.objects import put
 
 __all__ = ["GradientEnvConfigs"]
@@ -39,37 +39,19 @@ class GradientEnvConfigs:
         self.version = 0
         self._pushes: dict[int, tuple[EnvConfigPush, Any]] = {}  # worker -> newest (push, ref)
 
-    def push(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
-        """Sends an env config to the gradient workers and waits for their acknowledgements.
+    def push(self, push: EnvConfigPush, worker_ids: list[int]) -> None:
+        """Sends ``push`` (checked, version :attr:`version` + 1) to ``worker_ids`` and waits.
 
-        The arguments are ``RayCollector.set_env_config``'s (see
-        :meth:`tdscheme.collectors.driver.env_config.EnvConfigs.push`).
-
-        Returns:
-            The version of this config.
+        What ``GradientCoordinator.set_env_config`` does after its checks
+        (:func:`~tdscheme.rollout.env_config_push.set_env_config_method`).
 
         Raises:
-            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
-            TypeError: ``config`` cannot be pickled, or a checkpoint cannot hold it or
-                ``apply_env_config`` (:mod:`tdscheme.rollout.env_config_state`).
             GradientWorkerError: a worker refused it (named), or did not acknowledge it
                 within ``timeout_s``.
         """
-        ids = _worker_ids(worker_ids, len(self.pool))
-        push = env_config_push(
-            config, self.version + 1, apply=apply, apply_env_config=apply_env_config
-        )
-        ref = put(push, what=f"the env config {config!r} for gradient workers {ids}")
+        ref = put(push, what=f"the env config {push.config!r} for gradient workers {worker_ids}")
         self.version = push.version
-        self._send(push, ref, ids)
-        return push.version
+        self._send(push, ref, worker_ids)
 
     def _send(self, push: EnvConfigPush, ref: Any, ids: Sequence[int]) -> None:
         before = {worker_id: self._pushes.get(worker_id) for worker_id in ids}
@@ -135,18 +117,3 @@ class GradientEnvConfigs:
                 continue
             ref = put(push, what=f"the env config of gradient worker {worker_id}")
             self._send(push, ref, [int(worker_id)])
-
-
-def _worker_ids(worker_ids: int | Sequence[int] | None, num_workers: int) -> list[int]:
-    if worker_ids is None:
-        return list(range(num_workers))
-    ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
-    bad = [
-        i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_workers
-    ]
-    if bad or not ids:
-        raise ValueError(
-            f"worker_ids={worker_ids!r} is invalid (unknown ids {bad}); accepted: None (all) "
-            f"or ids in 0..{num_workers - 1}"
-        )
-    return ids

@@ -15,15 +15,8 @@ from torchrl.data import (
     PrioritizedSampler,
     TensorDictReplayBuffer,
 )
-from torchrl.modules import (
-    MLP,
-    AdditiveGaussianModule,
-    EGreedyModule,
-    ProbabilisticActor,
-    QValueActor,
-    TanhNormal,
-    ValueOperator,
-)
+from torchrl.modules import MLP, ProbabilisticActor, QValueActor, TanhNormal, ValueOperator
+from torchrl.modules.tensordict_module import AdditiveGaussianModule, EGreedyModule
 from torchrl.objectives import DDPGLoss, DQNLoss, SACLoss, TD3Loss
 
 from tdscheme.learner import Learner, OffPolicyLearner, make_target_updater

@@ -10,18 +10,8 @@ import numpy as np
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
-from torchrl.envs import (
-    CatFrames,
-    Compose,
-    DoubleToFloat,
-    GymWrapper,
-    ObservationNorm,
-    RewardClipping,
-    RewardScaling,
-    RewardSum,
-    StepCounter,
-    TransformedEnv,
-)
+from torchrl.envs import Compose, DoubleToFloat, GymWrapper, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs.transforms import CatFrames, ObservationNorm, RewardClipping, RewardScaling
 from torchrl.envs.utils import ExplorationType
 
 from tdscheme.collectors import CollectorWorker, WorkerSpec

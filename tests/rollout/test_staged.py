@@ -8,15 +8,8 @@ import gymnasium as gym
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
-from torchrl.envs import (
-    Compose,
-    DoubleToFloat,
-    ObservationNorm,
-    RewardClipping,
-    RewardScaling,
-    RewardSum,
-    StepCounter,
-)
+from torchrl.envs import Compose, DoubleToFloat, RewardSum, StepCounter
+from torchrl.envs.transforms import ObservationNorm, RewardClipping, RewardScaling
 
 from tdscheme.envs import make_env, wrap_gym_env
 from tdscheme.keys import MASK_KEY

@@ -7,15 +7,9 @@ import warnings
 
 import numpy as np
 import pytest
+import tensordict
 import torch
-from tensordict import (
-    LazyStackedTensorDict,
-    NonTensorData,
-    NonTensorStack,
-    TensorDict,
-    TensorDictBase,
-    is_non_tensor,
-)
+from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor
 
 from tdscheme.transport import Payload, TensorDictCodec, decode_tensordict, encode_tensordict
 from tdscheme.transport.compression import compress_bytes, decompress_bytes
@@ -169,7 +163,7 @@ def test_non_tensor_leaves():
     td = TensorDict({"x": torch.zeros(2, 3), "sub": {"y": torch.ones(2, 3)}}, [2, 3])
     td["task"] = NonTensorData("pick cube", batch_size=[2, 3])
     td["sub", "info"] = NonTensorData({"level": 3}, batch_size=[2, 3])
-    td["per_env"] = NonTensorStack.from_list([["a", "b", "c"], ["d", "e", "f"]])
+    td["per_env"] = tensordict.NonTensorStack.from_list([["a", "b", "c"], ["d", "e", "f"]])
     out = roundtrip(td)
     assert_identical(td, out)
     assert out["task"] == "pick cube"
@@ -179,7 +173,7 @@ def test_non_tensor_leaves():
 
 def test_lazy_stacked_input_is_densified():
     parts = [TensorDict({"obs": torch.randn(3, 2), "n": {"r": torch.ones(3)}}, [3]) for _ in "ab"]
-    lazy = LazyStackedTensorDict.lazy_stack(parts, dim=0)
+    lazy = tensordict.LazyStackedTensorDict.lazy_stack(parts, dim=0)
     out = roundtrip(lazy)
     assert_identical(lazy.contiguous(), out)
     nested = TensorDict({"lazy": lazy, "z": torch.zeros(2)}, [2])

@@ -28,11 +28,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tdscheme.errors import WorkerError
-from tdscheme.rollout.env_config import EnvConfigPush, env_config_push
+from tdscheme.rollout.env_config import EnvConfigPush
 from tdscheme.runtime.actor_pool import DIED
 from tdscheme.runtime.objects import put
 
@@ -126,67 +126,21 @@ class EnvConfigs:
 
     # -- pushes ---------------------------------------------------------------------------
 
-    def push(
-        self,
-        config: Any,
-        *,
-        worker_ids: int | Sequence[int] | None = None,
-        apply: str = "reset",
-        apply_env_config: Callable[[Any, Any], None] | None = None,
-    ) -> int:
-        """Sends an env config to the workers (one ``ray.put``); returns its version.
+    def push(self, push: EnvConfigPush, worker_ids: list[int]) -> None:
+        """Sends ``push`` (checked, version :attr:`version` + 1) to ``worker_ids``: one ``ray.put``.
 
-        Versioned like weights: each push gets the next version (one integer per push,
-        starting at 1), each worker acknowledges it when it arrives (even while it
-        collects: :meth:`wait_for_env_config` blocks until all did) or refuses it (an
-        env whose ``check_env_config`` raises; see the module), and every frame carries
-        ``("collector", "env_config_version")``: the version its env copy ran. A worker
-        rebuilt after a death starts with the newest config it took (not a refused one).
-
-        How an env receives it: its ``set_env_config(config)`` (the gymnasium env's,
-        through its wrappers and on every copy of a vector env, or the torchrl env's), or
-        ``apply_env_config`` (:mod:`tdscheme.envs.env_config`).
-
-        Args:
-            config: a small picklable value (a dict, a dataclass, a tensor of task ids),
-                or a task distribution: ``{"levels": [...], "probs": [...]}`` (or a
-                :class:`~tdscheme.envs.env_config.TaskDistribution`), from which each env
-                copy draws a level at each of its resets with its worker's seed; frames
-                record the level's index in ``("collector", "env_task")``.
-            worker_ids: push to these workers only (default: all).
-            apply: ``"reset"`` (default): each env copy runs it from its own next reset
-                (no episode is changed midway; a copy mid-episode keeps stamping the older
-                version until it resets); ``"now"``: every copy runs it from its next step.
-            apply_env_config: ``fn(env, config)`` applying it to a worker's torchrl env
-                (every copy at once), for envs without ``set_env_config``.
-
-        Returns:
-            The version of this config.
+        What ``RayCollector.set_env_config`` does after its checks
+        (:func:`~tdscheme.rollout.env_config_push.set_env_config_method`); its docstring
+        says what a push means.
 
         Raises:
-            ValueError: an unknown ``apply`` or worker id, or a bad task distribution.
-            TypeError: ``config`` (or ``apply_env_config``) cannot be pickled, or a
-                checkpoint cannot hold it (:mod:`tdscheme.rollout.env_config_state`: a
-                lambda, an object of a class it does not accept), or ``apply_env_config``
-                is not callable.
             WorkerError: an earlier push was refused by a worker (named) and no call
-                raised it yet: an env that offers no way to receive a config, a config
-                the env raised on, a version that goes backwards.
-
-        Example:
-            >>> # Needs Ray; see the README's "Env configs and curricula"
-            >>> version = collector.set_env_config({"g": 12.0})  # doctest: +SKIP
-            >>> collector.wait_for_env_config(version, timeout_s=10.0)  # doctest: +SKIP
-            [1, 1]
+                raised it yet.
         """
-        ids = self._worker_ids(worker_ids)
-        push = env_config_push(
-            config, self.version + 1, apply=apply, apply_env_config=apply_env_config
-        )
         self.poll()
         start = time.perf_counter()
-        ids = [i for i in ids if i not in self.pool.retired]
-        ref = put(push, what=f"the env config {config!r} for workers {ids}")
+        ids = [i for i in worker_ids if i not in self.pool.retired]
+        ref = put(push, what=f"the env config {push.config!r} for workers {ids}")
         with self._lock:
             self.version = push.version
             for worker_id in ids:
@@ -196,21 +150,6 @@ class EnvConfigs:
                 worker.pending = self.pool.submit(worker_id, "set_env_config", ref)
             self.pushes += 1
             self.push_s += time.perf_counter() - start
-        return push.version
-
-    def _worker_ids(self, worker_ids: int | Sequence[int] | None) -> list[int]:
-        num_workers = len(self.pool)
-        if worker_ids is None:
-            return list(range(num_workers))
-        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
-        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
-        bad += [i for i in ids if i not in bad and not 0 <= i < num_workers]
-        if bad or not ids:
-            raise ValueError(
-                f"worker_ids={worker_ids!r} is invalid (unknown ids {bad}); accepted: None "
-                f"(all) or ids in 0..{num_workers - 1}"
-            )
-        return ids
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Records the acknowledgements that arrived within ``timeout_s``.
@@ -282,7 +221,7 @@ class EnvConfigs:
         with the newest config it took.
 
         Args:
-            version: a version :meth:`push` returned (``None``: the newest).
+            version: a version ``set_env_config`` returned (``None``: the newest).
             timeout_s: the longest to wait.
 
         Returns:
