@@ -46,7 +46,7 @@ from torchrl.modules.models import DuelingCnnDQNet, DuelingMlpDQNet
 
 from tdscheme.envs import is_atari_id, make_env
 from tdscheme.presets.actor_critic import ACTIVATIONS
-from tdscheme.presets.pixel_networks import PIXEL_NETWORKS, PixelScale, pixel_trunk
+from tdscheme.presets.pixel_networks import PIXEL_NETWORKS, PixelScale, conv_settings, pixel_trunk
 from tdscheme.presets.preset_envs import eval_env
 from tdscheme.presets.settings import OFFPOLICY_ALGOS, OffPolicyConfig
 from tdscheme.replay.n_step import NStep
@@ -204,18 +204,14 @@ def pixel_qnet(actions: int, frame_shape: Sequence[int], *, dueling: bool = Fals
 
     Plain: a linear head on :func:`~tdscheme.presets.pixel_networks.pixel_trunk`
     (``"nature"``, 512 units). Dueling: torchrl's ``DuelingCnnDQNet`` with every size given
-    (no lazy layer), after :class:`~tdscheme.presets.pixel_networks.PixelScale`.
+    (no lazy layer), ReLU throughout as in the paper (torchrl's default is ELU), after
+    :class:`~tdscheme.presets.pixel_networks.PixelScale`.
     """
     if not dueling:
         trunk = pixel_trunk(frame_shape, network="nature")
         return nn.Sequential(trunk, nn.Linear(PIXEL_NETWORKS["nature"][1], actions))
-    layers, hidden = PIXEL_NETWORKS["nature"]
-    cnn = {
-        "in_features": frame_shape[0], "num_cells": [c for c, _, _ in layers],
-        "kernel_sizes": [k for _, k, _ in layers], "strides": [s for _, _, s in layers],
-    }  # fmt: skip
-    with torch.no_grad():
-        flat = pixel_trunk(frame_shape, network="nature")[1](torch.zeros(*frame_shape)).shape[-1]
+    cnn, flat = conv_settings(frame_shape, "nature")
+    hidden = PIXEL_NETWORKS["nature"][1]
     mlp = {"in_features": flat, "num_cells": [hidden], "activation_class": nn.ReLU}
     return nn.Sequential(PixelScale(), DuelingCnnDQNet(actions, 1, cnn_kwargs=cnn, mlp_kwargs=mlp))
 

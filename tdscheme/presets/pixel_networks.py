@@ -48,6 +48,7 @@ __all__ = [
     "PIXEL_NETWORKS",
     "PixelScale",
     "SharedTrunkValue",
+    "conv_settings",
     "pixel_actor_critic",
     "pixel_trunk",
 ]
@@ -121,6 +122,27 @@ class SharedTrunkValue(TensorDictModuleBase):
         return state
 
 
+def conv_settings(frame_shape: Sequence[int], network: str) -> tuple[dict[str, Any], int]:
+    """A trunk's convolutions as torchrl ``ConvNet`` arguments (ReLU, no padding), and the
+    number of features they give one ``(C, H, W)`` frame stack once flattened.
+
+    Args:
+        frame_shape: ``(stacked frames, height, width)`` of one observation.
+        network: ``"shallow"`` or ``"nature"``.
+    """
+    check_choice("network", network, tuple(PIXEL_NETWORKS))
+    layers, _ = PIXEL_NETWORKS[network]
+    channels, height, width = frame_shape
+    for _, kernel, stride in layers:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    convs = {
+        "in_features": channels, "num_cells": [c for c, _, _ in layers],
+        "kernel_sizes": [k for _, k, _ in layers], "strides": [s for _, _, s in layers],
+        "activation_class": nn.ReLU,
+    }  # fmt: skip
+    return convs, layers[-1][0] * height * width
+
+
 def pixel_trunk(
     frame_shape: Sequence[int] = (4, 84, 84), *, network: str = "shallow"
 ) -> nn.Sequential:
@@ -133,22 +155,14 @@ def pixel_trunk(
     Returns:
         ``frames -> [*batch, hidden]`` features (``hidden``: 256 or 512).
     """
-    check_choice("network", network, tuple(PIXEL_NETWORKS))
-    layers, hidden = PIXEL_NETWORKS[network]
-    channels, height, width = frame_shape
-    convs = ConvNet(
-        in_features=channels, num_cells=[c for c, _, _ in layers],
-        kernel_sizes=[k for _, k, _ in layers], strides=[s for _, _, s in layers],
-        activation_class=nn.ReLU,
-    )  # fmt: skip
-    with torch.no_grad():
-        flat = convs(torch.zeros(channels, height, width)).shape[-1]
+    convs, flat = conv_settings(frame_shape, network)
+    hidden = PIXEL_NETWORKS[network][1]
     fc = MLP(in_features=flat, out_features=hidden, num_cells=[], activate_last_layer=True,
              activation_class=nn.ReLU)  # fmt: skip
     # channels-last conv weights: oneDNN's preferred layout on CPU; each conv then runs
     # NHWC (its input converted once); ppo-pong's update 1.04x (0.89x-1.33x) faster alone,
     # 1.26x with OnePassValues (benchmarks/pixel_learner.py, RESULTS.md)
-    return nn.Sequential(PixelScale(), convs, fc).to(memory_format=torch.channels_last)
+    return nn.Sequential(PixelScale(), ConvNet(**convs), fc).to(memory_format=torch.channels_last)
 
 
 def pixel_actor_critic(

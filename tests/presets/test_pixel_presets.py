@@ -7,12 +7,15 @@ import math
 
 import pytest
 import torch
+import torchrl.modules
 from tensordict import TensorDict
+from torch import nn
 
 from tdscheme.cli import main
 from tdscheme.engine.run_log import read_metrics
 from tdscheme.presets import get_preset
-from tdscheme.presets.pixel_networks import pixel_actor_critic
+from tdscheme.presets.offpolicy_modules import pixel_qnet
+from tdscheme.presets.pixel_networks import PIXEL_NETWORKS, conv_settings, pixel_actor_critic
 
 pytest.importorskip("envpool", reason="EnvPool is not installed (pip install 'tdscheme[envpool]')")
 
@@ -89,6 +92,21 @@ def test_apex_dqn_pong_trains_a_dueling_cnn_on_worker_prioritized_shards(ray_cle
     assert all(len(leaf) > 0 and len(np.unique(np.round(leaf, 6))) > 1 for leaf in leaves)
     metrics = read_metrics(tmp_path)
     assert metrics["learner/loss"] and all(math.isfinite(v) for _, v in metrics["learner/loss"])
+
+
+@pytest.mark.parametrize("frame_shape", [(4, 84, 84), (3, 64, 64), (1, 96, 72)])
+@pytest.mark.parametrize("network", sorted(PIXEL_NETWORKS))
+def test_the_conv_settings_size_the_layer_after_them_without_running_them(frame_shape, network):
+    """One place says each trunk's convolutions (ReLU) and the size they give, for the actor-
+    critic's trunk and the dueling Q-network (torchrl's DuelingCnnDQNet defaults to ELU)."""
+    convs, flat = conv_settings(frame_shape, network)
+    out = torchrl.modules.ConvNet(**convs)(torch.zeros(2, *frame_shape))
+    assert out.shape == (2, flat)
+    if network == "nature":
+        qnet = pixel_qnet(6, frame_shape, dueling=True)
+        assert qnet(torch.zeros(2, *frame_shape, dtype=torch.uint8)).shape == (2, 6)
+        activations = {type(m) for m in qnet.modules() if isinstance(m, (nn.ReLU, nn.ELU))}
+        assert activations == {nn.ReLU}
 
 
 def test_the_shared_trunk_is_trained_once_by_both_heads():
