@@ -19,7 +19,7 @@ from tdscheme.testing import cartpole_learner, cartpole_modules, make_env
 from .helpers import cartpole, new_learner, small_config
 
 hangs = functools.partial(make_env, "CartPole-v1", hang_at_step=70)
-EXHAUSTED = r"gradient worker 1: .*max_restarts=1.*hung: sent no gradient in timeout_s=5 s"
+EXHAUSTED = r"gradient worker 1: .*max_restarts=1.*hung: sent no gradient in timeout_s=3 s"
 
 
 def build(config):
@@ -34,7 +34,7 @@ def test_synchronous_replaces_a_hung_worker_and_stops_when_its_restarts_are_spen
     ray_clean, caplog
 ):
     caplog.set_level(logging.WARNING, logger="tdscheme")
-    config = small_config(timeout_s=5.0, max_restarts=1)
+    config = small_config(timeout_s=3.0, max_restarts=1)
     with build(config) as coordinator:
         first = coordinator.step()
         assert first["hung"] == 0 and first["grads_applied"] == 2
@@ -43,7 +43,7 @@ def test_synchronous_replaces_a_hung_worker_and_stops_when_its_restarts_are_spen
         assert second["grads_applied"] == 2 and second["version"] == 2
         assert coordinator.stats()["restarts_per_worker"] == [0, 1]
         assert (
-            "restarting gradient worker 1: hung: sent no gradient in timeout_s=5 s" in caplog.text
+            "restarting gradient worker 1: hung: sent no gradient in timeout_s=3 s" in caplog.text
         )
         with pytest.raises(GradientWorkerError, match=EXHAUSTED) as info:
             coordinator.step()  # the rebuilt worker hangs in its second batch: no restart left
@@ -53,7 +53,7 @@ def test_synchronous_replaces_a_hung_worker_and_stops_when_its_restarts_are_spen
 
 @pytest.mark.timeout(240)
 def test_asynchronous_keeps_applying_the_others_while_a_worker_hangs(ray_clean):
-    config = small_config(communication="asynchronous", timeout_s=5.0, max_restarts=1)
+    config = small_config(communication="asynchronous", timeout_s=3.0, max_restarts=1)
     steps = []
     with build(config) as coordinator:
         with pytest.raises(GradientWorkerError, match=EXHAUSTED):

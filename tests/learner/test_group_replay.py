@@ -102,76 +102,47 @@ def test_two_sac_ranks_equal_one_learner_on_the_whole_minibatch(ray_clean):
         buffer.shutdown()
 
 
-def test_a_group_refuses_a_batch_smaller_than_its_ranks(ray_clean):
+@pytest.fixture(scope="module")
+def group(ray_module_clean):
+    """Two SAC ranks shared by the tests below, which need no fresh state (the killed rank's test
+    comes last: it restarts the group)."""
     policy_factory, learner_factory = sac_factories()
-    held = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 16), batch_size=1, **ray_buffer_kwargs()
-    )
-    buffer = BoundedRayBuffer(held, timeout_s=60.0)
     group = LearnerGroup(
         fresh_learner(policy_factory, learner_factory), num_learners=2,
         policy_factory=policy_factory, learner_factory=learner_factory,
         resources={"num_cpus": 0.5},
     )  # fmt: skip
+    yield group
+    group.shutdown()
+
+
+def test_a_group_refuses_a_batch_smaller_than_its_ranks(group, ray_clean):
+    held = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 16), batch_size=1, **ray_buffer_kwargs()
+    )
+    buffer = BoundedRayBuffer(held, timeout_s=60.0)
     try:
         with pytest.raises(ValueError, match=r"num_learners=2 is more than the replay buffer's "):
             group.replay_updates(buffer, 1)
         assert group.replay_updates(buffer, 0) == []
     finally:
-        group.shutdown()
         buffer.shutdown()
 
 
-def test_a_killed_replay_rank_is_rebuilt_with_its_buffer_and_the_ranks_stay_identical(
-    ray_clean, caplog
+def test_each_replay_rank_writes_its_priorities_back_to_a_prioritized_ray_held_buffer(
+    group, ray_clean
 ):
-    policy_factory, learner_factory = sac_factories()
-    held = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, FRAMES), batch_size=BATCH,
-        **ray_buffer_kwargs(),
-    )  # fmt: skip
-    buffer = BoundedRayBuffer(held, timeout_s=60.0)
-    group = None
-    try:
-        buffer.extend(pendulum_frames())
-        group = LearnerGroup(
-            fresh_learner(policy_factory, learner_factory), num_learners=2,
-            policy_factory=policy_factory, learner_factory=learner_factory,
-            resources={"num_cpus": 0.5},
-        )  # fmt: skip
-        for call in range(4):
-            if call == 2:
-                os.kill(rank_pid(group, 1), signal.SIGKILL)
-            assert len(group.replay_updates(buffer, 5)) == 5
-        assert group.restarts == 1 and group.version == 20
-        assert "learner group: restarting (restart 1): rank(s) [1] lost" in caplog.text
-        # the rebuilt rank samples its share again (it was given the buffer) and matches rank 0
-        assert_same(group.pool.call(1, "state_dict", timeout_s=60), group.state_dict())
-    finally:
-        if group is not None:
-            group.shutdown()
-        buffer.shutdown()
-
-
-def rank_pid(group: LearnerGroup, rank: int) -> int:
-    actor = group.pool.actors()[rank]
-    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
-
-
-def test_each_replay_rank_writes_its_priorities_back_to_a_prioritized_ray_held_buffer(ray_clean):
     """Two ranks sample their halves of a prioritized Ray-held buffer; both write td_errors back."""
     import numpy as np
 
     from tdscheme.replay.prioritized import prioritized_sampler
 
-    policy_factory, learner_factory = sac_factories()
     held = RayReplayBuffer(
         storage=functools.partial(LazyTensorStorage, FRAMES),
         sampler=functools.partial(prioritized_sampler, FRAMES, 0.6, 0.4),
         batch_size=BATCH, **ray_buffer_kwargs(TensorDictReplayBuffer),
     )  # fmt: skip
     buffer = BoundedRayBuffer(held, timeout_s=60.0)
-    group = None
 
     def leaves() -> np.ndarray:
         def read(rb):
@@ -182,17 +153,42 @@ def test_each_replay_rank_writes_its_priorities_back_to_a_prioritized_ray_held_b
     try:
         buffer.extend(pendulum_frames())
         assert buffer.prioritized and np.all(leaves() == 1.0)  # new frames at the max priority, 1
-        group = LearnerGroup(
-            fresh_learner(policy_factory, learner_factory), num_learners=2,
-            policy_factory=policy_factory, learner_factory=learner_factory,
-            resources={"num_cpus": 0.5},
-        )  # fmt: skip
         metrics = group.replay_updates(buffer, 1)
         assert float(metrics[0]["num_frames"]) == BATCH
         written = int((leaves() != 1.0).sum())
         # each rank sampled BATCH / 2 = 32 frames; more than 32 frames rewritten: both ranks wrote
         assert 32 < written <= BATCH, written
     finally:
-        if group is not None:
-            group.shutdown()
+        buffer.shutdown()
+
+
+def rank_pid(group: LearnerGroup, rank: int) -> int:
+    actor = group.pool.actors()[rank]
+    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
+
+
+def test_a_killed_replay_rank_is_rebuilt_with_its_buffer_and_the_ranks_stay_identical(
+    group, caplog
+):
+    # no ray_clean: the rebuilt rank outlives the test, in the module's group (ray_module_clean
+    # checks that the group and this buffer are gone after the module)
+    held = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, FRAMES), batch_size=BATCH,
+        **ray_buffer_kwargs(),
+    )  # fmt: skip
+    buffer = BoundedRayBuffer(held, timeout_s=60.0)
+    try:
+        buffer.extend(pendulum_frames())
+        restarts, version = group.restarts, group.version
+        for call in range(4):
+            if call == 2:
+                os.kill(rank_pid(group, 1), signal.SIGKILL)
+            assert len(group.replay_updates(buffer, 5)) == 5
+        assert group.restarts == restarts + 1 and group.version == version + 20
+        assert (
+            f"learner group: restarting (restart {restarts + 1}): rank(s) [1] lost" in caplog.text
+        )
+        # the rebuilt rank samples its share again (it was given the buffer) and matches rank 0
+        assert_same(group.pool.call(1, "state_dict", timeout_s=60), group.state_dict())
+    finally:
         buffer.shutdown()
