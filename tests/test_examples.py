@@ -14,13 +14,16 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TINY_ARGS = {
+    # one worker where the example's path is the same with one
     "collect_cartpole.py": [
         "--total-frames",
-        "2000",
+        "1000",
         "--frames-per-batch",
         "500",
         "--envs-per-collector",
         "4",
+        "--num-collectors",
+        "1",
     ],
     "gradient_workers_cartpole.py": [
         "--mode",
@@ -32,13 +35,22 @@ TINY_ARGS = {
         "--num-envs",
         "1",
     ],
-    "train_ppo_cartpole.py": ["--total-frames", "4096", "--num-collectors", "1"],
-    "impala_cartpole.py": ["--total-frames", "8192", "--num-collectors", "1"],
+    "train_ppo_cartpole.py": ["--total-frames", "2048", "--num-collectors", "1"],  # one batch
+    "impala_cartpole.py": ["--total-frames", "2048", "--num-collectors", "1"],  # 4 batches
     "learner_group_cartpole.py": ["--updates", "3", "--num-envs", "4"],
-    "ppo_own_loop.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
-    "sac_pendulum_replay.py": ["--total-frames", "768", "--random-frames", "512"],
+    "ppo_own_loop.py": ["--total-frames", "1024", "--frames-per-batch", "1024"],
+    # 128 updates: the weights pushed every 16, the episodes read every 64
+    "sac_pendulum_replay.py": [
+        "--total-frames",
+        "640",
+        "--random-frames",
+        "512",
+        "--batch-size",
+        "64",
+    ],
+    # 40 episodes: the curriculum judges its 32 most recent
     "curriculum_mountaincar.py": ["--total-frames", "8192"],
-    "torchrl_script_ppo.py": ["--total-frames", "2048", "--frames-per-batch", "1024"],
+    "torchrl_script_ppo.py": ["--total-frames", "512", "--frames-per-batch", "512"],
     "impala_pong.py": ["--total-frames", "480", "--num-envs", "2"],
 }
 

@@ -18,7 +18,7 @@ def cpu():
 def test_each_side_is_measured_by_part_and_leaves_no_actors(cpu, ray_clean):
     rec = cpu.Recorder()
     for impl in ("tdscheme", cpu.paired_rounds.HAND):
-        cpu.measure_once(rec, "next_step_index", impl, "round 0", seconds=0.5)
+        cpu.measure_once(rec, "next_step_index", impl, "round 0", seconds=0.1)
     values = {(m.impl, m.metric): m.value for m in rec.measurements}
     assert all(m.note == "" for m in rec.measurements)
     for impl in ("tdscheme", cpu.paired_rounds.HAND):

@@ -15,14 +15,23 @@ def rounds():
 
 def test_one_round_runs_both_collectors_and_leaves_no_actors(rounds, ray_clean):
     rec = rounds.Recorder()
-    rounds.measure_rounds(rec, "next_step_index", 1, frames=2 * 4096, timeout_s=240.0, warmup=1)
+    rounds.measure_rounds(rec, "next_step_index", 1, frames=1, timeout_s=240.0, warmup=0)
     assert [(m.impl, m.config, m.metric, m.note) for m in rec.measurements] == [
-        (impl, config, metric, "")
-        for config, impls in (("warm-up 0", (rounds.HAND, "tdscheme")),
-                              ("round 0", ("tdscheme", rounds.HAND)))
-        for impl in impls for metric in ("first_batch_s", "frames_per_s")
+        (impl, "round 0", metric, "")
+        for impl in ("tdscheme", rounds.HAND) for metric in ("first_batch_s", "frames_per_s")
     ]  # fmt: skip
     assert all(m.value > 0 for m in rec.measurements)
+
+
+def test_warm_up_rounds_come_first_and_each_round_turns_the_order(rounds, monkeypatch):
+    """The order of the sides (no collector built: each measurement only recorded)."""
+    measured = []
+    monkeypatch.setattr(rounds.collection_runs, "measure",
+                        lambda rec, settings, row, make: measured.append((row["config"], row["impl"])))  # fmt: skip
+    rounds.measure_rounds(rounds.Recorder(), "next_step_index", 2, frames=1, timeout_s=1.0)
+    hand = rounds.HAND
+    assert measured == [("warm-up 0", hand), ("warm-up 0", "tdscheme"), ("round 0", "tdscheme"),
+                        ("round 0", hand), ("round 1", hand), ("round 1", "tdscheme")]  # fmt: skip
 
 
 def test_the_table_pairs_each_round(rounds):

@@ -70,6 +70,8 @@ def test_python_m_tdscheme_cli_is_the_command(capsys):
             runpy.run_module("tdscheme.cli", run_name="__main__")
     assert exit_info.value.code == 0
     assert "usage: tdscheme" in capsys.readouterr().out
+
+
 # `tdscheme train` starts Ray before it parses (see tdscheme.cli); these tests hold the
 # session's Ray, which the command then uses, so that no test starts one of its own.
 
@@ -176,21 +178,9 @@ def test_console_script_trains_with_its_own_ray_then_eval_and_plot(tmp_path, cap
     assert "has no metrics.csv" in capsys.readouterr().err
 
 
-def test_verbose_shows_ray_and_worker_info_lines(ray_clean, tmp_path):
-    # Joins the session's Ray (cheaper than starting one): Ray says it connected.
-    result = run([
-        "-v", "train", "ppo-cartpole", *TINY, "--total-frames", "512", "--eval-episodes", "1",
-        "--run-dir", str(tmp_path / "run"), *join_session(ray_clean),
-    ])  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    output = result.stdout + result.stderr
-    assert "INFO worker.py" in output and "Connected to Ray cluster" in output  # Ray's
-    assert "INFO tdscheme.runtime" in output  # the driver's own
-    assert "(CollectorWorker pid=" in output  # a worker's, streamed by Ray
-    assert "INFO tdscheme.collectors.worker.actor: collector worker 0 ready" in output
-
-
-def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
+def test_train_ppo_pendulum_then_a_resume_short_of_one_env_step_ends_cleanly(
+    ray_clean, tmp_path, capsys
+):
     # In-process (the session's Ray); a2c-cartpole runs in a process in the kill/resume test.
     run_dir = tmp_path / "run"
     assert main(["train", "ppo-pendulum", *TINY, "--total-frames", "1024", "--run-dir",
@@ -200,6 +190,11 @@ def test_train_ppo_pendulum(ray_clean, tmp_path, capsys):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["preset"] == "ppo-pendulum" and config["scheme"]["num_collectors"] == 1
     assert all(v == v for _, v in read_metrics(run_dir)["learner/loss"])  # no nan
+
+    # 1,024 frames done, 1,025 asked: the one frame left is less than a step of 4 envs,
+    # so the run ends where it was (it raised StopIteration out of the Trainer).
+    assert main(["train", "--resume", str(run_dir), "--total-frames", "1025"]) == 0
+    assert summary_of(capsys.readouterr().out)["frames"] == 1024
 
 
 @pytest.mark.fast
@@ -213,18 +208,6 @@ def test_train_without_a_run_directory_writes_nothing(ray_clean, tmp_path, capsy
     summary = summary_of(out)
     assert summary["frames"] == 512 and summary["run_dir"] is None and summary["checkpoint"] is None
     assert list(tmp_path.iterdir()) == []
-
-
-def test_a_resume_short_of_one_env_step_ends_cleanly(ray_clean, tmp_path, capsys):
-    # 1,024 frames done, 1,025 asked: the one frame left is less than a step of 4 envs,
-    # so the run ends where it was (it raised StopIteration out of the Trainer).
-    run_dir = tmp_path / "run"
-    common = [*TINY, "--target-return", "none", "--eval-every-frames", "0", "--no-eval-at-end"]
-    assert main(["train", "ppo-pendulum", *common, "--total-frames", "1024",
-                 "--run-dir", str(run_dir)]) == 0  # fmt: skip
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run_dir), "--total-frames", "1025"]) == 0
-    assert summary_of(capsys.readouterr().out)["frames"] == 1024
 
 
 def test_train_appo_cartpole_resume_and_plot_its_policy_lag(ray_clean, tmp_path, capsys):
@@ -247,25 +230,35 @@ def test_train_appo_cartpole_resume_and_plot_its_policy_lag(ray_clean, tmp_path,
     assert (run_dir / "policy_lag.png").stat().st_size > 1000
 
 
-def test_kill_then_resume_continues_the_same_run(ray_clean, tmp_path, capsys):
+def test_kill_then_resume_continues_the_same_run_and_verbose_shows_info_lines(
+    ray_clean, tmp_path, capsys
+):
     run_dir = tmp_path / "run"
-    args = ["train", "a2c-cartpole", *TINY, *join_session(ray_clean), "--total-frames", "1000000",
-            "--checkpoint-every-frames", "512", "--eval-every-frames", "0", "--run-dir", str(run_dir)]  # fmt: skip
-    proc = subprocess.Popen([*TDSCHEME, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    manager = CheckpointManager(run_dir / "checkpoints")
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (run_dir / "checkpoints").is_dir() and manager.list():
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(1.0)  # let it log a little past its checkpoint
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stderr.close()
+    # -v: the killed run also shows Ray's, the driver's and the workers' INFO lines; it joins
+    # the session's Ray (cheaper than starting one), and Ray says it connected
+    args = ["-v", "train", "a2c-cartpole", *TINY, *join_session(ray_clean), "--total-frames",
+            "1000000", "--checkpoint-every-frames", "512", "--eval-every-frames", "0",
+            "--run-dir", str(run_dir)]  # fmt: skip
+    log = tmp_path / "output.txt"  # a file, not a pipe: unread, -v's lines would fill a pipe
+    with log.open("w") as out:
+        proc = subprocess.Popen([*TDSCHEME, *args], cwd=ROOT, stdout=out, stderr=out)
+        manager = CheckpointManager(run_dir / "checkpoints")
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None:
+                if (run_dir / "checkpoints").is_dir() and manager.list():
+                    break
+                time.sleep(0.2)
+            assert proc.poll() is None, log.read_text()[-4000:]
+            time.sleep(1.0)  # let it log a little past its checkpoint
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    output = log.read_text()
+    assert "INFO worker.py" in output and "Connected to Ray cluster" in output  # Ray's
+    assert "INFO tdscheme.runtime" in output  # the driver's own
+    assert "(CollectorWorker pid=" in output  # a worker's, streamed by Ray
+    assert "INFO tdscheme.collectors.worker.actor: collector worker 0 ready" in output
     step = int(manager.latest().name[5:17])
     before = read_metrics(run_dir)
     kept = {name: [r for r in rows if r[0] <= step] for name, rows in before.items()}

@@ -18,37 +18,6 @@ import pytest
 # slow: multi-node clusters (ray.cluster_utils.Cluster)
 pytestmark = pytest.mark.slow
 
-JOIN_CLUSTER = textwrap.dedent(
-    """
-    import functools, json
-    import ray
-    from ray.cluster_utils import Cluster
-    from tdscheme import RayCollector
-    from tdscheme.testing import make_env, mlp_policy
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    try:
-        collector = RayCollector(  # 1 KiB frames, random actions: folded from the other node
-            functools.partial(make_env, "CartPole-v1", obs_shape=(4, 16, 16)), None,
-            frames_per_batch=100, total_frames=400, num_collectors=2,
-            remote_configs={"num_cpus": 1}, ray_init_config={"address": cluster.address},
-        )
-        nodes = collector.worker_nodes()
-        frames = sum(b.numel() for b in collector)
-        stats = collector.stats()
-        collector.shutdown()
-        print(json.dumps({"nodes": nodes, "frames": frames, "dedup": stats["dedup_keys"],
-                          "bytes": stats["bytes_received"],
-                          "cluster_nodes": len(cluster.list_all_nodes())}))
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
-    """
-)
-
 WAIT_FOR_A_NODE = textwrap.dedent(
     """
     import functools, json, threading, time
@@ -56,13 +25,12 @@ WAIT_FOR_A_NODE = textwrap.dedent(
     from ray.cluster_utils import Cluster
     from tdscheme import RayCollector
     from tdscheme.runtime.placement import PlacementError
-    from tdscheme.testing import make_env, mlp_policy
+    from tdscheme.testing import make_env
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    # 5 ms a step: the run outlasts the node's death being noticed and its worker's rebuild
-    kwargs = dict(
-        create_env_fn=functools.partial(make_env, "CartPole-v1", sleep_s=0.005),
-        policy=mlp_policy(4, 2),
+    kwargs = dict(  # 1 KiB frames, random actions: folded from the other node
+        create_env_fn=functools.partial(make_env, "CartPole-v1", obs_shape=(4, 16, 16)),
+        policy=None,
         frames_per_batch=100, total_frames=400, num_collectors=2, remote_configs={"num_cpus": 1},
         ray_init_config={"address": cluster.address},
     )
@@ -91,9 +59,12 @@ WAIT_FOR_A_NODE = textwrap.dedent(
         collector = built[0]
         nodes = collector.worker_nodes()
         frames = sum(b.numel() for b in collector)
+        stats = collector.stats()
         collector.shutdown()
         print(json.dumps({"refused": refused, "waited": waited, "nodes": nodes, "frames": frames,
-                          "errors": errors}))
+                          "errors": errors, "dedup": stats["dedup_keys"],
+                          "bytes": stats["bytes_received"],
+                          "cluster_nodes": len(cluster.list_all_nodes())}))
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -112,9 +83,10 @@ NODE_REMOVED = textwrap.dedent(
     from tdscheme.replay.ray_held import ray_buffer_options
     from tdscheme.testing import make_env, mlp_policy
 
-    # a node is declared dead ~3 s after its raylet stops answering (Ray's default: ~30 s)
-    fast = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-            "health_check_failure_threshold": 3}
+    # a node is declared dead ~1 s after its raylet stops answering (Ray's default: ~30 s); a
+    # live but busy raylet still has health_check_timeout_ms (Ray's 10 s) to answer each check
+    fast = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+            "health_check_failure_threshold": 2}
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "resources": {"head": 1},
         "_system_config": fast})
@@ -222,24 +194,19 @@ def run(script: str, timeout_s: float = 240) -> dict:
     return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
 
 
-def test_joins_a_two_node_cluster_and_spreads_workers():
-    result = run(JOIN_CLUSTER)
+def test_placement_wait_starts_once_a_node_is_added_and_spreads_the_workers():
+    """placement="wait": a request beyond the cluster waits, and runs when a node joins; the
+    two workers on two nodes, the driver's own node's and the other's, fold observations."""
+    result = run(WAIT_FOR_A_NODE)
+    assert "placement" in result["refused"]  # "check" refuses the same request at once
+    assert result["waited"] and not result["errors"], result
     assert result["cluster_nodes"] == 2
-    assert len(set(result["nodes"])) == 2, result
+    assert len(set(result["nodes"])) == 2, result  # the second worker on the added node
     assert result["frames"] == 400
     # dedup_obs="auto": the worker on the other node sends each frame once, the driver's
     # node's worker both copies (shared memory): between 1 and 2 observations per frame
     assert result["dedup"] == ["next.observation"]
     assert 1.0 * 1024 * 400 < result["bytes"] < 2.0 * 1024 * 400
-
-
-def test_placement_wait_starts_once_a_node_is_added():
-    """placement="wait": a request beyond the cluster waits, and runs when a node joins."""
-    result = run(WAIT_FOR_A_NODE)
-    assert "placement" in result["refused"]  # "check" refuses the same request at once
-    assert result["waited"] and not result["errors"], result
-    assert len(set(result["nodes"])) == 2, result  # the second worker on the added node
-    assert result["frames"] == 400
 
 
 def test_starts_a_local_ray_only_when_none_runs_and_stops_it():
