@@ -67,42 +67,46 @@ def echo_collector(**kwargs) -> RayCollector:
     return RayCollector(echo, None, **{**settings, **kwargs})
 
 
-@pytest.mark.parametrize("apply", ["reset", "now"])
-def test_after_the_ack_no_later_episode_runs_an_older_config(ray_clean, apply):
+def check_after_the_ack(batches, version: int, apply: str) -> None:
     """Acknowledged: every episode started after it (with "now": every frame) runs it."""
+    # a worker's first PREDATING batches after the ack may have been requested (and
+    # collected) before it: the one in flight, and the one prefetch_batches=1 lets the
+    # driver request ahead while the test waited for the ack; the later ones may not
+    first_after: dict[int, int] = {}  # worker -> the largest traj id in those batches
+    seen: dict[int, int] = {}
+    checked = 0
+    while checked < 6 or len(seen) < 2 or min(seen.values()) <= PREDATING:
+        batch = next(batches)
+        assert_true_stamps(batch)
+        if apply == "reset":  # "now" changes episodes midway, on purpose
+            assert_changes_at_resets(batch)
+        worker = int(batch[WORKER_ID_KEY].flatten()[0])
+        seen[worker] = seen.get(worker, 0) + 1
+        if seen[worker] <= PREDATING:
+            first_after[worker] = int(batch[TRAJ].max())
+            continue
+        checked += 1
+        if apply == "now":
+            assert (versions(batch) == version).all()
+            continue
+        started_after = batch[TRAJ] > first_after[worker]
+        assert started_after.any() and (versions(batch)[started_after] == version).all()
+
+
+def test_after_the_ack_no_later_episode_runs_an_older_config(ray_clean):
+    """apply="reset" (version 1), then apply="now" (version 2), on one collector."""
     with echo_collector() as collector:
         batches = iter(collector)
         for _ in range(4):
             assert (versions(next(batches)) == 0).all()
-        version = collector.set_env_config(level(1), apply=apply)
-        assert version == 1
-        assert collector.wait_for_env_config(version, timeout_s=60) == [1, 1]
-        # a worker's first PREDATING batches after the ack may have been requested (and
-        # collected) before it: the one in flight, and the one prefetch_batches=1 lets the
-        # driver request ahead while the test waited for the ack; the later ones may not
-        first_after: dict[int, int] = {}  # worker -> the largest traj id in those batches
-        seen: dict[int, int] = {}
-        checked = 0
-        while checked < 6 or len(seen) < 2 or min(seen.values()) <= PREDATING:
-            batch = next(batches)
-            assert_true_stamps(batch)
-            if apply == "reset":  # "now" changes episodes midway, on purpose
-                assert_changes_at_resets(batch)
-            worker = int(batch[WORKER_ID_KEY].flatten()[0])
-            seen[worker] = seen.get(worker, 0) + 1
-            if seen[worker] <= PREDATING:
-                first_after[worker] = int(batch[TRAJ].max())
-                continue
-            checked += 1
-            if apply == "now":
-                assert (versions(batch) == 1).all()
-                continue
-            started_after = batch[TRAJ] > first_after[worker]
-            assert started_after.any() and (versions(batch)[started_after] == 1).all()
+        for version, apply in ((1, "reset"), (2, "now")):
+            assert collector.set_env_config(level(version), apply=apply) == version
+            assert collector.wait_for_env_config(version, timeout_s=60) == [version, version]
+            check_after_the_ack(batches, version, apply)
         stats = collector.stats()
-        assert stats["env_config_version"] == 1 and stats["env_config_pushes"] == 1
-        assert stats["worker_env_config_versions"] == [1, 1]
-        assert stats["worker_running_env_config_versions"] == [1, 1]
+        assert stats["env_config_version"] == 2 and stats["env_config_pushes"] == 2
+        assert stats["worker_env_config_versions"] == [2, 2]
+        assert stats["worker_running_env_config_versions"] == [2, 2]
         assert stats["ledger"]["balanced"]
 
 
@@ -122,41 +126,54 @@ def test_a_push_to_some_workers_and_a_distribution(ray_clean):
         assert set(batch[1][ENV_TASK_KEY].unique().tolist()) == {0, 1}
 
 
-@pytest.mark.parametrize("acked", [True, False], ids=["after-the-ack", "before-the-ack"])
-def test_a_worker_killed_after_a_push_is_rebuilt_with_the_pushed_config(ray_clean, acked):
+def check_rebuilt_with(collector, batches, worker: int, version: int) -> None:
+    """The worker, rebuilt once, ran ``version`` from its first step, never an older one."""
+    rebuilt = []
+    while len(rebuilt) < 2:
+        batch = next(batches)
+        if (
+            collector.stats()["restarts_per_worker"][worker] == 1
+            and int(batch[WORKER_ID_KEY].flatten()[0]) == worker
+        ):
+            rebuilt.append(batch)
+    last = rebuilt[-1]
+    assert (versions(last) == version).all()
+    assert_true_stamps(last)
+
+
+def test_a_worker_killed_after_a_push_is_rebuilt_with_the_pushed_config(ray_clean):
+    """Killed after the push's ack (worker 0), then before it (worker 1)."""
     with echo_collector() as collector:
         batches = iter(collector)
         next(batches)
         collector.wait_for_env_config(collector.set_env_config(level(1)), timeout_s=60)
         version = collector.set_env_config(level(2), worker_ids=0)
-        if acked:
-            collector.wait_for_env_config(version, 60)
-        kill_and_wait(collector.workers[0])  # before the ack: the push may never reach it
-        rebuilt = []
-        while len(rebuilt) < 2:
-            batch = next(batches)
-            if (
-                collector.stats()["restarts_per_worker"][0] == 1
-                and int(batch[WORKER_ID_KEY].flatten()[0]) == 0
-            ):
-                rebuilt.append(batch)
-        # the rebuilt actor ran its newest config from its first step: version 2, never 0
-        last = rebuilt[-1]
-        assert (versions(last) == 2).all()
-        assert_true_stamps(last)
+        collector.wait_for_env_config(version, 60)
+        kill_and_wait(collector.workers[0])
+        check_rebuilt_with(collector, batches, worker=0, version=2)
+        assert collector.stats()["worker_env_config_versions"] == [2, 1]
+        collector.set_env_config(level(3), worker_ids=1)
+        kill_and_wait(collector.workers[1])  # before the ack: the push may never reach it
+        check_rebuilt_with(collector, batches, worker=1, version=3)
         stats = collector.stats()
-        assert stats["worker_env_config_versions"] == [2, 1]
+        assert stats["worker_env_config_versions"] == [2, 3]
+        assert stats["restarts_per_worker"] == [1, 1]
 
 
-def test_versions_survive_state_dict_and_never_go_backwards(ray_clean):
-    with echo_collector() as collector:
+def test_env_configs_survive_a_checkpoint_and_versions_never_go_backwards(ray_clean, tmp_path):
+    """Workers save the form the driver made when it pushed (a dataclass and its function
+    too); the driver decodes it on load, and refuses a state older than its pushes."""
+    with echo_collector(num_collectors=1) as collector:
         batches = iter(collector)
         next(batches)
         collector.wait_for_env_config(collector.set_env_config(level(1)), timeout_s=60)
-        collector.wait_for_env_config(collector.set_env_config(level(2)), timeout_s=60)
+        config = EchoLevel(2.0, note="ray")
+        version = collector.set_env_config(config, apply="now", apply_env_config=apply_echo_config)
+        collector.wait_for_env_config(version, timeout_s=60)
         state = collector.state_dict()
         assert state[0]["tdscheme"]["env_config"]["version"] == 2
         assert state[0]["tdscheme"]["driver"]["env_config_version"] == 2
+        path = save_checkpoint(tmp_path / "ckpt.pt", {"collector": state})
         collector.wait_for_env_config(collector.set_env_config(level(3)), timeout_s=60)
         with pytest.raises(ValueError, match="worker 0: version 2 < 3 pushed"):
             collector.load_state_dict(state)
@@ -168,31 +185,17 @@ def test_versions_survive_state_dict_and_never_go_backwards(ray_clean):
             batch = next(batches)
             assert_true_stamps(batch)
         assert (versions(batch)[..., -1] == 3).all()
-    with echo_collector() as resumed:
-        resumed.load_state_dict(state)
+    torch.load(path, weights_only=True)
+    with echo_collector(num_collectors=1) as resumed:
+        resumed.load_state_dict(load_checkpoint(path)["collector"])
         assert resumed.stats()["env_config_version"] == 2
         batch = next(iter(resumed))
         assert (versions(batch) == 2).all()
-        assert_true_stamps(batch)
-        assert resumed.set_env_config(level(3)) == 3  # the next version after the state's
-
-
-def test_a_dataclass_config_and_its_function_survive_a_checkpoint(ray_clean, tmp_path):
-    """Workers save the form the driver made when it pushed; the driver decodes it on load."""
-    config = EchoLevel(1.0, note="ray")
-    with echo_collector() as collector:
-        version = collector.set_env_config(config, apply="now", apply_env_config=apply_echo_config)
-        collector.wait_for_env_config(version, timeout_s=60)
-        path = save_checkpoint(tmp_path / "ckpt.pt", {"collector": collector.state_dict()})
-    torch.load(path, weights_only=True)
-    with echo_collector() as resumed:
-        resumed.load_state_dict(load_checkpoint(path)["collector"])
-        batch = next(iter(resumed))
-        assert (versions(batch) == 1).all()
-        assert_true_stamps(batch)  # the env ran level 1.0, through apply_echo_config
+        assert_true_stamps(batch)  # the env ran level 2.0, through apply_echo_config
         again = resumed.state_dict()  # what the resumed workers hold, checkpointed again
         save_checkpoint(tmp_path / "again.pt", {"collector": again})
-    saved = again[1]["tdscheme"]["env_config"]
+        assert resumed.set_env_config(level(3)) == 3  # the next version after the state's
+    saved = again[0]["tdscheme"]["env_config"]
     assert saved["config"]["path"] == "tdscheme.testing.probe_envs:EchoLevel"
     assert saved["apply_env_config"]["path"] == "tdscheme.testing.probe_envs:apply_echo_config"
 
@@ -201,7 +204,7 @@ def test_a_dataclass_config_and_its_function_survive_a_checkpoint(ray_clean, tmp
 def test_bad_configs_are_named(ray_clean):
     with RayCollector(
         functools.partial(make_env, "CartPole-v1"), None, frames_per_batch=40, total_frames=-1,
-        num_collectors=2, remote_configs=SMALL,
+        num_collectors=1, remote_configs=SMALL,
     ) as collector:  # fmt: skip
         with pytest.raises(  # refused before it is sent: a checkpoint could not hold it
             TypeError, match=r"config\['lock'\]=.* of type _thread.lock is invalid.*accepted"
@@ -235,13 +238,13 @@ def test_a_worker_refuses_a_version_that_goes_backwards(ray_clean):
 
 def test_workers_write_stamped_frames_into_a_ray_held_buffer(ray_replay_buffer):
     with RayCollector(
-        echo, None, frames_per_batch=3 * 10, total_frames=-1, num_collectors=2,
+        echo, None, frames_per_batch=3 * 10, total_frames=-1, num_collectors=1,
         remote_configs=SMALL, replay_buffer=ray_replay_buffer,
     ) as collector:  # fmt: skip
         collector.start()
         collector.wait_for_env_config(collector.set_env_config(level(1), apply="now"), 60)
         deadline = time.monotonic() + 120
-        while collector.stats()["worker_running_env_config_versions"] != [1, 1]:
+        while collector.stats()["worker_running_env_config_versions"] != [1]:
             assert time.monotonic() < deadline, collector.stats()
             time.sleep(0.2)
         with collector.pause():
@@ -256,35 +259,35 @@ def test_a_config_the_env_cannot_take_is_refused_and_the_worker_keeps_its_config
     it; the worker goes on with its config, and a rebuilt one starts with it, not the refused."""
     pendulum = functools.partial(make_configurable_env, "Pendulum-v1", num_envs=2)
     with RayCollector(
-        pendulum, None, frames_per_batch=2 * 10, total_frames=-1, num_collectors=2,
+        pendulum, None, frames_per_batch=2 * 10, total_frames=-1, num_collectors=1,
         remote_configs=SMALL, prefetch_batches=1,
     ) as collector:  # fmt: skip
         batches = iter(collector)
         next(batches)
         good = collector.set_env_config({"g": 3.0}, apply="now")
-        assert collector.wait_for_env_config(good, timeout_s=60) == [1, 1]
+        assert collector.wait_for_env_config(good, timeout_s=60) == [1]
         bad = collector.set_env_config({"gravity": 1.0}, apply="now")
-        refused = r"collector worker \d: refused env config version 2.*PendulumEnv has no attribute"
+        refused = r"collector worker 0: refused env config version 2.*PendulumEnv has no attribute"
         with pytest.raises(WorkerError, match=refused):  # before: acknowledged, then a loop
             collector.wait_for_env_config(bad, timeout_s=60)
         with pytest.raises(WorkerError, match=refused):  # reported to every wait for it
             collector.wait_for_env_config(version=bad, timeout_s=60)
-        assert collector.wait_for_env_config(good, timeout_s=60) == [1, 1]
-        kill_and_wait(collector.workers[0])
-        seen, rebuilt = {0: 0, 1: 0}, 0
-        while rebuilt < 3 or seen[1] < PREDATING + 3:  # worker 1 and the rebuilt 0 go on
+        assert collector.wait_for_env_config(good, timeout_s=60) == [1]
+        for seen in range(1, PREDATING + 4):  # the worker goes on with the config it took
             batch = next(batches)
-            worker = int(batch[WORKER_ID_KEY].flatten()[0])
-            seen[worker] += 1
-            if worker == 0 and collector.stats()["restarts_per_worker"][0] == 1:
+            if seen > PREDATING:  # requested after the ack of version 1
+                assert (versions(batch) == 1).all()
+        kill_and_wait(collector.workers[0])
+        rebuilt = 0
+        while rebuilt < 3:
+            batch = next(batches)
+            if collector.stats()["restarts_per_worker"][0] == 1:
                 rebuilt += 1
                 assert (versions(batch) == 1).all()  # from its first step: the config it took
-            elif worker == 1 and seen[1] > PREDATING:  # requested after the ack of version 1
-                assert (versions(batch) == 1).all()
         stats = collector.stats()
-        assert stats["restarts_per_worker"] == [1, 0]
-        assert stats["worker_env_config_versions"] == [1, 1]
-        assert stats["worker_running_env_config_versions"] == [1, 1]
+        assert stats["restarts_per_worker"] == [1]
+        assert stats["worker_env_config_versions"] == [1]
+        assert stats["worker_running_env_config_versions"] == [1]
 
 
 def test_a_config_the_env_raises_on_when_applied_is_refused_with_the_next_batch(ray_clean):

@@ -20,31 +20,56 @@ cartpole = functools.partial(make_env, "CartPole-v1")
 OFF_PATH = "tdscheme.collectors.driver.pool"
 
 
-def fast_path(caplog, create_env_fn, **kwargs):
+def fast_path_stats(collector: RayCollector) -> list[bool | str]:
+    """Each worker's status, the same in stats() and counters(), and its share in the metrics."""
+    stats = collector.stats()
+    assert stats["fast_path"] == collector.counters()["fast_path"]
+    on_path = sum(status is True for status in stats["fast_path"]) / collector.num_workers
+    assert numeric_stats(stats, "collector")["collector/fast_path"] == on_path
+    return stats["fast_path"]
+
+
+def fast_path(caplog, create_env_fn, num_collectors=1, **kwargs):
     caplog.set_level(logging.INFO, logger=OFF_PATH)
     with RayCollector(
-        create_env_fn, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=2,
-        remote_configs=SMALL, **kwargs,
+        create_env_fn, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1,
+        num_collectors=num_collectors, remote_configs=SMALL, **kwargs,
     ) as collector:  # fmt: skip
-        stats = collector.stats()
-        assert stats["fast_path"] == collector.counters()["fast_path"]
-        on_path = sum(status is True for status in stats["fast_path"]) / 2
-        assert numeric_stats(stats, "collector")["collector/fast_path"] == on_path
+        statuses = fast_path_stats(collector)
     logged = [r.getMessage() for r in caplog.records if r.name == OFF_PATH]
-    return stats["fast_path"], logged
+    return statuses, logged
 
 
 def test_default_collector_on_cartpole_is_on_the_fast_path(ray_clean, caplog):
-    assert fast_path(caplog, cartpole) == ([True, True], [])
+    assert fast_path(caplog, cartpole) == ([True], [])
 
 
-def test_a_users_collector_class_is_named(ray_clean, caplog):
-    statuses, logged = fast_path(caplog, cartpole, collector_class=Collector)
+def test_a_users_collector_class_is_named_once_even_for_a_rebuilt_worker(ray_clean, caplog):
+    """Two workers off the path for one reason: one log line; a rebuilt one reports again, unlogged."""
+    caplog.set_level(logging.INFO, logger=OFF_PATH)
     reason = (
         "collector_class=Collector: tdscheme's lean rollout runs only in its default LeanCollector"
     )
-    assert statuses == [reason, reason]
-    assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
+    with RayCollector(
+        cartpole, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=2,
+        remote_configs=SMALL, collector_class=Collector,
+    ) as collector:  # fmt: skip
+        assert fast_path_stats(collector) == [reason, reason]
+        logged = [r.getMessage() for r in caplog.records if r.name == OFF_PATH]
+        assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
+        batches = iter(collector)
+        next(batches)
+        ray.kill(collector.workers[0], no_restart=True)
+        while collector.stats()["restarts"] == 0:
+            next(batches)  # the dead worker's reply says it died; it is rebuilt
+        deadline = time.monotonic() + 60
+        statuses = collector.counters()["fast_path"]
+        while collector._pool._rebuilt and time.monotonic() < deadline:  # asked, not waited on
+            time.sleep(0.1)
+            statuses = collector.counters()["fast_path"]
+        assert not collector._pool._rebuilt and statuses == [reason, reason]
+    logged = [r for r in caplog.records if r.name == OFF_PATH]
+    assert len(logged) == 1  # the same reason again is not logged again
 
 
 def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
@@ -56,44 +81,25 @@ def test_an_env_the_lean_rollout_refuses_gives_its_reason(ray_clean, caplog):
     reason = (
         "torchrl's rollout: the env's CatFrames renames keys (out_keys) or inverts (in_keys_inv)"
     )
-    assert statuses == [reason, reason]
-    assert logged == [f"collector workers [0, 1] run off the fast path: {reason}"]
-
-
-def test_a_rebuilt_worker_reports_again_without_a_second_log_line(ray_clean, caplog):
-    caplog.set_level(logging.INFO, logger=OFF_PATH)
-    with RayCollector(
-        cartpole, mlp_policy(4, 2), frames_per_batch=20, total_frames=-1, num_collectors=1,
-        remote_configs=SMALL, collector_class=Collector,
-    ) as collector:  # fmt: skip
-        batches = iter(collector)
-        next(batches)
-        ray.kill(collector.workers[0], no_restart=True)
-        while collector.stats()["restarts"] == 0:
-            next(batches)  # the dead worker's reply says it died; it is rebuilt
-        deadline = time.monotonic() + 60
-        statuses = collector.counters()["fast_path"]
-        while collector._pool._rebuilt and time.monotonic() < deadline:  # asked, not waited on
-            time.sleep(0.1)
-            statuses = collector.counters()["fast_path"]
-        assert not collector._pool._rebuilt and statuses == [statuses[0]]
-        assert statuses[0].startswith("collector_class=Collector")
-    logged = [r for r in caplog.records if r.name == OFF_PATH]
-    assert len(logged) == 1  # the same reason again is not logged again
+    assert statuses == [reason]
+    assert logged == [f"collector workers [0] run off the fast path: {reason}"]
 
 
 def test_compact_obs_runs_on_the_fast_path_and_batches_keep_torchrls_layout(ray_clean, caplog):
     """``collector_kwargs={"compact_obs": True}``: the lean rollout, no ``("next", obs)``."""
+    caplog.set_level(logging.INFO, logger=OFF_PATH)
     kwargs = {"collector_kwargs": {"compact_obs": True}}
-    assert fast_path(caplog, cartpole, **kwargs) == ([True, True], [])
-    for stacked in (False, True):
+    # first-ready batches need one worker; stacked ones two
+    for stacked, num_collectors in ((False, 1), (True, 2)):
         with RayCollector(
-            cartpole, mlp_policy(4, 2), frames_per_batch=40, total_frames=160, num_collectors=2,
-            remote_configs=SMALL, sync=stacked, **kwargs,
+            cartpole, mlp_policy(4, 2), frames_per_batch=40, total_frames=160,
+            num_collectors=num_collectors, remote_configs=SMALL, sync=stacked, **kwargs,
         ) as collector:  # fmt: skip
+            assert fast_path_stats(collector) == [True] * num_collectors
             batches = list(collector)
         assert sum(b.numel() for b in batches) == 160
         for batch in batches:
             keys = set(batch.keys(True, True))
             assert ("next", "observation") not in keys and "observation" in keys
             assert {("next", "reward"), ("next", "done"), ("next", "truncated")} <= keys
+    assert [r for r in caplog.records if r.name == OFF_PATH] == []

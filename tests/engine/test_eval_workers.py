@@ -37,20 +37,29 @@ def test_config_rejects_bad_values(field, value):
         TrainerConfig(**{field: value})
 
 
-def test_a_worker_gives_the_episodes_of_an_inline_evaluation(ray_clean):
+@pytest.fixture(scope="module")
+def pendulum_pool(ray_module_clean):
+    """One eval worker without faults, shared by the module's tests that only ask it to evaluate.
+
+    Its tests take no ``ray_clean``: the actor may register after that fixture looked (it is
+    created in the background); ``ray_module_clean`` checks that it ends with the module.
+    """
+    pool = EvalPool(pendulum_spec(), 1, remote_options=SMALL)
+    yield pool
+    pool.shutdown()
+
+
+def test_a_worker_gives_the_episodes_of_an_inline_evaluation(pendulum_pool):
     local = EvalWorker(0, pendulum_spec())
     inline = local.evaluate(weights(-1.0), frames=7, seed=3)
     local.shutdown()
-    pool = EvalPool(pendulum_spec(), 1, remote_options=SMALL)
-    try:
-        assert pool.start_evaluation(weights(-1.0), frames=7, seed=3)
-        assert not pool.start_evaluation(weights(1.0), frames=8, seed=4)  # busy: it waits
-        assert not pool.start_evaluation(weights(0.0), frames=9, seed=5)  # and is replaced
-        reply, newest = pool.drain(timeout_s=60)
-    finally:
-        pool.shutdown()
+    pool, skipped = pendulum_pool, pendulum_pool.skipped
+    assert pool.start_evaluation(weights(-1.0), frames=7, seed=3)
+    assert not pool.start_evaluation(weights(1.0), frames=8, seed=4)  # busy: it waits
+    assert not pool.start_evaluation(weights(0.0), frames=9, seed=5)  # and is replaced
+    reply, newest = pool.drain(timeout_s=60)
     assert (reply.frames, reply.returns, reply.lengths) == (7, inline.returns, inline.lengths)
-    assert newest.frames == 9 and pool.skipped == 1
+    assert newest.frames == 9 and pool.skipped == skipped + 1
 
 
 def test_a_dead_worker_is_rebuilt_and_its_evaluation_sent_again(ray_clean):
@@ -222,12 +231,9 @@ def test_checkpoints_of_one_frame_count_are_scored_each_on_its_own(ray_clean, tm
 
 
 @pytest.mark.fast
-def test_the_pool_gives_each_reply_its_requests_key(ray_clean):
-    pool = EvalPool(pendulum_spec(episodes=1), 1, remote_options=SMALL)
-    try:
-        pool.start_evaluation(weights(0.0), frames=5, seed=1, key="first")
-        pool.start_evaluation(weights(1.0), frames=5, seed=1, key="second")  # waits for the first
-        replies = pool.drain(timeout_s=60)
-    finally:
-        pool.shutdown()
+def test_the_pool_gives_each_reply_its_requests_key(pendulum_pool):
+    pool = pendulum_pool
+    pool.start_evaluation(weights(0.0), frames=5, seed=1, key="first")
+    pool.start_evaluation(weights(1.0), frames=5, seed=1, key="second")  # waits for the first
+    replies = pool.drain(timeout_s=60)
     assert [(r.frames, r.key) for r in replies] == [(5, "first"), (5, "second")]

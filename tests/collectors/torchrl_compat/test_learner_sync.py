@@ -103,16 +103,13 @@ def test_the_learner_owns_the_weights_once_it_asked_for_them(ray_clean):
 
 def test_a_collector_that_pushed_weights_or_bounds_lag_refuses_the_learner(ray_clean):
     with RayCollector(
-        env, mlp_policy(4, 2), frames_per_batch=16, num_collectors=1, remote_configs=SMALL
-    ) as collector:
-        collector.update_policy_weights_()
-        with pytest.raises(RuntimeError, match="pushed weights 1 time"):
-            collector._learner_weight_sync()
-    with RayCollector(
         env, mlp_policy(4, 2), frames_per_batch=16, num_collectors=1, remote_configs=SMALL,
         max_policy_lag=1,
     ) as collector:  # fmt: skip
         with pytest.raises(ValueError, match="max_policy_lag=1 is invalid"):
+            collector._learner_weight_sync()
+        collector.update_policy_weights_()
+        with pytest.raises(RuntimeError, match="pushed weights 1 time"):  # checked first
             collector._learner_weight_sync()
 
 

@@ -26,30 +26,17 @@ def test_is_a_torchrl_collector():
     assert issubclass(RayCollector, BaseCollector)
 
 
-def assert_collects_200_frames_in_batches_of_50(**kwargs):
+def test_a_policy_without_weights_collects_200_frames_in_stacked_batches_of_50(ray_clean):
+    """torchrl's test_distributed_collector_sync on RandomPolicy (no weights to send); the other
+    cases of torchrl's sync and collector_class tests: the tests below, which count frames too."""
     policy = RandomPolicy(ContinuousActionVecMockEnv().action_spec)
-    collector = RayCollector(
+    with RayCollector(
         [ContinuousActionVecMockEnv] * 2, policy, total_frames=200, frames_per_batch=50,
-        **kwargs, **REMOTE,
-    )  # fmt: skip
-    try:
-        total = 0
-        for data in collector:
-            total += data.numel()
-            assert data.numel() == 50
-        assert total == 200
-    finally:
-        collector.shutdown()
-
-
-@pytest.mark.parametrize("sync", [False, True])
-def test_distributed_collector_sync(ray_clean, sync):
-    assert_collects_200_frames_in_batches_of_50(sync=sync)
-
-
-@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector, Collector])
-def test_distributed_collector_class(ray_clean, collector_class):
-    assert_collects_200_frames_in_batches_of_50(collector_class=collector_class)
+        sync=True, **REMOTE,
+    ) as collector:  # fmt: skip
+        batches = list(collector)
+    assert [b.numel() for b in batches] == [50] * 4
+    assert all(sorted(b[WORKER_ID_KEY].unique().tolist()) == [0, 1] for b in batches)
 
 
 @pytest.mark.parametrize("sync", [False, True])
@@ -93,7 +80,8 @@ def test_distributed_collector_updatepolicy(ray_clean, sync, pfactory):
         collector.shutdown()
 
 
-def test_policy_factory_with_pushed_weights(ray_clean):
+def test_collector_class_collector_with_a_policy_factory_runs_weights_pushed_before(ray_clean):
+    """torchrl's test_distributed_collector_class[Collector], with pushed weights."""
     collector = RayCollector(
         [CountingEnv] * 2, collector_class=Collector, policy_factory=CountingPolicy,
         total_frames=300, frames_per_batch=50, **REMOTE,
@@ -102,18 +90,22 @@ def test_policy_factory_with_pushed_weights(ray_clean):
     with torch.no_grad():
         weights["weight"].fill_(2)
     collector.update_policy_weights_(weights)
+    frames = 0
     try:
         for data in collector:
+            assert data.numel() == 50
+            frames += data.numel()
             assert (data["action"] == 2).all()
             collector.update_policy_weights_(weights)
     finally:
         collector.shutdown()
+    assert frames == 300
 
 
 @pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
-def test_policy_factory_with_multiprocess_collector_takes_pushed_weights(
-    ray_clean, collector_class
-):
+def test_multiprocess_collector_class_collects_with_pushed_weights(ray_clean, collector_class):
+    """torchrl's test_distributed_collector_class[MultiSync/MultiAsync], on one worker, with a
+    policy factory and pushed weights."""
     # torchrl gives the inner collector a shared-memory weight scheme so that the weights
     # reach its env processes; without it, the worker raised "No weight updater, ..."
     weights = TensorDict.from_module(CountingPolicy())
@@ -124,10 +116,12 @@ def test_policy_factory_with_multiprocess_collector_takes_pushed_weights(
     actions = []
     try:
         for i, data in enumerate(collector):
+            assert data.numel() == 50
             actions.append(data["action"].unique().tolist())
             if i == 0:
                 weights.data.add_(1)
                 collector.update_policy_weights_(weights)
     finally:
         collector.shutdown()
+    assert len(actions) == 6  # 300 frames
     assert actions[0] == [1] and actions[-1] == [2], actions
