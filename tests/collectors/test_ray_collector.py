@@ -49,6 +49,27 @@ def assert_books_agree(collector):
     assert books["in_flight"] == sum(in_flight.values()) and books["balanced"], books
 
 
+@pytest.fixture(scope="module")
+def cartpole_worker(ray_module_clean):
+    """One CartPole worker on the compressed transport, built at the driver's WARNING level.
+
+    Shared by the tests that look at one worker's process or one batch (an actor start each
+    test would otherwise pay): each test's ``iter`` supersedes the one before it.
+    """
+    tdscheme_logger = logging.getLogger("tdscheme")
+    previous = tdscheme_logger.level
+    tdscheme_logger.setLevel(logging.WARNING)
+    try:
+        collector = RayCollector(
+            cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=-1,
+            num_collectors=1, compress=True, remote_configs=SMALL,
+        )  # fmt: skip
+    finally:
+        tdscheme_logger.setLevel(previous)
+    yield collector
+    collector.shutdown()
+
+
 @pytest.mark.fast
 def test_async_yields_exact_frames_from_every_worker(ray_clean):
     collector = RayCollector(
@@ -66,40 +87,53 @@ def test_async_yields_exact_frames_from_every_worker(ray_clean):
     collector.shutdown()  # already shut down at the end of the budget: idempotent
 
 
-def test_workers_freeze_what_they_built_and_in_process_workers_do_not(ray_clean):
+def test_workers_freeze_what_they_built_and_in_process_workers_do_not(cartpole_worker, ray_clean):
     """A worker actor owns its process: its objects leave the collector's generations."""
     import gc
 
     from tdscheme.collectors import CollectorWorker, WorkerSpec
 
-    collector = RayCollector(
-        cartpole, mlp_policy(4, 2), frames_per_batch=200, total_frames=400,
-        num_collectors=1, remote_configs=SMALL,
-    )  # fmt: skip
-    try:
-        next(iter(collector))
-        frozen = collector.workers[0].__ray_call__.remote(lambda self: gc.get_freeze_count())
-        assert ray.get(frozen, timeout=60) > 10_000  # torch, torchrl, the env, the policy
-    finally:
-        collector.shutdown()
+    next(iter(cartpole_worker))
+    frozen = cartpole_worker.workers[0].__ray_call__.remote(lambda self: gc.get_freeze_count())
+    assert ray.get(frozen, timeout=60) > 10_000  # torch, torchrl, the env, the policy
     before = gc.get_freeze_count()
     worker = CollectorWorker(0, WorkerSpec(cartpole, mlp_policy(4, 2), frames_per_batch=20))
     worker.shutdown()
     assert gc.get_freeze_count() == before
 
 
-def test_sync_stacks_one_rollout_per_worker(ray_clean):
-    with RayCollector(
-        cartpole, mlp_policy(4, 2), frames_per_batch=400, total_frames=1200,
-        num_collectors=2, sync=True, remote_configs=SMALL,
-    ) as collector:  # fmt: skip
-        batches = list(collector)
-    assert [tuple(b.batch_size) for b in batches] == [(2, 200)] * 3
+def test_sync_stacks_one_rollout_per_worker_and_the_same_seed_repeats_it(ray_clean):
+    """A sync batch stacks one rollout per worker; a seed repeats a worker's data, another not.
+
+    A stochastic policy (a sampled categorical): the seed must reach the workers' torch RNG
+    as well as their envs for the actions, then the states, to repeat. Worker ``i``'s seed is
+    ``restart_seed(seed, i)`` whatever the number of workers: one worker repeats worker 0.
+    """
+
+    def collect(seed, num_collectors, total_frames):
+        torch.manual_seed(0)  # the same initial weights
+        with RayCollector(
+            cartpole, cartpole_modules()["actor"], frames_per_batch=50 * num_collectors,
+            total_frames=total_frames, num_collectors=num_collectors, sync=True, seed=seed,
+            remote_configs=SMALL,
+        ) as collector:  # fmt: skip
+            torch.manual_seed(1234)  # the driver's RNG state must not matter
+            return list(collector), collector.stats()
+
+    batches, stats = collect(7, num_collectors=2, total_frames=300)
+    assert [tuple(b.batch_size) for b in batches] == [(2, 50)] * 3
     for b in batches:
         assert b[WORKER_ID_KEY][0].unique().tolist() == [0]
         assert b[WORKER_ID_KEY][1].unique().tolist() == [1]
         assert MASK_KEY not in b.keys(True)
-    assert collector.stats()["frames"] == 1200
+    assert stats["frames"] == 300
+    a = batches[0]
+    assert not torch.equal(a["observation"][0], a["observation"][1])  # the workers differ
+    (again,), _ = collect(7, num_collectors=1, total_frames=50)
+    (other,), _ = collect(8, num_collectors=1, total_frames=50)
+    assert torch.equal(a["action"][0], again["action"].reshape(a["action"][0].shape))
+    assert torch.equal(a["observation"][0], again["observation"].reshape(a["observation"][0].shape))
+    assert not torch.equal(a["action"][0], other["action"].reshape(a["action"][0].shape))
 
 
 def test_sync_stacks_whole_trajectories_of_different_lengths(ray_clean):
@@ -196,7 +230,7 @@ def test_max_weight_update_interval_pushes_every_k_plus_one_batches(ray_clean):
 def test_max_policy_lag_zero_yields_only_current_weights(ray_clean):
     policy = bias_policy(3, 1, bias=0.0)
     with RayCollector(
-        pendulum, policy, frames_per_batch=50, total_frames=500, num_collectors=2,
+        pendulum, policy, frames_per_batch=50, total_frames=500, num_collectors=1,
         max_policy_lag=0, prefetch_batches=1, remote_configs=SMALL,
     ) as collector:  # fmt: skip
         for i, batch in enumerate(collector):
@@ -259,7 +293,7 @@ def test_ledger_asks_the_batch_torchrl_rounds_to_whole_env_steps(ray_clean):
 def test_a_new_iteration_supersedes_an_open_one_and_books_its_requests(ray_clean, sync):
     collector = RayCollector(
         cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=1000, sync=sync,
-        num_collectors=2, remote_configs=SMALL,
+        num_collectors=1, remote_configs=SMALL,
     )  # fmt: skip
     first = iter(collector)
     frames = next(first).numel()
@@ -276,49 +310,28 @@ def test_a_new_iteration_supersedes_an_open_one_and_books_its_requests(ray_clean
     assert stats["ledger"]["discarded"] >= 100  # the first one's requests in flight
 
 
-def test_compressed_transport_gives_the_same_keys(ray_clean):
-    with RayCollector(
-        cartpole, mlp_policy(4, 2), frames_per_batch=100, total_frames=200,
-        num_collectors=1, compress=True, remote_configs=SMALL,
-    ) as collector:  # fmt: skip
-        batch = next(iter(collector))
-        assert batch["observation"].shape == (100, 4)
-        assert batch["next", "done"].dtype == torch.bool
-        assert collector.stats()["bytes_received"] > 0
+def test_compressed_transport_gives_the_same_keys(cartpole_worker, ray_clean):
+    received = cartpole_worker.stats()["bytes_received"]
+    batch = next(iter(cartpole_worker))
+    assert batch["observation"].shape == (100, 4)
+    assert batch["next", "done"].dtype == torch.bool
+    assert cartpole_worker.stats()["bytes_received"] > received
 
 
-def test_killed_worker_is_replaced_with_current_weights(ray_clean):
-    policy = bias_policy(3, 1, bias=0.5)
-    with RayCollector(
-        pendulum, policy, frames_per_batch=100, total_frames=3000, num_collectors=2,
-        remote_configs=SMALL,
-    ) as collector:  # fmt: skip
-        after_kill = []
-        for i, batch in enumerate(collector):
-            assert_books_agree(collector)
-            if i == 2:
-                collector.update_policy_weights_(bias_policy(3, 1, bias=-0.25))
-                collector.wait_for_weights(timeout_s=60)
-                ray.kill(collector.workers[0], no_restart=True)
-            elif i > 2:
-                after_kill.append(batch)
-        stats = collector.stats()
-    assert stats["frames"] == 3000
-    assert stats["restarts_per_worker"] == [1, 0]
-    assert stats["frames_lost"] % 100 == 0
-    assert_ledger(stats, yielded=3000, lost=stats["frames_lost"])
-    replaced = [b for b in after_kill if worker_ids(b) == [0]]
-    assert replaced, "the replaced worker produced no batch"
-    assert single(replaced[-1]["action"]) == pytest.approx(-0.25)
-    assert single(replaced[-1][POLICY_VERSION_KEY]) == 1
+def test_start_without_a_buffer_names_the_argument(cartpole_worker, ray_clean):
+    with pytest.raises(RuntimeError, match="replay_buffer=None"):
+        cartpole_worker.start()
+    assert not cartpole_worker.is_running
 
 
 @pytest.mark.parametrize("collector_class", [None, "Collector"])
-def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_share(
+def test_a_killed_worker_is_rebuilt_with_current_weights_and_what_is_left_of_its_random_share(
     ray_clean, collector_class
 ):
-    """init_random_frames is a run's warm-up, not each actor's (found by the off-policy soak:
-    every collector restart wrote its random share again and the training return dipped)."""
+    """A killed worker is replaced with the current weights and version, and takes random
+    actions only for what is left of the run's share: init_random_frames is a run's warm-up,
+    not each actor's (found by the off-policy soak: every collector restart wrote its random
+    share again and the training return dipped)."""
     from torchrl.collectors import Collector
 
     chosen = {} if collector_class is None else {"collector_class": Collector}
@@ -326,34 +339,53 @@ def test_a_rebuilt_worker_takes_random_actions_only_for_what_is_left_of_its_shar
         pendulum, bias_policy(3, 1, bias=0.5), frames_per_batch=100, total_frames=1000,
         init_random_frames=200, remote_configs=SMALL, **chosen,
     ) as collector:  # fmt: skip
-        random_batches = []
+        random_batches, after_kill = [], []
         for i, batch in enumerate(collector):
-            policy_actions = bool((batch["action"] == 0.5).all())
+            assert_books_agree(collector)
+            policy_actions = any(
+                torch.isclose(batch["action"], torch.tensor(bias)).all() for bias in (0.5, -0.25)
+            )
             random_batches += [] if policy_actions else [i]
-            if i == 3:  # past the share of 200 random frames: the worker dies
+            if i == 3:  # past the share of 200 random frames: new weights, then the worker dies
+                collector.update_policy_weights_(bias_policy(3, 1, bias=-0.25))
+                collector.wait_for_weights(timeout_s=60)
                 kill_and_wait(collector.workers[0])
+            elif i > 3:
+                after_kill.append(batch)
             if i == 6:  # its frame count goes on from its predecessor's (as a checkpoint holds)
                 assert collector.state_dict()[0]["frames"] >= 600
-        assert collector.stats()["restarts"] == 1
+        stats = collector.stats()
+    assert stats["restarts_per_worker"] == [1] and stats["frames"] == 1000
+    assert stats["frames_lost"] % 100 == 0
+    assert_ledger(stats, yielded=1000, lost=stats["frames_lost"])
     assert random_batches == [0, 1]  # the first actor's 200 frames, none after
+    assert single(after_kill[-1]["action"]) == pytest.approx(-0.25)  # the replacement's
+    assert single(after_kill[-1][POLICY_VERSION_KEY]) == 1
 
 
-def test_env_error_names_the_worker_with_the_remote_traceback(ray_clean):
-    """An env that raises after every restart: rebuilt max_restarts times, then a WorkerError."""
+def test_a_failing_worker_beside_a_healthy_one_is_named_with_the_remote_traceback(ray_clean):
+    """An env that raises after every restart: rebuilt max_restarts times, then a WorkerError.
+
+    Resting is for hangs: the failing worker does not rest while the healthy one collects the
+    whole budget (a rest would begin at its second failure in a row, hence max_restarts=2);
+    its third failure ends the run, named, with the remote traceback.
+    """
+    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)  # 20,000 frames: ~100 s
     failing = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
     collector = RayCollector(
-        [cartpole, failing], mlp_policy(4, 2), frames_per_batch=50, total_frames=10_000,
-        num_collectors=2, remote_configs=SMALL, max_restarts=1,
+        [slow, failing], mlp_policy(4, 2), frames_per_batch=50, total_frames=20_000,
+        num_collectors=2, max_restarts=2, worker_stall_timeout_s=600, remote_configs=SMALL,
     )  # fmt: skip
+    seen = 0
     with pytest.raises(WorkerError) as info:
-        for _ in collector:
-            pass
-    assert info.value.worker_id == 1 and info.value.method == "collect"
+        for batch in collector:
+            seen += batch.numel()
+    assert info.value.worker_id == 1 and info.value.method == "collect" and seen < 20_000
     assert str(info.value).splitlines()[0] == (
         "collector worker 1: collect raised RuntimeError: FaultyEnv: injected failure at step 30 "
-        "(failed 2 times, max_restarts=1)"
+        "(failed 3 times, max_restarts=2)"
     )
-    assert collector.stats()["restarts_per_worker"] == [0, 1]
+    assert collector.stats()["restarts_per_worker"] == [0, 2]
     assert "injected failure at step 30" in info.value.remote_traceback
     assert "ray::CollectorWorker.collect()" in info.value.remote_traceback
     assert "faulty.py" in info.value.remote_traceback  # the remote frames are there (the env's)
@@ -371,41 +403,6 @@ def test_crashing_worker_gives_up_after_max_restarts(ray_clean):
             pass
     assert collector.stats()["restarts"] == 1
     collector.shutdown()
-
-
-def test_a_crashing_worker_beside_a_healthy_one_still_fails_at_max_restarts(ray_clean):
-    """Resting is for hangs: a worker whose env raises at every build does not rest while the
-    healthy worker collects the whole budget; its third failure ends the run, named."""
-    slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.005)  # 20,000 frames: ~100 s
-    raising = functools.partial(make_env, "CartPole-v1", raise_at_step=30)
-    collector = RayCollector(
-        [slow, raising], mlp_policy(4, 2), frames_per_batch=50, total_frames=20_000,
-        num_collectors=2, max_restarts=2, worker_stall_timeout_s=600, remote_configs=SMALL,
-    )  # fmt: skip
-    seen = 0
-    with pytest.raises(WorkerError, match=r"failed 3 times, max_restarts=2") as err:
-        for batch in collector:
-            seen += batch.numel()
-    assert err.value.worker_id == 1 and seen < 20_000
-    collector.shutdown()
-
-
-def test_same_seed_gives_identical_data_and_workers_differ(ray_clean):
-    # A stochastic policy (a sampled categorical): the seed must reach the workers'
-    # torch RNG as well as their envs for the actions, then the states, to repeat.
-    def first_batch(seed):
-        torch.manual_seed(0)  # the same initial weights
-        with RayCollector(
-            cartpole, cartpole_modules()["actor"], frames_per_batch=100, total_frames=100,
-            num_collectors=2, sync=True, seed=seed, remote_configs=SMALL,
-        ) as collector:  # fmt: skip
-            torch.manual_seed(1234)  # the driver's RNG state must not matter
-            return next(iter(collector))
-
-    a, b, c = first_batch(7), first_batch(7), first_batch(8)
-    assert torch.equal(a["action"], b["action"]) and torch.equal(a["observation"], b["observation"])
-    assert not torch.equal(a["action"], c["action"])
-    assert not torch.equal(a["observation"][0], a["observation"][1])
 
 
 def test_state_dict_round_trip_and_add_collectors(ray_clean):
@@ -439,34 +436,42 @@ def test_state_dict_round_trip_and_add_collectors(ray_clean):
         assert_ledger(collector.stats(), yielded=collector.collected_frames)
 
 
-def test_shutdown_leaves_the_ray_it_did_not_start(ray_clean):
-    collector = RayCollector(cartpole, mlp_policy(4, 2), frames_per_batch=10, remote_configs=SMALL)
-    collector.shutdown()
-    collector.shutdown()
-    assert ray.is_initialized()
-    with pytest.raises(RuntimeError, match="shut down"):
-        collector.update_policy_weights_()
+def test_workers_log_at_the_drivers_level_and_shutdown_leaves_the_ray_it_did_not_start(
+    cartpole_worker, ray_clean
+):
+    """A worker logs at the level the driver had when it started it (the shared worker was
+    started at WARNING, this test's at INFO). That worker's collector is then shut down (twice):
+    the session's Ray stays up and the collector refuses further calls."""
 
-
-@pytest.mark.parametrize("level", [logging.WARNING, logging.INFO])
-def test_workers_log_at_the_drivers_level(ray_clean, level):
     # torchrl's own default is INFO: WARNING in a worker is the driver's, not torchrl's.
     def levels_in_worker(worker):  # a local function: Ray sends it by value
         return {n: logging.getLogger(n).getEffectiveLevel() for n in ("tdscheme", "torchrl", "ray")}
 
+    def levels_of(collector):
+        return ray.get(collector.workers[0].__ray_call__.remote(levels_in_worker), timeout=120)
+
+    warning = logging.WARNING
+    assert levels_of(cartpole_worker) == {"tdscheme": warning, "torchrl": warning, "ray": warning}
     tdscheme_logger = logging.getLogger("tdscheme")
     previous = tdscheme_logger.level
-    tdscheme_logger.setLevel(level)
+    tdscheme_logger.setLevel(logging.INFO)
     try:
-        with RayCollector(
+        collector = RayCollector(
             cartpole, mlp_policy(4, 2), frames_per_batch=20, num_collectors=1,
             remote_configs=SMALL,
-        ) as collector:  # fmt: skip
-            actor = collector.workers[0]
-            got = ray.get(actor.__ray_call__.remote(levels_in_worker), timeout=120)
+        )  # fmt: skip
     finally:
         tdscheme_logger.setLevel(previous)
-    assert got == {"tdscheme": level, "torchrl": level, "ray": level}
+    try:
+        got = levels_of(collector)
+    finally:
+        collector.shutdown()
+    info = logging.INFO
+    assert got == {"tdscheme": info, "torchrl": info, "ray": info}
+    collector.shutdown()
+    assert ray.is_initialized()
+    with pytest.raises(RuntimeError, match="shut down"):
+        collector.update_policy_weights_()
 
 
 def test_first_ready_serves_the_oldest_ready_batch_first(ray_clean):

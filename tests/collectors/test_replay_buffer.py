@@ -33,7 +33,7 @@ env = functools.partial(make_env, "CartPole-v1")
 @pytest.fixture
 def buffer(ray_clean):
     rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 10_000),
+        storage=functools.partial(LazyTensorStorage, 20_000),
         batch_size=32,
         remote_config={"num_cpus": 0},
     )
@@ -60,37 +60,13 @@ def test_iteration_yields_none_and_writes_exactly_total_frames(buffer):
     assert (data[POLICY_VERSION_KEY] == 0).all()
 
 
-def test_start_collects_in_the_background_and_pause_drains(buffer):
-    collector = RayCollector(
-        env, mlp_policy(4, 2), frames_per_batch=100, total_frames=-1, num_collectors=2,
-        replay_buffer=buffer, **SMALL,
-    )  # fmt: skip
-    try:
-        collector.start()
-        assert collector.is_running
-        with pytest.raises(RuntimeError, match=r"in the background .*collector.pause\(\)"):
-            iter(collector)  # one flow, two drivers: refused, and collection goes on
-        _wait_for(lambda: written(buffer) >= 400)
-        with collector.pause():
-            frozen = written(buffer)
-            assert not collector.is_running
-            stats = collector.stats()
-            assert stats["frames"] == frozen  # every in-flight write is counted
-            assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == frozen
-            assert stats["ledger"]["in_flight"] == 0 and not collector._flow.requests.asked()
-            time.sleep(1.0)  # time passes inside the block: nothing is written
-            assert written(buffer) == frozen
-        _wait_for(lambda: written(buffer) > frozen)  # collection resumed
-        collector.update_policy_weights_()  # pushes reach background workers too
-        _wait_for(lambda: (buffer[-50:][POLICY_VERSION_KEY] == 1).all().item())
-    finally:
-        asyncio.run(collector.async_shutdown())
-    assert not collector.is_running
+def test_start_collects_in_the_background_pause_drains_and_hold_while_paces(buffer):
+    """start(): collection in the background; pause() drains it; hold_while paces it.
 
-
-def test_hold_while_paces_background_writes_by_their_consumer(buffer):
-    """start(hold_while=...): no new request while the consumer has enough; pause keeps it."""
-    taken = 0  # what a learner took so far
+    With ``hold_while`` (no new request while the consumer has enough), first left open
+    (the consumer took everything), then holding, through a pause that keeps it.
+    """
+    taken = 10**9  # what a learner took so far: at first, more than is written
 
     def consumer_busy():
         return collector.collected_frames - taken >= 200
@@ -111,11 +87,29 @@ def test_hold_while_paces_background_writes_by_their_consumer(buffer):
 
     try:
         collector.start(hold_while=consumer_busy)
-        _wait_for(lambda: written(buffer) >= 200)
+        assert collector.is_running
+        with pytest.raises(RuntimeError, match=r"in the background .*collector.pause\(\)"):
+            iter(collector)  # one flow, two drivers: refused, and collection goes on
+        _wait_for(lambda: written(buffer) >= 400)
+        with collector.pause():
+            frozen = written(buffer)
+            assert not collector.is_running
+            stats = collector.stats()
+            assert stats["frames"] == frozen  # every in-flight write is counted
+            assert stats["ledger"]["balanced"] and stats["ledger"]["yielded"] == frozen
+            assert stats["ledger"]["in_flight"] == 0 and not collector._flow.requests.asked()
+            time.sleep(1.0)  # time passes inside the block: nothing is written
+            assert written(buffer) == frozen
+        _wait_for(lambda: written(buffer) > frozen)  # collection resumed
+        collector.update_policy_weights_()  # pushes reach background workers too
+        _wait_for(lambda: (buffer[-50:][POLICY_VERSION_KEY] == 1).all().item())
+        # the consumer now has taken all it was given: the workers hold at 200 frames ahead
+        taken = collector.collected_frames
+        _wait_for(lambda: collector.collected_frames >= taken + 200)
         time.sleep(2.0)  # unpaced, 2 CartPole workers write thousands of frames in 2 s
         assert_held()
-        taken = 1_000  # the consumer took its frames: the workers go on
-        _wait_for(lambda: collector.collected_frames >= 1_200)
+        taken += 1_000  # the consumer took its frames: the workers go on
+        _wait_for(lambda: collector.collected_frames >= taken + 200)
         time.sleep(1.0)
         assert_held()
         with collector.pause():
@@ -128,20 +122,7 @@ def test_hold_while_paces_background_writes_by_their_consumer(buffer):
     assert time.monotonic() - start < 30.0 and not collector.is_running
 
 
-def test_background_collection_stops_at_total_frames(buffer):
-    with RayCollector(
-        env, mlp_policy(4, 2), frames_per_batch=128, total_frames=1000, num_collectors=2,
-        replay_buffer=buffer, **SMALL,
-    ) as collector:  # fmt: skip
-        collector.start()
-        _wait_for(lambda: not collector.is_running)
-        stats = collector.stats(timeout=5)
-        assert stats["frames"] == written(buffer) == 1000
-        assert stats["completed"] and stats["total_frames"] == 1000
-        assert stats["workers_alive"] == 2 and stats["worker_frames"] == 1000
-
-
-def test_the_episodes_written_are_reported_once_each(buffer):
+def test_background_collection_stops_at_total_frames_and_reports_its_episodes_once(buffer):
     """The driver never sees the frames; the workers report the episodes that end in them."""
     # CartPole recording its episodes (torchrl's RewardSum and StepCounter), a preset's env
     recording_env = get_preset("ppo-cartpole").override({"num_envs": 1}).factories()["env_factory"]
@@ -151,6 +132,10 @@ def test_the_episodes_written_are_reported_once_each(buffer):
     ) as collector:  # fmt: skip
         collector.start()
         _wait_for(lambda: not collector.is_running)
+        stats = collector.stats(timeout=5)
+        assert stats["frames"] == written(buffer) == 1000
+        assert stats["completed"] and stats["total_frames"] == 1000
+        assert stats["workers_alive"] == 2 and stats["worker_frames"] == 1000
         episodes = collector.written_episodes()
         assert collector.written_episodes().returns == []  # each is reported once
     data = buffer[:]
@@ -161,27 +146,6 @@ def test_the_episodes_written_are_reported_once_each(buffer):
         data["next", "episode_reward"][done].squeeze(-1).tolist()
     )
     assert sorted(episodes.lengths) == sorted(data["next", "step_count"][done].squeeze(-1).tolist())
-
-
-def test_ray_buffer_kwargs_make_a_buffer_actor_of_the_class_asked_with_a_one_line_repr(
-    ray_clean,
-):
-    """Ray prints an actor's repr as its output's prefix: torchrl's spans ten lines."""
-    rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 1000), batch_size=8,
-        **ray_buffer_kwargs(TensorDictReplayBuffer),
-    )  # fmt: skip
-    try:
-        with RayCollector(
-            env, mlp_policy(4, 2), frames_per_batch=100, total_frames=200, num_collectors=1,
-            replay_buffer=rb, **SMALL,
-        ) as collector:  # fmt: skip
-            list(collector)
-        assert len(rb) == 200 and rb.sample()["observation"].shape == (8, 4)
-        shown = ray.get(rb._rb.__ray_call__.remote(repr), timeout=30)
-        assert shown == "TensorDictReplayBuffer(LazyTensorStorage, batch_size=8)"
-    finally:
-        rb.shutdown()
 
 
 def test_a_buffer_that_flattens_its_writes_takes_them_as_frames():
@@ -195,30 +159,32 @@ def test_a_buffer_that_flattens_its_writes_takes_them_as_frames():
     assert _storage_ndim(TensorDictReplayBuffer(storage=LazyTensorStorage(10, ndim=2))) == 2
 
 
-def test_a_ray_held_buffer_sampled_by_rank_shares_stays_quiet(ray_session):
+def test_a_ray_held_buffer_sampled_by_rank_shares_stays_quiet(ray_clean):
     """Learner ranks sample batch_size / ranks; torchrl's warning of it (once a buffer) stays
     in the actor: a fresh buffer's first such sample warns only where filters are reset."""
 
-    def sample_share(rb, *, always: bool) -> list[str]:  # in the actor (pickled by value)
+    def sample_share(rb) -> list[list[str]]:  # in the actor (pickled by value)
         import warnings
 
-        with warnings.catch_warnings(record=True) as caught:
-            if always:  # the negative control: torchrl does warn
-                warnings.simplefilter("always")
-            rb.sample(4)  # half the batch size: a rank's share
-        return [str(w.message) for w in caught]
+        told = []
+        fresh = type(rb)(storage=LazyTensorStorage(16), batch_size=8)  # its class, unsampled
+        fresh.extend(TensorDict({"x": torch.arange(16.0)}, [16]))
+        for buffer, always in ((rb, False), (fresh, True)):
+            with warnings.catch_warnings(record=True) as caught:
+                if always:  # the negative control: torchrl does warn
+                    warnings.simplefilter("always")
+                buffer.sample(4)  # half the batch size: a rank's share
+            told.append([str(w.message) for w in caught])
+        return told
 
-    told = []
-    for always in (False, True):
-        rb = RayReplayBuffer(
-            storage=functools.partial(LazyTensorStorage, 16), batch_size=8, **ray_buffer_kwargs()
-        )
-        try:
-            rb.extend(TensorDict({"x": torch.arange(16.0)}, [16]))
-            share = functools.partial(sample_share, always=always)
-            told.append(ray.get(rb._rb.__ray_call__.remote(share), timeout=60))
-        finally:
-            rb.shutdown()
+    rb = RayReplayBuffer(
+        storage=functools.partial(LazyTensorStorage, 16), batch_size=8, **ray_buffer_kwargs()
+    )
+    try:
+        rb.extend(TensorDict({"x": torch.arange(16.0)}, [16]))
+        told = ray.get(rb._rb.__ray_call__.remote(sample_share), timeout=60)
+    finally:
+        rb.shutdown()
     assert told[0] == [] and any("conflicting batch_sizes" in m for m in told[1]), told
 
 
@@ -268,12 +234,6 @@ def test_bad_buffer_arguments_are_clear_errors(ray_session):
         RayCollector(env, frames_per_batch=10, trajs_per_batch=0)
 
 
-def test_start_without_a_buffer_names_the_argument(ray_clean):
-    with RayCollector(env, mlp_policy(4, 2), frames_per_batch=10, **SMALL) as collector:
-        with pytest.raises(RuntimeError, match="replay_buffer=None"):
-            collector.start()
-
-
 def _wait_for(condition, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -285,7 +245,7 @@ def test_batched_envs_keep_torchrl_layout_and_stop_short_of_total(buffer):
     """4 envs x 16 steps per batch: rows of 16 steps, as torchrl writes; 150 frames fit 9 rows."""
     batched = functools.partial(make_env, "CartPole-v1", num_envs=4)
     with RayCollector(
-        batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=2,
+        batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=1,
         replay_buffer=buffer, **SMALL,
     ) as collector:  # fmt: skip
         for _ in collector:
@@ -313,7 +273,7 @@ def test_batched_envs_into_an_ndim2_storage_are_cut_along_time(ray_clean, transp
     batched = functools.partial(make_env, "CartPole-v1", num_envs=4)
     try:
         with RayCollector(
-            batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=2,
+            batched, mlp_policy(4, 2), frames_per_batch=64, total_frames=150, num_collectors=1,
             replay_buffer=rb, **SMALL,
         ) as collector:  # fmt: skip
             collector.start()
@@ -400,7 +360,7 @@ def test_worker_killed_while_writing_is_restarted_and_counted(ray_clean, trajs_p
         rb.shutdown()
 
 
-def test_whole_trajectories_in_the_background_reach_total_frames_through_a_kill(ray_clean):
+def test_whole_trajectories_in_the_background_reach_total_frames_through_a_kill(buffer):
     """Pendulum's 200-step trajectories, 2 per batch: exactly total_frames, a worker killed.
 
     Before, the two requests in flight each got half of what was left, so near the end
@@ -410,44 +370,38 @@ def test_whole_trajectories_in_the_background_reach_total_frames_through_a_kill(
     from torchrl.envs.utils import RandomPolicy
 
     pendulum = functools.partial(make_env, "Pendulum-v1")
-    rb = RayReplayBuffer(
-        storage=functools.partial(LazyTensorStorage, 5_000), batch_size=32,
-        remote_config={"num_cpus": 0},
-    )  # fmt: skip
-    try:
-        with RayCollector(
-            pendulum, RandomPolicy(pendulum().action_spec), frames_per_batch=50,
-            total_frames=3000, num_collectors=2, replay_buffer=rb, trajs_per_batch=2,
-            sync=False, **SMALL,
-        ) as collector:  # fmt: skip
-            collector.start()
-            _wait_for(lambda: written(rb) >= 200)
-            ray.kill(collector.workers[0], no_restart=True)
-            _wait_for(lambda: not collector.is_running)
-            stats = collector.stats(timeout=10)
-        assert written(rb) == 3000 and stats["completed"], stats
-        assert stats["ledger"]["balanced"] and stats["ledger"]["short"] == 0, stats["ledger"]
-        _assert_whole_trajectories(rb[:])
-    finally:
-        rb.shutdown()
+    rb = buffer
+    with RayCollector(
+        pendulum, RandomPolicy(pendulum().action_spec), frames_per_batch=50,
+        total_frames=3000, num_collectors=2, replay_buffer=rb, trajs_per_batch=2,
+        sync=False, **SMALL,
+    ) as collector:  # fmt: skip
+        collector.start()
+        _wait_for(lambda: written(rb) >= 200)
+        ray.kill(collector.workers[0], no_restart=True)
+        _wait_for(lambda: not collector.is_running)
+        stats = collector.stats(timeout=10)
+    assert written(rb) == 3000 and stats["completed"], stats
+    assert stats["ledger"]["balanced"] and stats["ledger"]["short"] == 0, stats["ledger"]
+    _assert_whole_trajectories(rb[:])
 
 
 def test_max_policy_lag_applies_to_background_writes(buffer):
     """Lag 0: once every worker acknowledged version v, no frame older than v is written."""
-    # 2 ms per step: a worker is nearly always mid-batch, so a push meets batches in flight
+    # 2 ms per step: the worker is nearly always mid-batch, so a push meets batches in flight
     # (with CartPole's ~20 us steps it could fall between two batches, and nothing be dropped);
     # "nearly": a loaded machine can stretch the gaps, so up to 5 pushes until one drops a batch
     slow = functools.partial(make_env, "CartPole-v1", sleep_s=0.002)
     acked: list[tuple[int, int]] = []  # (frames written once version v was acknowledged, v)
     with RayCollector(
-        slow, mlp_policy(4, 2), frames_per_batch=200, total_frames=-1, num_collectors=2,
+        slow, mlp_policy(4, 2), frames_per_batch=200, total_frames=-1, num_collectors=1,
         replay_buffer=buffer, max_policy_lag=0, **SMALL,
     ) as collector:  # fmt: skip
         collector.start()
         _wait_for(lambda: written(buffer) >= 400)
         for version in range(1, 6):
             collector.update_policy_weights_()
-            assert collector.wait_for_weights(timeout_s=60) == [version, version]
+            assert collector.wait_for_weights(timeout_s=60) == [version]
             acked.append((written(buffer), version))
             _wait_for(lambda: written(buffer) >= acked[-1][0] + 400)
             if collector.stats(timeout=10)["frames_dropped"] > 0:
@@ -503,7 +457,8 @@ def test_written_episodes_kept_for_a_loop_that_never_takes_them_are_bounded():
 
 
 def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority(ray_clean):
-    """Workers write in the background while the driver samples by priority and writes priorities back."""
+    """A worker writes in the background while the driver samples by priority and writes
+    priorities back; the buffer's actor (ray_buffer_kwargs) holds the class asked."""
     import numpy as np
 
     from tdscheme.replay.prioritized import prioritized_sampler
@@ -518,7 +473,7 @@ def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority
     try:
         with RayCollector(
             env, mlp_policy(4, 2), frames_per_batch=100, total_frames=frames,
-            num_collectors=2, replay_buffer=rb, **SMALL,
+            num_collectors=1, replay_buffer=rb, **SMALL,
         ) as collector:  # fmt: skip
             # the writers wait after their first batches until the update is in: without it,
             # the 1,000 frames could all land before the driver's sample (a race, not a check)
@@ -526,6 +481,7 @@ def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority
             collector.start(hold_while=lambda: not updated.is_set())
             _wait_for(lambda: written(rb) >= 100)
             sample = buffer.sample()
+            assert sample["observation"].shape == (32, 4)
             sample["td_error"] = torch.full((32,), 100.0)  # the new max priority
             before = written(rb)
             buffer.update_tensordict_priority(sample)
@@ -533,7 +489,11 @@ def test_background_writes_into_a_prioritized_buffer_come_in_at_the_max_priority
             updated.set()
             _wait_for(lambda: not collector.is_running)
             assert collector.stats(timeout=5)["frames"] == written(rb) == frames
-        assert buffer.prioritized
+        assert buffer.prioritized and len(rb) == frames
+        # ray_buffer_kwargs: an actor of the class asked, whose repr (Ray's prefix to the
+        # actor's output) is one line: torchrl's spans ten
+        shown = ray.get(rb._rb.__ray_call__.remote(repr), timeout=30)
+        assert shown == "TensorDictReplayBuffer(LazyTensorStorage, batch_size=32)"
 
         def read(held):
             return np.asarray(held.sampler._sum_tree[np.arange(frames)], dtype=np.float64)
