@@ -15,7 +15,7 @@ An optional package is checked the same way, without importing it, and named wit
 extra of ``pyproject.toml`` that installs it:
 
     >>> missing_extra("video=True", ["no_such_package_here"], "video")
-    ImportError("video=True needs no_such_package_here, which is not installed; install it with `pip install 'tdscheme[video]'`")
+    ImportError("video=True needs no_such_package_here, which is not installed; install it with `pip install -c constraints.txt -e '.[video]'` in tdscheme's clone")
     >>> missing_extra("video=True", ["math"], "video") is None
     True
 """
@@ -33,6 +33,7 @@ __all__ = [
     "check_frame_budget",
     "check_int",
     "check_positive_number",
+    "install_command",
     "invalid",
     "missing_extra",
 ]
@@ -77,6 +78,17 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
         raise invalid(name, value, ", ".join(map(repr, choices)))
 
 
+def install_command(extra: str) -> str:
+    """How to install an extra of ``pyproject.toml``: tdscheme is installed from its clone
+    (README), not from a package index, so ``pip install 'tdscheme[extra]'`` finds nothing.
+
+    Example:
+        >>> install_command("envpool")
+        "`pip install -c constraints.txt -e '.[envpool]'` in tdscheme's clone"
+    """
+    return f"`pip install -c constraints.txt -e '.[{extra}]'` in tdscheme's clone"
+
+
 def missing_extra(
     what: str, packages: Sequence[str], extra: str, *, instead: str = ""
 ) -> ImportError | None:
@@ -85,8 +97,7 @@ def missing_extra(
     Args:
         what: the feature, as the subject of "needs" (e.g. ``"env_backend='envpool'"``).
         packages: the Python packages (import names) it needs.
-        extra: the extra of ``pyproject.toml`` that installs them (``pip install
-            'tdscheme[<extra>]'``).
+        extra: the extra of ``pyproject.toml`` that installs them (:func:`install_command`).
         instead: what to do instead, appended as ``", or <instead>"``.
 
     Returns:
@@ -98,7 +109,7 @@ def missing_extra(
     one = len(missing) == 1
     text = (
         f"{what} needs {' and '.join(missing)}, which {'is' if one else 'are'} not installed; "
-        f"install {'it' if one else 'them'} with `pip install 'tdscheme[{extra}]'`"
+        f"install {'it' if one else 'them'} with {install_command(extra)}"
     )
     return ImportError(text + (f", or {instead}" if instead else ""))
 

@@ -5,7 +5,7 @@ setting has been checked (:mod:`tdscheme.cli.parser`):
 
 * each optional package the run needs (:meth:`tdscheme.presets.Preset.missing_packages`:
   EnvPool, ale-py, MuJoCo, the logger's, the video extra's) is a usage error naming the
-  setting and the extra to install (``pip install 'tdscheme[envpool]'``);
+  setting and the extra to install (:func:`tdscheme.validation.install_command`);
 
 Nothing here imports torch, tensordict or torchrl. (``--prioritized`` needs no check: where
 torchrl's C++ extension does not load, :mod:`tdscheme.replay.prioritized` samples.)

@@ -25,7 +25,7 @@ stay in those services' histories (``metrics.csv`` drops them).
   logs to as ``MLFLOW_TRACKING_URI``; closing the logger unsets the run directory's
   again, so that the next run in this process gets its own store.
 
-W&B and MLflow come with the ``loggers`` extra (``pip install 'tdscheme[loggers]'``);
+W&B and MLflow come with the ``loggers`` extra (:func:`tdscheme.validation.install_command`);
 :func:`missing_package_error` names it without importing anything
 (:mod:`tdscheme.engine.extras`), so the ``tdscheme`` command reports a missing package
 before it makes a run directory or starts Ray.

@@ -1,6 +1,6 @@
 """The learning curve (and an asynchronous run's policy lag) of a run, from its ``metrics.csv``.
 
-Needs matplotlib (``pip install tdscheme[plot]``); it is imported only when a plot
+Needs matplotlib (the ``plot`` extra); it is imported only when a plot
 is drawn, and drawn with the Agg canvas directly, so pyplot's global state and the
 user's chosen backend are left alone.
 """

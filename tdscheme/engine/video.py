@@ -50,6 +50,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type, step_mdp
 
 from tdscheme.engine.evaluation import _act, _module_device
 from tdscheme.engine.extras import missing_video_packages
+from tdscheme.validation import install_command
 
 __all__ = ["EpisodeRecorder", "Recording", "frames_per_second", "record_episode", "render_frame"]
 
@@ -262,7 +263,7 @@ class EpisodeRecorder:
             render_frame(self.env)
         except gym.error.DependencyNotInstalled as err:  # e.g. pygame, for classic control
             self.close()
-            raise ImportError(f"{err} (or `pip install 'tdscheme[video]'`)") from err
+            raise ImportError(f"{err} (or {install_command('video')})") from err
         except BaseException:
             self.close()
             raise

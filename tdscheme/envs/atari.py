@@ -65,7 +65,7 @@ from torchrl.envs import (
 
 from tdscheme.envs.ids import _ATARI_ID, check_env_id, is_atari_id
 from tdscheme.envs.make import make_envpool_env
-from tdscheme.validation import check_bool, check_choice, check_int, invalid
+from tdscheme.validation import check_bool, check_choice, check_int, install_command, invalid
 
 __all__ = ["ATARI_BACKENDS", "is_atari_id", "make_atari_env"]
 
@@ -190,7 +190,7 @@ def _gymnasium_atari(
     except ImportError as err:
         raise ImportError(
             f"backend='gymnasium' needs ale-py and OpenCV for Atari ({err}); install them with "
-            "pip install 'tdscheme[atari]'"
+            f"{install_command('atari')}"
         ) from err
     gym.register_envs(ale_py)  # ale-py registers its ids when imported; this names the need
     # its banner ("A.L.E: ... [Powered by Stella]") at every env, in every worker: errors only

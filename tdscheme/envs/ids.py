@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from tdscheme.validation import invalid, missing_extra
+from tdscheme.validation import install_command, invalid, missing_extra
 
 __all__ = [
     "ENV_BACKENDS",
@@ -61,7 +61,7 @@ def check_env_id(env_id: object, *, name: str = "env_id") -> None:
             import ale_py
         except ImportError:
             raise invalid(
-                name, env_id, "an Atari id with ale-py installed (pip install 'tdscheme[atari]'), "
+                name, env_id, f"an Atari id with ale-py installed ({install_command('atari')}), "
                 "or EnvPool's backend (env_backend='envpool')",
             ) from None  # fmt: skip
         gymnasium.register_envs(ale_py)

@@ -11,7 +11,7 @@ Two backends (``backend=``, the presets' ``--env-backend``):
   ``"Breakout-v5"`` (``"ALE/Pong-v5"`` is accepted), whose observations are
   EnvPool's defaults: 4 stacked 84x84 grayscale uint8 frames, 4 frames
   skipped per step. It needs the ``envpool`` extra
-  (``pip install 'tdscheme[envpool]'``).
+  (``pip install -c constraints.txt -e '.[envpool]'`` in tdscheme's clone).
 
 Envs that fail on purpose, for fault drills, live in :mod:`tdscheme.envs.faulty`.
 
@@ -38,6 +38,7 @@ from torchrl.data import Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, GymEnv, GymWrapper, MultiThreadedEnv
 
 from tdscheme.envs.ids import ENV_BACKENDS, entry_point
+from tdscheme.validation import install_command
 
 __all__ = ["BACKENDS", "EnvPoolEnv", "make_env", "make_envpool_env"]
 
@@ -173,14 +174,14 @@ def make_envpool_env(
     except ImportError as err:
         raise ImportError(
             f"backend='envpool' needs EnvPool ({err}); install it with "
-            "pip install 'tdscheme[envpool]' (EnvPool 1.2 has wheels for CPython 3.11 to 3.13)"
+            f"{install_command('envpool')} (EnvPool 1.2 has wheels for CPython 3.11 to 3.13)"
         ) from err
     version = tuple(int(part) for part in envpool.__version__.split(".")[:2] if part.isdigit())
     if version < (1, 2):
         # EnvPool 0.x gives gym (not gymnasium) spaces, and under NumPy 2 broken observations
         raise ImportError(
             f"backend='envpool' needs EnvPool >= 1.2, found EnvPool {envpool.__version__}; "
-            "pip install 'tdscheme[envpool]' installs it"
+            f"{install_command('envpool')} installs it"
         )
     # gymnasium's Box warns of EnvPool's float64 bounds (CartPole's, dm_control's) whenever
     # EnvPool builds the env's spaces (at construction, at each reseeding): in this process,

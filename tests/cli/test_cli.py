@@ -295,7 +295,7 @@ def test_a_logger_without_its_package_is_a_usage_error_before_ray(capsys, monkey
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --logger: backend='mlflow' needs {hidden}, which is not installed" in err
-    assert "pip install 'tdscheme[loggers]'" in err
+    assert "pip install -c constraints.txt -e '.[loggers]'" in err
 
 
 @pytest.mark.skipif(

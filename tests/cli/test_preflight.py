@@ -2,7 +2,7 @@
 
 A package is hidden the way a missing one looks to Python (``sys.modules[name] = None``:
 ``import`` raises and ``importlib.util.find_spec`` finds nothing); the command must stop
-with one usage line naming the option and ``pip install 'tdscheme[<extra>]'``, a new run
+with one usage line naming the option and ``pip install -c constraints.txt -e '.[<extra>]'``, a new run
 and a resumed one (``--resume``) alike.
 """
 
@@ -69,7 +69,7 @@ def test_a_missing_package_is_one_usage_line_naming_its_extra(
 ):
     hide(monkeypatch, *hidden)
     line = usage_error(capsys, args)
-    assert f"argument {option}: " in line and f"pip install 'tdscheme[{extra}]'" in line, line
+    assert f"argument {option}: " in line and f"pip install -c constraints.txt -e '.[{extra}]'" in line, line
     assert list(no_ray.iterdir()) == []  # no run directory made
 
 
@@ -80,7 +80,8 @@ def test_impala_pong_without_envpool_names_the_extra_and_the_other_backend(
     line = usage_error(capsys, ["train", "impala-pong"])
     assert line == (
         "tdscheme train: error: argument --env-backend: env_backend='envpool' needs envpool, "
-        "which is not installed; install it with `pip install 'tdscheme[envpool]'`, or "
+        "which is not installed; install it with `pip install -c constraints.txt -e '.[envpool]'` "
+        "in tdscheme's clone, or "
         "env_backend='gymnasium'"
     )
 
@@ -95,13 +96,13 @@ def test_a_resumed_run_goes_through_the_same_checks(monkeypatch, capsys, no_ray)
     run_dir = saved_run(no_ray / "run", get_preset("impala-pong").override({"run_dir": "x"}))
     hide(monkeypatch, "envpool")
     line = usage_error(capsys, ["train", "--resume", run_dir])
-    assert "argument --env-backend: " in line and "tdscheme[envpool]" in line
+    assert "argument --env-backend: " in line and "'.[envpool]'" in line
     line = usage_error(capsys, ["train", "--resume", run_dir, "--logger", "wandb"])
     assert "argument --env-backend: " in line  # the env first, then the logger
     monkeypatch.delitem(sys.modules, "envpool")
     hide(monkeypatch, "wandb")
     line = usage_error(capsys, ["train", "--resume", run_dir, "--logger", "wandb"])
-    assert "argument --logger: " in line and "tdscheme[loggers]" in line
+    assert "argument --logger: " in line and "'.[loggers]'" in line
     assert [p.name for p in no_ray.iterdir()] == ["run"]
     assert [p.name for p in (no_ray / "run").iterdir()] == ["config.json"]
 
@@ -115,7 +116,7 @@ def test_eval_checks_its_packages_before_it_evaluates(monkeypatch, capsys, tmp_p
     hide(monkeypatch, "matplotlib")
     assert main(["eval", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
-    assert "tdscheme eval: error: tdscheme eval of a run" in err and "tdscheme[plot]" in err
+    assert "tdscheme eval: error: tdscheme eval of a run" in err and "'.[plot]'" in err
     monkeypatch.delitem(sys.modules, "matplotlib")
     hide(monkeypatch, "imageio_ffmpeg")
     assert main(["eval", str(tmp_path / "run"), "--checkpoint", "latest", "--video"]) == 1
@@ -129,10 +130,10 @@ def test_a_trainer_checks_its_logger_and_video_packages_before_it_builds_the_sch
         raise AssertionError("the scheme was built (and Ray started) first")
 
     hide(monkeypatch, "wandb")
-    with pytest.raises(ImportError, match=r"backend='wandb' needs wandb.*tdscheme\[loggers\]"):
+    with pytest.raises(ImportError, match=r"backend='wandb' needs wandb.*'\.\[loggers\]'"):
         Trainer(scheme, config=TrainerConfig(logger="wandb", run_dir=str(tmp_path)))
     hide(monkeypatch, "imageio")
-    with pytest.raises(ImportError, match=r"video=True needs imageio.*tdscheme\[video\]"):
+    with pytest.raises(ImportError, match=r"video=True needs imageio.*'\.\[video\]'"):
         Trainer(scheme, config=TrainerConfig(video=True, run_dir=str(tmp_path)))
     assert list(tmp_path.iterdir()) == []
 

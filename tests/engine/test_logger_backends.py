@@ -175,7 +175,7 @@ def test_a_missing_package_names_the_extra(tmp_path, monkeypatch, backend, packa
         importlib.util, "find_spec",
         lambda name, *a: None if name == package else real_find_spec(name, *a),
     )  # fmt: skip
-    with pytest.raises(ImportError, match=rf"backend='{backend}'.*tdscheme\[loggers\]"):
+    with pytest.raises(ImportError, match=rf"backend='{backend}'.*'\.\[loggers\]'"):
         RunLogger(tmp_path, backend=backend)
     assert not (tmp_path / "metrics.csv").exists()  # checked before any file is opened
 
