@@ -395,6 +395,14 @@ LONGER_MODULES: dict[str, tuple[int, str]] = {
         450, "the public Scheme facade: documented delegators to the loop it holds"),
     "engine/trainer.py": (
         450, "the Trainer's run loop and public methods (its settings are trainer_config.py)"),
+    "envs/env_config.py": (
+        450, "the env-config protocol: each way an env takes a config, found through wrappers"),
+    "collectors/driver/flow.py": (
+        450, "BatchFlow, one class: an iteration's requests, order, preemption and stacking"),
+    "replay/ray_held.py": (
+        450, "torchrl's Ray-held buffer and the four things tdscheme adds around it, as listed"),
+    "scheme/off_policy_loop.py": (
+        450, "OffPolicyLoop, one class: both buffer locations' steps side by side"),
 }  # fmt: skip
 
 
